@@ -1,0 +1,29 @@
+# Shared helpers for scripts/run and scripts/test: install what the build needs (idempotently) and
+# build a CMake preset. Sourced, not run.
+set -euo pipefail
+
+MLA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MLA_APT_PACKAGES=(cmake g++ ccache libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+                  libbenchmark-dev libopenblas-dev python3)
+
+mla_install_deps() {
+  local missing=()
+  for p in "${MLA_APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}"
+    local sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+  fi
+}
+
+# mla_build PRESET: configure (a no-op when nothing changed) and build with 2 jobs; ccache keeps rebuilds fast.
+mla_build() {
+  local preset="$1"
+  cd "$MLA_ROOT"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -- --no-print-directory
+}

@@ -1,0 +1,20 @@
+// Run-time CPU feature detection for kernel dispatch. MLA_ISA=scalar|avx2|avx512|avx512bf16 caps
+// what is reported (to test the lower variants on a bigger CPU).
+#pragma once
+
+namespace mla {
+
+enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+
+struct CpuFeatures {
+  bool avx2_fma = false;    // AVX2 + FMA3
+  bool avx512 = false;      // AVX-512 F, BW, VL, DQ
+  bool avx512_bf16 = false; // AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
+};
+
+// Detected once; honours the MLA_ISA cap.
+const CpuFeatures& cpu_features();
+bool cpu_supports(CpuIsa isa);
+const char* cpu_isa_name(CpuIsa isa);
+
+}  // namespace mla

@@ -1,0 +1,126 @@
+// Scalar conversions for the narrow float types; see dtype.h for the rounding contract.
+#include "core/dtype.h"
+
+#include <cmath>
+
+namespace mla {
+
+int dtype_bits(DType t) {
+  switch (t) {
+    case DType::kF64: case DType::kI64: return 64;
+    case DType::kF32: case DType::kI32: return 32;
+    case DType::kF16: case DType::kBF16: case DType::kI16: return 16;
+    case DType::kF8E4M3: case DType::kI8: case DType::kU8: case DType::kBool: return 8;
+    case DType::kE2M1: return 4;
+  }
+  return 0;
+}
+
+namespace {
+struct NameEntry {
+  DType type;
+  std::string_view name;
+};
+constexpr NameEntry kNames[] = {
+    {DType::kF64, "F64"},   {DType::kF32, "F32"},         {DType::kF16, "F16"},
+    {DType::kBF16, "BF16"}, {DType::kF8E4M3, "F8_E4M3"},  {DType::kE2M1, "F4"},
+    {DType::kI64, "I64"},   {DType::kI32, "I32"},         {DType::kI16, "I16"},
+    {DType::kI8, "I8"},     {DType::kU8, "U8"},           {DType::kBool, "BOOL"},
+};
+}  // namespace
+
+std::string_view dtype_name(DType t) {
+  for (const auto& e : kNames)
+    if (e.type == t) return e.name;
+  return "?";
+}
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (const auto& e : kNames)
+    if (e.name == name) return e.type;
+  return std::nullopt;
+}
+
+// Round a finite, non-negative value to a float format with `mant` stored mantissa bits,
+// exponent bias `bias` and minimum normal exponent 1 - bias, returning the bit pattern without
+// sign, or -1 if it rounds past `max_bits` (the largest finite pattern). Ties go to even patterns.
+static int round_to_small_float(double a, int mant, int bias, int max_bits) {
+  if (a == 0.0) return 0;
+  int e;
+  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): unbiased exponent of a is e - 1
+  int exp = e - 1;
+  const int min_exp = 1 - bias;
+  if (exp < min_exp) exp = min_exp;  // subnormal range: fixed quantum
+  const double quantum = std::ldexp(1.0, exp - mant);
+  double q = a / quantum;  // exact: power-of-two scaling
+  double fl = std::floor(q);
+  double rem = q - fl;
+  long long m = (long long)fl;
+  if (rem > 0.5 || (rem == 0.5 && (m & 1))) ++m;
+  // m counts quanta at exponent `exp`; normal values carry the implicit bit 1 << mant.
+  long long bits;
+  if (m >= (2LL << mant)) {  // rounded up to the next binade
+    m >>= 1;
+    ++exp;
+  }
+  if (m < (1LL << mant)) {
+    bits = m;  // subnormal (exp == min_exp)
+  } else {
+    bits = ((long long)(exp + bias) << mant) | (m - (1LL << mant));
+  }
+  if (bits > max_bits) return -1;
+  return (int)bits;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float v;
+  if (exp == 0x1f) v = mant ? NAN : INFINITY;
+  else if (exp == 0) v = std::ldexp(float(mant), -24);
+  else v = std::ldexp(float(mant | 0x400u), int(exp) - 25);
+  return sign ? -v : v;
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint16_t sign = (f32_bits(f) >> 16) & 0x8000u;
+  if (std::isnan(f)) return sign | 0x7e00u;
+  double a = std::fabs(double(f));
+  if (std::isinf(a)) return sign | 0x7c00u;
+  int bits = round_to_small_float(a, 10, 15, 0x7bff);
+  return bits < 0 ? (sign | 0x7c00u) : (sign | uint16_t(bits));
+}
+
+float fp8_e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = b >> 7, exp = (b >> 3) & 0xfu, mant = b & 7u;
+  float v;
+  if (exp == 0xf && mant == 7) v = NAN;
+  else if (exp == 0) v = std::ldexp(float(mant), -9);
+  else v = std::ldexp(float(mant | 8u), int(exp) - 10);
+  return sign ? -v : v;
+}
+
+uint8_t f32_to_fp8_e4m3(float f) {
+  const uint8_t sign = (f32_bits(f) >> 24) & 0x80u;
+  if (std::isnan(f)) return sign | 0x7fu;
+  double a = std::fabs(double(f));
+  if (std::isinf(a)) return sign | 0x7eu;
+  int bits = round_to_small_float(a, 3, 7, 0x7e);
+  return bits < 0 ? (sign | 0x7eu) : (sign | uint8_t(bits));
+}
+
+float e2m1_to_f32(uint8_t nibble) {
+  static constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float v = kValues[nibble & 7u];
+  return (nibble & 8u) ? -v : v;
+}
+
+uint8_t f32_to_e2m1(float f) {
+  if (std::isnan(f)) return 0;
+  const uint8_t sign = (f32_bits(f) >> 28) & 0x8u;
+  double a = std::fabs(double(f));
+  if (std::isinf(a)) return sign | 7u;
+  int bits = round_to_small_float(a, 1, 1, 7);
+  return bits < 0 ? (sign | 7u) : (sign | uint8_t(bits));
+}
+
+}  // namespace mla

@@ -1,0 +1,72 @@
+// Element types the engine stores (BF16, FP16, FP8 E4M3FN, E2M1, ...) and their scalar conversions.
+// Conversions to these types round to nearest, ties to even. Bulk and SIMD conversions live with
+// the kernels that use them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace mla {
+
+enum class DType : uint8_t {
+  kF64,
+  kF32,
+  kF16,
+  kBF16,
+  kF8E4M3,  // OCP E4M3 "fn": bias 7, max 448, NaN at 0x7F/0xFF, no infinities
+  kE2M1,    // OCP FP4: values ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}, two per byte
+  kI64,
+  kI32,
+  kI16,
+  kI8,
+  kU8,
+  kBool,
+};
+
+// Size of one element in bits (4 for E2M1).
+int dtype_bits(DType t);
+// The safetensors spelling: "F32", "BF16", "F8_E4M3", "F4", ...
+std::string_view dtype_name(DType t);
+std::optional<DType> dtype_from_name(std::string_view name);
+
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float f32_from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- BF16: the upper half of an FP32 ----
+inline float bf16_to_f32(uint16_t h) { return f32_from_bits(uint32_t(h) << 16); }
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                             // RNE; inf stays inf
+  return uint16_t(u >> 16);
+}
+inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+// ---- FP16 (IEEE binary16) ----
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);  // overflow → ±inf
+
+// ---- FP8 E4M3FN ----
+float fp8_e4m3_to_f32(uint8_t b);
+// Saturating ("satfinite", as hardware quantisers do): finite values beyond ±448 and ±inf become
+// ±448; NaN becomes 0x7F (sign kept).
+uint8_t f32_to_fp8_e4m3(float f);
+inline constexpr float kFp8E4M3Max = 448.0f;
+
+// ---- E2M1 (4-bit, low nibble used) ----
+float e2m1_to_f32(uint8_t nibble);
+// Saturating to ±6; NaN maps to +0 (E2M1 has no NaN: quantisers must not feed it one).
+uint8_t f32_to_e2m1(float f);
+inline constexpr float kE2M1Max = 6.0f;
+
+}  // namespace mla

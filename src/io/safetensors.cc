@@ -1,0 +1,137 @@
+// SafetensorsFile: maps a file read-only, validates it whole (safetensors_header.cc), then serves
+// tensor lookups from the mapping without copying.
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include "core/check.h"
+#include "io/safetensors_header.h"
+
+namespace mla {
+namespace {
+
+std::string errno_text(int err) {
+  return std::generic_category().message(err);
+}
+
+// Closes the descriptor on every return path of open().
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  int fd;
+  do {
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below rejects it.
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int err = errno;
+    std::string msg = fmt::format("{}: cannot open: {}", path, errno_text(err));
+    return err == ENOENT ? not_found(msg) : io_error(msg);
+  }
+  FdCloser closer{fd};
+
+  struct stat st;
+  if (::fstat(fd, &st) != 0)
+    return io_error(fmt::format("{}: cannot stat: {}", path, errno_text(errno)));
+  // Directories, FIFOs and devices have no meaningful size to validate against.
+  if (!S_ISREG(st.st_mode)) return io_error(path + ": not a regular file");
+  const uint64_t size = uint64_t(st.st_size);
+  if (size < 8) {
+    // Too small to hold the length prefix; the validator says so. (mmap of length 0 would fail.)
+    uint8_t none[8] = {};
+    return io_detail::parse_safetensors(path, none, size).status();
+  }
+
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED)
+    return io_error(fmt::format("{}: cannot mmap {} bytes: {}", path, size, errno_text(errno)));
+
+  SafetensorsFile file;
+  file.path_ = path;
+  file.map_ = map;
+  file.file_size_ = size;  // from here on the destructor unmaps
+
+  const uint8_t* base = static_cast<const uint8_t*>(map);
+  MLA_ASSIGN_OR_RETURN(io_detail::ParsedSafetensors parsed,
+                       io_detail::parse_safetensors(path, base, size));
+  file.header_size_ = parsed.header_size;
+  file.tensors_ = std::move(parsed.tensors);
+  file.metadata_ = std::move(parsed.metadata);
+
+  const uint8_t* data = base + file.data_offset();
+  MLA_CHECK(file.tensors_.size() <= std::numeric_limits<uint32_t>::max(), "{} tensors",
+            file.tensors_.size());
+  file.by_name_.resize(file.tensors_.size());
+  for (size_t i = 0; i < file.tensors_.size(); ++i) {
+    file.tensors_[i].data = data + file.tensors_[i].byte_offset;
+    file.by_name_[i] = uint32_t(i);
+  }
+  std::sort(file.by_name_.begin(), file.by_name_.end(),
+            [&](uint32_t a, uint32_t b) { return file.tensors_[a].name < file.tensors_[b].name; });
+  return file;
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      map_(std::exchange(other.map_, nullptr)),
+      file_size_(std::exchange(other.file_size_, 0)),
+      header_size_(std::exchange(other.header_size_, 0)),
+      tensors_(std::move(other.tensors_)),
+      by_name_(std::move(other.by_name_)),
+      metadata_(std::move(other.metadata_)) {}
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    path_ = std::move(other.path_);
+    map_ = std::exchange(other.map_, nullptr);
+    file_size_ = std::exchange(other.file_size_, 0);
+    header_size_ = std::exchange(other.header_size_, 0);
+    tensors_ = std::move(other.tensors_);
+    by_name_ = std::move(other.by_name_);
+    metadata_ = std::move(other.metadata_);
+  }
+  return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  unmap();
+}
+
+void SafetensorsFile::unmap() {
+  if (map_) ::munmap(map_, file_size_);
+  map_ = nullptr;
+}
+
+std::vector<std::string_view> SafetensorsFile::names() const {
+  std::vector<std::string_view> out;
+  out.reserve(tensors_.size());
+  for (const TensorInfo& t : tensors_) out.push_back(t.name);
+  return out;
+}
+
+const TensorInfo* SafetensorsFile::find(std::string_view name) const {
+  auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
+                             [&](uint32_t i, std::string_view n) { return tensors_[i].name < n; });
+  if (it == by_name_.end() || tensors_[*it].name != name) return nullptr;
+  return &tensors_[*it];
+}
+
+}  // namespace mla

@@ -1,0 +1,22 @@
+// Entry points of the CPU absorbed-decode and decompressed-prefill kernels, one per ISA variant.
+// Callers go through the registry (kernels/registry.h), which checks supports() and validate().
+#pragma once
+
+#include "core/thread_pool.h"
+#include "kernels/mla_params.h"
+
+namespace mla::cpu {
+
+// FP32 intermediates (query, probabilities, accumulators): mla_decode.cpu.<isa>.bf16
+void mla_decode_scalar(const MlaDecodeParams& p, ThreadPool& pool);
+void mla_decode_avx2(const MlaDecodeParams& p, ThreadPool& pool);
+void mla_decode_avx512(const MlaDecodeParams& p, ThreadPool& pool);
+// BF16 dot products (vdpbf16ps): query and probabilities rounded to BF16, FP32 accumulation.
+// Needs a BF16 cache.
+void mla_decode_avx512bf16(const MlaDecodeParams& p, ThreadPool& pool);
+
+void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool);
+void mla_prefill_avx2(const MlaPrefillParams& p, ThreadPool& pool);
+void mla_prefill_avx512(const MlaPrefillParams& p, ThreadPool& pool);
+
+}  // namespace mla::cpu

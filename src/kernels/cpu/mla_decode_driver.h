@@ -1,0 +1,184 @@
+// The absorbed-decode driver: splits (sequence, row block, key range) work across threads, walks
+// the paged cache tile by tile through a Tile policy (which owns the data layout and the two
+// products), and merges key-range partial results by their LSE. Include inside the ISA's
+// `#pragma GCC target` region, after the Vec type. Internal linkage.
+//
+// Tile policy interface (one object per thread, reused across calls):
+//   void begin(const MlaDecodeParams&)                      sizes scratch for these dims
+//   void prepare_q(const MlaDecodeParams&, int b, int r0, int R)   rows r0.. of sequence b
+//   void load_tile(const MlaDecodeParams&, int b, int t0, int n)   keys t0 .. t0+n-1
+//   void scores(int R, float* S)                             S [R][kTile] = q·k (unscaled)
+//   void pv(const float* P, int R, int n, const float* corr, RowBlockState st)
+//   int d_v_pad() const                                      O row length (multiple of 4·W)
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/load_f32.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/mla_params.h"
+
+namespace mla::cpu {
+namespace {
+
+constexpr int kDecodeRowBlock = 64;  // heads × queries per work item: O block 64 × 512 fp32 = 128 KiB
+
+// Address of key t of sequence b in the paged cache, as bytes.
+inline const uint8_t* cache_row(const MlaDecodeParams& p, int b, int t, int elem_bytes) {
+  const int32_t page = p.block_table[int64_t(b) * p.max_blocks_per_seq + t / p.page_size];
+  const int64_t slot = int64_t(page) * p.page_size + t % p.page_size;
+  return static_cast<const uint8_t*>(p.kv_cache) + slot * p.d_qk * elem_bytes;
+}
+
+// Per-thread buffers of one work item (sized by the row block, not by the context).
+struct DecodeScratch {
+  AlignedBuffer<float> o, s, m, l, corr, lse;
+  std::vector<int> limit;
+  std::vector<float*> score_rows, tile_score_rows;
+};
+
+struct DecodeSplit {
+  std::vector<int> splits;       // [b] key ranges per sequence
+  std::vector<int> tiles_per;    // [b] tiles per key range
+  std::vector<int64_t> part_off; // [b] first partial row of the sequence (when splits > 1)
+  int64_t num_items = 0;
+  int row_blocks = 0;
+  int64_t part_rows = 0;
+};
+
+// Aims for ~4 items per thread of equal (tiles × rows) so that a lone long sequence is split
+// across threads by key range and many short ones are spread by sequence.
+inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads) {
+  DecodeSplit d;
+  const int rows = p.s_q * p.h_q;
+  d.row_blocks = (rows + kDecodeRowBlock - 1) / kDecodeRowBlock;
+  int64_t total_tiles = 0;
+  for (int b = 0; b < p.b; ++b) total_tiles += (p.cache_seqlens[b] + kTile - 1) / kTile;
+  const int64_t target_items = int64_t(4) * threads;
+  const int64_t per_item = std::max<int64_t>(1, (total_tiles * d.row_blocks + target_items - 1) / target_items);
+  d.splits.resize(p.b);
+  d.tiles_per.resize(p.b);
+  d.part_off.resize(p.b);
+  for (int b = 0; b < p.b; ++b) {
+    const int64_t tiles = (p.cache_seqlens[b] + kTile - 1) / kTile;
+    const int64_t want = std::max<int64_t>(1, tiles * d.row_blocks / per_item / d.row_blocks);
+    const int64_t tp = std::max<int64_t>(1, (tiles + want - 1) / want);
+    d.tiles_per[b] = int(tp);
+    d.splits[b] = int(std::max<int64_t>(1, (tiles + tp - 1) / tp));
+    d.part_off[b] = d.part_rows;
+    if (d.splits[b] > 1) d.part_rows += int64_t(d.splits[b]) * rows;
+    d.num_items += int64_t(d.splits[b]) * d.row_blocks;
+  }
+  return d;
+}
+
+template <class V, class Tile>
+void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
+  if (p.b == 0) return;
+  const int rows = p.s_q * p.h_q;
+  const DecodeSplit plan = plan_decode(p, pool.num_threads());
+  std::vector<float> part_o(size_t(plan.part_rows) * p.d_v), part_lse(plan.part_rows);
+  // item → (b, split, row block): prefix sums over b.
+  std::vector<int64_t> first_item(p.b + 1, 0);
+  for (int b = 0; b < p.b; ++b) first_item[b + 1] = first_item[b] + int64_t(plan.splits[b]) * plan.row_blocks;
+
+  pool.parallel_for(plan.num_items, [&](int64_t item, int) {
+    const int b = int(std::upper_bound(first_item.begin(), first_item.end(), item) - first_item.begin()) - 1;
+    const int64_t local = item - first_item[b];
+    const int split = int(local / plan.row_blocks), rb = int(local % plan.row_blocks);
+    const int r0 = rb * kDecodeRowBlock, R = std::min(kDecodeRowBlock, rows - r0);
+    const int s_kv = p.cache_seqlens[b];
+    const int tile_begin = split * plan.tiles_per[b];
+    const int tile_end = std::min((s_kv + kTile - 1) / kTile, tile_begin + plan.tiles_per[b]);
+
+    static thread_local Tile tile;
+    static thread_local DecodeScratch sc;
+    tile.begin(p);
+    const int ld_o = tile.d_v_pad();
+    RowBlockState st{ensure_scratch(sc.o, size_t(R) * ld_o), ld_o, ensure_scratch(sc.m, R),
+                     ensure_scratch(sc.l, R)};
+    float* corr = ensure_scratch(sc.corr, R);
+    float* lse_rows = ensure_scratch(sc.lse, R);
+    float* S = ensure_scratch(sc.s, size_t(R) * kTile);
+    sc.limit.resize(R);
+    sc.score_rows.assign(R, nullptr);
+    sc.tile_score_rows.assign(R, nullptr);
+    int* limit = sc.limit.data();
+    std::fill(st.o, st.o + size_t(R) * ld_o, 0.0f);
+    std::fill(st.m, st.m + R, kNegInf);
+    std::fill(st.l, st.l + R, 0.0f);
+    if (p.scores)
+      for (int i = 0; i < R; ++i) sc.score_rows[i] = p.scores + (int64_t(b) * rows + r0 + i) * p.scores_stride;
+
+    tile.prepare_q(p, b, r0, R);
+    for (int tt = tile_begin; tt < tile_end; ++tt) {
+      const int t0 = tt * kTile, n = std::min(kTile, s_kv - t0);
+      bool any = false;
+      for (int i = 0; i < R; ++i) {
+        const int s = (r0 + i) / p.h_q;
+        limit[i] = std::clamp(visible_keys(s_kv, p.s_q, s, p.causal) - t0, 0, n);
+        any |= limit[i] > 0;
+      }
+      if (!any && !p.scores) continue;
+      tile.load_tile(p, b, t0, n);
+      tile.scores(R, S);
+      if (p.scores)
+        for (int i = 0; i < R; ++i) sc.tile_score_rows[i] = sc.score_rows[i] + t0;
+      softmax_tile<V>(S, R, limit, n, p.softmax_scale, st, corr,
+                      p.scores ? sc.tile_score_rows.data() : nullptr);
+      tile.pv(S, R, n, corr, st);
+    }
+
+    if (plan.splits[b] == 1) {
+      float* out = p.out + (int64_t(b) * rows + r0) * p.d_v;
+      finish_rows(R, p.d_v, st, out, p.d_v, lse_rows);
+      for (int i = 0; i < R; ++i) {
+        const int r = r0 + i, s = r / p.h_q, h = r % p.h_q;
+        // A row that saw no key: out 0, lse +inf (the FlashMLA convention).
+        p.lse[(int64_t(b) * p.h_q + h) * p.s_q + s] = lse_rows[i] == kNegInf ? -kNegInf : lse_rows[i];
+      }
+    } else {
+      const int64_t base = plan.part_off[b] + int64_t(split) * rows + r0;
+      finish_rows(R, p.d_v, st, part_o.data() + base * p.d_v, p.d_v, part_lse.data() + base);
+    }
+  });
+
+  if (plan.part_rows == 0) return;
+  // Merge the key-range partials of split sequences: lse = ln Σ e^lse_k, out = Σ e^(lse_k − lse) o_k.
+  std::vector<int> split_batches;
+  for (int b = 0; b < p.b; ++b)
+    if (plan.splits[b] > 1) split_batches.push_back(b);
+  pool.parallel_for(int64_t(split_batches.size()) * rows, [&](int64_t item, int) {
+    const int b = split_batches[item / rows], r = int(item % rows);
+    const int ns = plan.splits[b];
+    const float* lse_k = part_lse.data() + plan.part_off[b] + r;  // stride rows
+    float mx = kNegInf;
+    for (int k = 0; k < ns; ++k) mx = std::max(mx, lse_k[int64_t(k) * rows]);
+    float* out = p.out + (int64_t(b) * rows + r) * p.d_v;
+    const int s = r / p.h_q, h = r % p.h_q;
+    float& lse = p.lse[(int64_t(b) * p.h_q + h) * p.s_q + s];
+    if (mx == kNegInf) {
+      std::fill(out, out + p.d_v, 0.0f);
+      lse = -kNegInf;
+      return;
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < ns; ++k) sum += std::exp(lse_k[int64_t(k) * rows] - mx);
+    const float total = mx + std::log(sum);
+    std::fill(out, out + p.d_v, 0.0f);
+    for (int k = 0; k < ns; ++k) {
+      const float w = std::exp(lse_k[int64_t(k) * rows] - total);
+      if (w == 0.0f) continue;
+      const float* o_k = part_o.data() + (plan.part_off[b] + int64_t(k) * rows + r) * p.d_v;
+      for (int c = 0; c < p.d_v; ++c) out[c] += w * o_k[c];
+    }
+    lse = total;
+  });
+}
+
+}  // namespace
+}  // namespace mla::cpu

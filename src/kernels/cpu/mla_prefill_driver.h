@@ -1,0 +1,107 @@
+// The decompressed prefill driver: walks the cached context in chunks of kPrefillChunk tokens,
+// up-projects each chunk's latent rows to per-head K and V with one GEMM each (OpenBLAS), then
+// runs the FP32 attention tiles per (head, query block), carrying the online-softmax state across
+// chunks. Workspace is bounded by the chunk (≈ kPrefillChunk · H · (d_n + d_v) floats), not the
+// context. Include inside the ISA's target region after the Vec type. Internal linkage.
+#pragma once
+
+#include <cblas.h>
+
+#include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/load_f32.h"
+#include "kernels/cpu/scratch.h"
+
+namespace mla::cpu {
+namespace {
+
+constexpr int kPrefillChunk = 256;    // context tokens up-projected at once
+constexpr int kPrefillRowBlock = 64;  // queries of one head per work item
+
+struct PrefillScratch {
+  AlignedBuffer<float> kt, s, corr, lse;
+  std::vector<int> limit;
+  std::vector<float*> score_rows;
+};
+
+template <class V>
+void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
+  const int H = p.h_q, d_qk = p.d_n + p.d_r, r = p.r;
+  const int dv_pad = round_up(p.d_v, 4 * V::kWidth);
+  const int row_blocks = (p.s_q + kPrefillRowBlock - 1) / kPrefillRowBlock;
+  const int64_t ld_k = int64_t(H) * p.d_n, ld_v = int64_t(H) * p.d_v;
+  const int eb = p.kv_dtype == DType::kF32 ? 4 : 2;
+
+  // c [chunk][r], kpe [chunk][d_r], knope [chunk][H·d_n], v [chunk][H·d_v] (+ dv_pad so the last
+  // head's padded V loads stay inside the buffer).
+  AlignedBuffer<float> c(size_t(kPrefillChunk) * r), kpe(size_t(kPrefillChunk) * std::max(p.d_r, 1));
+  AlignedBuffer<float> knope(size_t(kPrefillChunk) * ld_k), v(size_t(kPrefillChunk) * ld_v + dv_pad);
+  std::fill(v.begin(), v.end(), 0.0f);
+  // Online-softmax state per (head, query): o [H][s_q][dv_pad], m and l [H][s_q].
+  AlignedBuffer<float> o(size_t(H) * p.s_q * dv_pad), m(size_t(H) * p.s_q), l(size_t(H) * p.s_q);
+  std::fill(o.begin(), o.end(), 0.0f);
+  std::fill(m.begin(), m.end(), kNegInf);
+  std::fill(l.begin(), l.end(), 0.0f);
+
+  for (int c0 = 0; c0 < p.s_kv; c0 += kPrefillChunk) {
+    const int n_c = std::min(kPrefillChunk, p.s_kv - c0);
+    for (int j = 0; j < n_c; ++j) {
+      const int t = c0 + j;
+      const int64_t slot = int64_t(p.block_table[t / p.page_size]) * p.page_size + t % p.page_size;
+      const uint8_t* row = static_cast<const uint8_t*>(p.kv_cache) + slot * (r + p.d_r) * eb;
+      load_f32(p.kv_dtype, row, r, c.data() + int64_t(j) * r);
+      load_f32(p.kv_dtype, row + int64_t(r) * eb, p.d_r, kpe.data() + int64_t(j) * p.d_r);
+    }
+    // knope = c · W_UKᵀ, v = c · W_UVᵀ with W_UK viewed as [H·d_n, r] and W_UV as [H·d_v, r].
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_c, int(ld_k), r, 1.0f, c.data(), r, p.w_uk, r,
+                0.0f, knope.data(), int(ld_k));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_c, int(ld_v), r, 1.0f, c.data(), r, p.w_uv, r,
+                0.0f, v.data(), int(ld_v));
+
+    pool.parallel_for(int64_t(H) * row_blocks, [&](int64_t item, int) {
+      const int h = int(item / row_blocks), s0 = int(item % row_blocks) * kPrefillRowBlock;
+      const int R = std::min(kPrefillRowBlock, p.s_q - s0);
+      static thread_local PrefillScratch sc;
+      float* kt = ensure_scratch(sc.kt, size_t(d_qk) * kTile);
+      float* S = ensure_scratch(sc.s, size_t(R) * kTile);
+      float* corr = ensure_scratch(sc.corr, R);
+      sc.limit.resize(R);
+      sc.score_rows.assign(R, nullptr);
+      const RowBlockState st{o.data() + (int64_t(h) * p.s_q + s0) * dv_pad, dv_pad,
+                             m.data() + int64_t(h) * p.s_q + s0, l.data() + int64_t(h) * p.s_q + s0};
+      for (int t0 = c0; t0 < c0 + n_c; t0 += kTile) {
+        const int n = std::min(kTile, c0 + n_c - t0);
+        bool any = false;
+        for (int i = 0; i < R; ++i) {
+          sc.limit[i] = std::clamp(visible_keys(p.s_kv, p.s_q, s0 + i, p.causal) - t0, 0, n);
+          any |= sc.limit[i] > 0;
+          if (p.scores) sc.score_rows[i] = p.scores + (int64_t(s0 + i) * H + h) * p.scores_stride + t0;
+        }
+        if (!any && !p.scores) continue;
+        // kt [d_qk][kTile]: this head's k_nope channels, then the shared k_pe channels.
+        for (int ch = 0; ch < d_qk; ++ch) {
+          float* dst = kt + int64_t(ch) * kTile;
+          for (int j = 0; j < n; ++j) {
+            const int64_t tok = t0 - c0 + j;
+            dst[j] = ch < p.d_n ? knope[tok * ld_k + int64_t(h) * p.d_n + ch] : kpe[tok * p.d_r + ch - p.d_n];
+          }
+          std::fill(dst + n, dst + kTile, 0.0f);
+        }
+        score_tile<V>(p.q + (int64_t(s0) * H + h) * d_qk, int64_t(H) * d_qk, R, d_qk, kt, S);
+        softmax_tile<V>(S, R, sc.limit.data(), n, p.softmax_scale, st, corr,
+                        p.scores ? sc.score_rows.data() : nullptr);
+        pv_tile<V>(S, R, n, v.data() + int64_t(t0 - c0) * ld_v + int64_t(h) * p.d_v, ld_v, dv_pad, corr, st);
+      }
+    });
+  }
+
+  pool.parallel_for(H, [&](int64_t h, int) {
+    const RowBlockState st{o.data() + h * p.s_q * dv_pad, dv_pad, m.data() + h * p.s_q, l.data() + h * p.s_q};
+    float* lse = p.lse + h * p.s_q;
+    finish_rows(p.s_q, p.d_v, st, p.out + h * p.d_v, int64_t(H) * p.d_v, lse);
+    for (int s = 0; s < p.s_q; ++s)
+      if (lse[s] == kNegInf) lse[s] = -kNegInf;  // no visible key: +inf, as in mla_decode
+  });
+}
+
+}  // namespace
+}  // namespace mla::cpu

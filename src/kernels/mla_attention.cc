@@ -1,0 +1,134 @@
+// mla_attention: path choice by threshold and the glue around the decode / prefill kernels.
+#include "kernels/mla_attention.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "kernels/cpu/absorb.h"
+#include "kernels/ref/mla_ref.h"
+#include "kernels/registry.h"
+
+namespace mla {
+
+const char* mla_path_name(MlaPath p) { return p == MlaPath::kAbsorbed ? "absorbed" : "decompressed"; }
+
+MlaPath choose_mla_path(int s_q, int threshold) {
+  return s_q <= threshold ? MlaPath::kAbsorbed : MlaPath::kDecompressed;
+}
+
+Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_b_proj, int h_q, int d_n,
+                                                    int d_v, int r) {
+  if (dtype != DType::kBF16 && dtype != DType::kF32)
+    return invalid_argument(fmt::format("kv_b_proj: dtype {} (need BF16 or F32; dequantise FP8 first)",
+                                        dtype_name(dtype)));
+  if (h_q < 1 || d_n < 1 || d_v < 1 || r < 1)
+    return invalid_argument(fmt::format("kv_b_proj: bad dims h_q={} d_n={} d_v={} r={}", h_q, d_n, d_v, r));
+  MlaAbsorbedWeights w;
+  w.h_q = h_q;
+  w.d_n = d_n;
+  w.d_v = d_v;
+  w.r = r;
+  MLA_ASSIGN_OR_RETURN(w.w_uk, AlignedBuffer<float>::allocate(size_t(h_q) * d_n * r, "W_UK"));
+  MLA_ASSIGN_OR_RETURN(w.w_uv, AlignedBuffer<float>::allocate(size_t(h_q) * d_v * r, "W_UV"));
+  auto widen = [&](int64_t row) {  // row of kv_b_proj → r floats
+    std::vector<float> v(r);
+    for (int c = 0; c < r; ++c) {
+      const int64_t i = row * r + c;
+      v[c] = dtype == DType::kF32 ? static_cast<const float*>(kv_b_proj)[i]
+                                  : bf16_to_f32(static_cast<const uint16_t*>(kv_b_proj)[i]);
+    }
+    return v;
+  };
+  for (int h = 0; h < h_q; ++h) {
+    const int64_t head_row = int64_t(h) * (d_n + d_v);
+    for (int n = 0; n < d_n; ++n) {
+      auto v = widen(head_row + n);
+      std::copy(v.begin(), v.end(), w.w_uk.data() + (int64_t(h) * d_n + n) * r);
+    }
+    for (int n = 0; n < d_v; ++n) {
+      auto v = widen(head_row + d_n + n);
+      std::copy(v.begin(), v.end(), w.w_uv.data() + (int64_t(h) * d_v + n) * r);
+    }
+  }
+  return w;
+}
+
+Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool, std::string_view backend) {
+  if (!p.w) return invalid_argument("mla_attention: weights are required");
+  const MlaAbsorbedWeights& w = *p.w;
+  const int H = w.h_q, r = w.r, d_n = w.d_n, d_v = w.d_v;
+  const MlaPath path = choose_mla_path(p.s_q, p.prefill_absorption_threshold);
+  if (path == MlaPath::kDecompressed) {
+    MlaPrefillParams pp;
+    pp.s_q = p.s_q;
+    pp.h_q = H;
+    pp.d_n = d_n;
+    pp.d_r = p.d_r;
+    pp.d_v = d_v;
+    pp.r = r;
+    pp.s_kv = p.s_kv;
+    pp.page_size = p.page_size;
+    pp.num_blocks = p.num_blocks;
+    pp.q = p.q;
+    pp.kv_dtype = p.kv_dtype;
+    pp.kv_cache = p.kv_cache;
+    pp.block_table = p.block_table;
+    pp.w_uk = w.w_uk.data();
+    pp.w_uv = w.w_uv.data();
+    pp.softmax_scale = p.softmax_scale;
+    pp.causal = p.causal;
+    pp.out = p.out;
+    pp.lse = p.lse;
+    MLA_ASSIGN_OR_RETURN(const MlaPrefillVariant* v, select_variant(pp, backend));
+    MLA_RETURN_IF_ERROR(run_variant(*v, pp, pool));
+    return path;
+  }
+
+  const int d_abs = r + p.d_r;
+  MLA_ASSIGN_OR_RETURN(auto q_abs, AlignedBuffer<float>::allocate(size_t(p.s_q) * H * d_abs, "absorbed query"));
+  MLA_ASSIGN_OR_RETURN(auto o_lat, AlignedBuffer<float>::allocate(size_t(p.s_q) * H * r, "latent output"));
+  const bool ref = backend == "ref";
+  std::vector<double> q_abs64, o_lat64, out64;
+  if (ref) {
+    q_abs64.resize(q_abs.size());
+    ref::absorb_query(p.s_q, H, d_n, p.d_r, r, p.q, w.w_uk.data(), q_abs64.data());
+    for (size_t i = 0; i < q_abs.size(); ++i) q_abs[i] = float(q_abs64[i]);
+  } else {
+    cpu::absorb_query(p.s_q, H, d_n, p.d_r, r, p.q, w.w_uk.data(), q_abs.data());
+  }
+  const int pages = (p.s_kv + p.page_size - 1) / p.page_size;
+  const int32_t seqlen = p.s_kv;
+  MlaDecodeParams dp;
+  dp.b = 1;
+  dp.s_q = p.s_q;
+  dp.h_q = H;
+  dp.d_qk = d_abs;
+  dp.d_v = r;
+  dp.page_size = p.page_size;
+  dp.num_blocks = p.num_blocks;
+  dp.max_blocks_per_seq = pages;
+  dp.q_dtype = DType::kF32;
+  dp.q = q_abs.data();
+  dp.kv_dtype = p.kv_dtype;
+  dp.kv_cache = p.kv_cache;
+  dp.block_table = p.block_table;
+  dp.cache_seqlens = &seqlen;
+  dp.softmax_scale = p.softmax_scale;
+  dp.causal = p.causal;
+  dp.out = o_lat.data();
+  dp.lse = p.lse;
+  MLA_ASSIGN_OR_RETURN(const MlaDecodeVariant* v, select_variant(dp, backend));
+  MLA_RETURN_IF_ERROR(run_variant(*v, dp, pool));
+  if (ref) {
+    o_lat64.assign(o_lat.begin(), o_lat.end());
+    out64.resize(size_t(p.s_q) * H * d_v);
+    ref::unabsorb_output(p.s_q, H, d_v, r, o_lat64.data(), w.w_uv.data(), out64.data());
+    for (size_t i = 0; i < out64.size(); ++i) p.out[i] = float(out64[i]);
+  } else {
+    cpu::unabsorb_output(p.s_q, H, d_v, r, o_lat.data(), w.w_uv.data(), p.out);
+  }
+  return path;
+}
+
+}  // namespace mla

@@ -1,0 +1,55 @@
+// The layer-level MLA attention op: given the rotated query of a chunk of s_q tokens and one
+// sequence's paged latent cache (the chunk's own rows already appended), computes the per-head
+// attention output [s_q, h_q, d_v] for o_proj, by the absorbed path (s_q ≤ threshold) or the
+// decompressed path. Both paths run through the registry, so `backend` picks ref or cpu kernels.
+#pragma once
+
+#include <string_view>
+
+#include "core/aligned_buffer.h"
+#include "core/thread_pool.h"
+#include "kernels/mla_params.h"
+
+namespace mla {
+
+// kv_b_proj split per head and widened once at load: W_UK[h] = rows [h·(d_n+d_v), +d_n),
+// W_UV[h] = the next d_v rows. Both serve the absorbed path (folded into query and output) and
+// the decompressed path (up-projecting the latent).
+struct MlaAbsorbedWeights {
+  int h_q = 0, d_n = 0, d_v = 0, r = 0;
+  AlignedBuffer<float> w_uk;  // [h_q, d_n, r]
+  AlignedBuffer<float> w_uv;  // [h_q, d_v, r]
+};
+
+// kv_b_proj [h_q · (d_n + d_v), r] in BF16 or F32 (as stored in the checkpoint).
+Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_b_proj, int h_q, int d_n,
+                                                    int d_v, int r);
+
+enum class MlaPath { kAbsorbed, kDecompressed };
+const char* mla_path_name(MlaPath p);
+
+inline constexpr int kDefaultPrefillAbsorptionThreshold = 256;
+
+struct MlaAttentionParams {
+  int s_q = 0, d_r = 64;
+  const float* q = nullptr;  // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
+  DType kv_dtype = DType::kBF16;
+  const void* kv_cache = nullptr;  // [num_blocks, page_size, r + d_r]
+  int page_size = 64, num_blocks = 0;
+  const int32_t* block_table = nullptr;  // [ceil(s_kv / page_size)]
+  int s_kv = 0;
+  const MlaAbsorbedWeights* w = nullptr;
+  float softmax_scale = 1.0f;
+  bool causal = true;
+  // s_q ≤ threshold → absorbed; measured per machine by `mla bench` (docs/kernels/mla_attention.md).
+  int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
+  float* out = nullptr;  // [s_q, h_q, d_v] fp32
+  float* lse = nullptr;  // [h_q, s_q] fp32
+};
+
+MlaPath choose_mla_path(int s_q, int threshold);
+
+// Runs the chosen path with the best supported variant of `backend` ("cpu" or "ref").
+Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool, std::string_view backend = "cpu");
+
+}  // namespace mla

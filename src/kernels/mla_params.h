@@ -1,0 +1,81 @@
+// Parameter structs of the MLA attention ops, shared by every backend (ref, cpu, cuda), and their
+// single validate(). Kernels trust what validate() accepted. Dims follow FlashMLA:
+// d_qk = r + d_r (576 for DeepSeek), d_v = r (512) for the absorbed decode.
+// See docs/kernels/mla_decode.md for the contract and numerics.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "mla/status.h"
+
+namespace mla {
+
+// Absorbed attention over a paged latent cache: every head reads the same cache row
+// [c_kv (d_v values) | k_pe (d_qk - d_v values)]. "V" is the first d_v columns of the row.
+struct MlaDecodeParams {
+  int b = 0;      // sequences
+  int s_q = 0;    // query tokens per sequence (all sequences alike, as in FlashMLA)
+  int h_q = 0;    // query heads
+  int d_qk = 576; // r + d_r
+  int d_v = 512;  // r
+  int page_size = 64;
+  int num_blocks = 0;          // pages in kv_cache
+  int max_blocks_per_seq = 0;  // columns of block_table
+
+  DType q_dtype = DType::kBF16;   // kBF16 or kF32
+  const void* q = nullptr;        // [b, s_q, h_q, d_qk]
+  DType kv_dtype = DType::kBF16;  // kBF16 or kF32
+  const void* kv_cache = nullptr; // [num_blocks, page_size, d_qk]
+  const int32_t* block_table = nullptr;   // [b, max_blocks_per_seq]; entries past a sequence's
+                                          // pages are never read
+  const int32_t* cache_seqlens = nullptr; // [b] keys per sequence (s_kv)
+  float softmax_scale = 1.0f;
+  // Bottom-right aligned: query i of s_q sees keys 0 .. s_kv - s_q + i.
+  bool causal = false;
+
+  float* out = nullptr;  // [b, s_q, h_q, d_v] fp32; rows with no visible key get 0
+  float* lse = nullptr;  // [b, h_q, s_q] fp32 natural log; +inf for rows with no visible key
+  // Optional, for checking only: scaled logits [b, s_q, h_q, scores_stride]; masked keys get -inf,
+  // columns at or past s_kv are left untouched.
+  float* scores = nullptr;
+  int64_t scores_stride = 0;
+};
+
+// Decompressed attention for one sequence's chunk of s_q new queries over s_kv cached tokens
+// (the chunk itself included, as its last s_q tokens when causal). K and V of every head are
+// up-projected from the latent: k_nope[t,h] = W_UK[h] · c[t], v[t,h] = W_UV[h] · c[t].
+struct MlaPrefillParams {
+  int s_q = 0, h_q = 0;
+  int d_n = 128;  // qk_nope_head_dim
+  int d_r = 64;   // qk_rope_head_dim
+  int d_v = 128;  // v_head_dim
+  int r = 512;    // kv_lora_rank
+  int s_kv = 0;
+  int page_size = 64;
+  int num_blocks = 0;
+
+  const float* q = nullptr;       // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
+  DType kv_dtype = DType::kBF16;  // kBF16 or kF32
+  const void* kv_cache = nullptr; // [num_blocks, page_size, r + d_r]
+  const int32_t* block_table = nullptr;  // [ceil(s_kv / page_size)]
+  const float* w_uk = nullptr;    // [h_q, d_n, r]  (kv_b_proj rows of each head's k_nope)
+  const float* w_uv = nullptr;    // [h_q, d_v, r]  (kv_b_proj rows of each head's v)
+  float softmax_scale = 1.0f;
+  bool causal = true;
+
+  float* out = nullptr;  // [s_q, h_q, d_v] fp32
+  float* lse = nullptr;  // [h_q, s_q] fp32, natural log, +inf for rows with no visible key
+  float* scores = nullptr;  // optional [s_q, h_q, scores_stride], as in MlaDecodeParams
+  int64_t scores_stride = 0;
+};
+
+Status validate(const MlaDecodeParams& p);
+Status validate(const MlaPrefillParams& p);
+
+// Number of keys query row s (0-based, of s_q) may see; may be <= 0.
+inline int visible_keys(int s_kv, int s_q, int s, bool causal) {
+  return causal ? s_kv - s_q + s + 1 : s_kv;
+}
+
+}  // namespace mla

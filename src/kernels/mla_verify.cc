@@ -1,0 +1,262 @@
+// run_mla_verify: inputs, the FP64 oracle, every variant of both paths, and the pairwise bounds.
+#include "kernels/mla_verify.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/aligned_buffer.h"
+#include "core/rng.h"
+#include "kernels/cpu/absorb.h"
+#include "kernels/mla_params.h"
+#include "kernels/ref/mla_ref.h"
+#include "kernels/registry.h"
+
+namespace mla {
+namespace {
+
+constexpr double kU32 = 0x1.0p-24;  // FP32 unit roundoff
+constexpr double kUBf16 = 0x1.0p-8; // BF16 unit roundoff (8 significant bits)
+
+struct PathResult {
+  std::string name;
+  Intermediates compute;
+  bool bf16_query = false;  // consumed the absorbed query rounded to BF16
+  std::vector<float> scores;  // [s_q, H, s_kv]
+  std::vector<float> out;     // [s_q, H, d_v]
+};
+
+// Inputs as stored (BF16 or F32), widened to FP32 exactly.
+std::vector<float> stored(Rng& rng, int64_t n, double sd, DType t) {
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = float(rng.normal() * sd);
+    if (t == DType::kBF16) x = round_to_bf16(x);
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
+  if (cfg.heads < 1 || cfg.nope < 1 || cfg.rope < 0 || cfg.latent < 1 || cfg.v_dim < 1 || cfg.seq < 1 ||
+      cfg.queries < 1 || cfg.queries > cfg.seq || cfg.page_size < 1)
+    return invalid_argument(fmt::format(
+        "verify: need positive heads, nope, latent, v-dim, seq, page size, rope >= 0 and 1 <= queries <= seq "
+        "(got heads={} nope={} rope={} latent={} v-dim={} seq={} queries={} page-size={})",
+        cfg.heads, cfg.nope, cfg.rope, cfg.latent, cfg.v_dim, cfg.seq, cfg.queries, cfg.page_size));
+  if (cfg.dtype != DType::kBF16 && cfg.dtype != DType::kF32)
+    return invalid_argument(fmt::format("verify: dtype {} (need bf16 or f32)", dtype_name(cfg.dtype)));
+  const int H = cfg.heads, d_n = cfg.nope, d_r = cfg.rope, r = cfg.latent, d_v = cfg.v_dim;
+  const int s_q = cfg.queries, s_kv = cfg.seq, d_qk = d_n + d_r, d_row = r + d_r;
+  if (int64_t(H) * s_q * s_kv > (int64_t(1) << 28))
+    return invalid_argument("verify: heads × queries × seq above 2^28 scores; pick smaller shapes");
+
+  VerifyReport rep;
+  rep.config = cfg;
+  RopeScaling v3_yarn;
+  v3_yarn.yarn = true;
+  v3_yarn.factor = 40;
+  v3_yarn.mscale = 1.0;
+  v3_yarn.mscale_all_dim = 1.0;
+  const float scale = float(cfg.softmax_scale > 0 ? cfg.softmax_scale : ref::mla_softmax_scale(d_qk, v3_yarn));
+  rep.softmax_scale = scale;
+
+  // Realistic scaling: unit-variance activations (query, normalised latent, rotated k_pe),
+  // kv_b_proj ~ N(0, 1/r) (fan-in r) so k_nope and v are unit variance too.
+  Rng rng(cfg.seed);
+  const auto q = stored(rng, int64_t(s_q) * H * d_qk, 1.0, cfg.dtype);    // [s_q, H, d_qk]
+  const auto rows = stored(rng, int64_t(s_kv) * d_row, 1.0, cfg.dtype);  // [s_kv, r + d_r]
+  const auto kv_b = stored(rng, int64_t(H) * (d_n + d_v) * r, 1.0 / std::sqrt(double(r)), cfg.dtype);
+  std::vector<float> w_uk(size_t(H) * d_n * r), w_uv(size_t(H) * d_v * r);
+  for (int h = 0; h < H; ++h) {
+    std::copy_n(kv_b.begin() + int64_t(h) * (d_n + d_v) * r, int64_t(d_n) * r, w_uk.begin() + int64_t(h) * d_n * r);
+    std::copy_n(kv_b.begin() + (int64_t(h) * (d_n + d_v) + d_n) * r, int64_t(d_v) * r, w_uv.begin() + int64_t(h) * d_v * r);
+  }
+
+  // Paged cache in the input dtype, pages in reverse order so the block table is not the identity.
+  const int pages = (s_kv + cfg.page_size - 1) / cfg.page_size;
+  const int eb = cfg.dtype == DType::kF32 ? 4 : 2;
+  std::vector<uint8_t> cache(size_t(pages) * cfg.page_size * d_row * eb, 0);
+  std::vector<int32_t> table(pages);
+  for (int i = 0; i < pages; ++i) table[i] = pages - 1 - i;
+  for (int t = 0; t < s_kv; ++t) {
+    const int64_t slot = int64_t(table[t / cfg.page_size]) * cfg.page_size + t % cfg.page_size;
+    for (int c = 0; c < d_row; ++c) {
+      const float x = rows[int64_t(t) * d_row + c];
+      if (eb == 4) std::memcpy(&cache[(slot * d_row + c) * 4], &x, 4);
+      else {
+        const uint16_t b = f32_to_bf16(x);
+        std::memcpy(&cache[(slot * d_row + c) * 2], &b, 2);
+      }
+    }
+  }
+  const int32_t seqlen = s_kv;
+  const int64_t n_scores = int64_t(s_q) * H * s_kv, n_out = int64_t(s_q) * H * d_v;
+
+  auto decode_params = [&](DType qt, const void* qp, float* o_lat, float* lse, float* sc) {
+    MlaDecodeParams p;
+    p.b = 1;
+    p.s_q = s_q;
+    p.h_q = H;
+    p.d_qk = d_row;
+    p.d_v = r;
+    p.page_size = cfg.page_size;
+    p.num_blocks = pages;
+    p.max_blocks_per_seq = pages;
+    p.q_dtype = qt;
+    p.q = qp;
+    p.kv_dtype = cfg.dtype;
+    p.kv_cache = cache.data();
+    p.block_table = table.data();
+    p.cache_seqlens = &seqlen;
+    p.softmax_scale = scale;
+    p.causal = true;
+    p.out = o_lat;
+    p.lse = lse;
+    p.scores = sc;
+    p.scores_stride = s_kv;
+    return p;
+  };
+
+  // The oracle: absorbed attention entirely in FP64 (absorbed query kept in FP64).
+  PathResult oracle{"ref.absorbed.fp64", Intermediates::kFp64, false, std::vector<float>(n_scores),
+                    std::vector<float>(n_out)};
+  std::vector<double> q_abs64(size_t(s_q) * H * d_row);
+  ref::absorb_query(s_q, H, d_n, d_r, r, q.data(), w_uk.data(), q_abs64.data());
+  std::vector<float> o_lat(size_t(s_q) * H * r), lse(size_t(H) * s_q);
+  {
+    MlaDecodeParams p = decode_params(DType::kF64, q_abs64.data(), o_lat.data(), lse.data(), oracle.scores.data());
+    ref::mla_decode(p);
+    std::vector<double> o_lat64(o_lat.begin(), o_lat.end()), out64(n_out);
+    ref::unabsorb_output(s_q, H, d_v, r, o_lat64.data(), w_uv.data(), out64.data());
+    std::transform(out64.begin(), out64.end(), oracle.out.begin(), [](double x) { return float(x); });
+  }
+
+  // The same oracle on the absorbed query rounded to BF16: what a BF16-query variant consumes.
+  std::vector<float> q_abs(size_t(s_q) * H * d_row);
+  cpu::absorb_query(s_q, H, d_n, d_r, r, q.data(), w_uk.data(), q_abs.data());
+  std::vector<uint16_t> q_abs16(q_abs.size());
+  std::transform(q_abs.begin(), q_abs.end(), q_abs16.begin(), f32_to_bf16);
+  PathResult oracle16{"ref.absorbed.fp64.q_bf16", Intermediates::kFp64, false, std::vector<float>(n_scores),
+                      std::vector<float>(n_out)};
+  {
+    MlaDecodeParams p = decode_params(DType::kBF16, q_abs16.data(), o_lat.data(), lse.data(), oracle16.scores.data());
+    ref::mla_decode(p);
+    std::vector<double> o_lat64(o_lat.begin(), o_lat.end()), out64(n_out);
+    ref::unabsorb_output(s_q, H, d_v, r, o_lat64.data(), w_uv.data(), out64.data());
+    std::transform(out64.begin(), out64.end(), oracle16.out.begin(), [](double x) { return float(x); });
+  }
+
+  // Score bound per element: |Δ| ≤ (u_q + γ) · A with A = scale · (Σ_c (|W_UK|ᵀ|q_nope|)_c |c_c| +
+  // Σ |q_pe||k_pe|): covers FP32 accumulation over the d_n + r + d_r terms of either path
+  // (γ ≈ (d_n + r + d_r + 2)·u) and, for BF16-compute variants, rounding the absorbed query to
+  // BF16 (u_q = 2^-8).
+  std::vector<double> score_abs(n_scores);
+  {
+    std::vector<double> wq(r);
+    for (int s = 0; s < s_q; ++s)
+      for (int h = 0; h < H; ++h) {
+        std::fill(wq.begin(), wq.end(), 0.0);
+        const float* qh = q.data() + (int64_t(s) * H + h) * d_qk;
+        for (int n = 0; n < d_n; ++n)
+          for (int c = 0; c < r; ++c) wq[c] += std::fabs(double(w_uk[(int64_t(h) * d_n + n) * r + c]) * qh[n]);
+        for (int t = 0; t < s_kv; ++t) {
+          const float* row = rows.data() + int64_t(t) * d_row;
+          double a = 0;
+          for (int c = 0; c < r; ++c) a += wq[c] * std::fabs(row[c]);
+          for (int c = 0; c < d_r; ++c) a += std::fabs(double(qh[d_n + c]) * row[r + c]);
+          score_abs[(int64_t(s) * H + h) * s_kv + t] = a * scale;
+        }
+      }
+  }
+  auto score_bound = [&](Intermediates c) {
+    const double g = (d_n + r + d_r + 2) * kU32 + (c == Intermediates::kBf16 ? kUBf16 : 0.0);
+    std::vector<double> b(n_scores);
+    for (int64_t i = 0; i < n_scores; ++i) b[i] = g * score_abs[i];
+    return b;
+  };
+
+  std::vector<PathResult> absorbed, decompressed;
+  for (const auto& v : mla_decode_variants()) {
+    if (v.backend == "ref") continue;
+    PathResult pr{v.name, v.compute, false, std::vector<float>(n_scores), std::vector<float>(n_out)};
+    MlaDecodeParams p = decode_params(DType::kF32, q_abs.data(), o_lat.data(), lse.data(), pr.scores.data());
+    if (!v.supports(p)) {  // a BF16-query variant gets the rounded query
+      p = decode_params(DType::kBF16, q_abs16.data(), o_lat.data(), lse.data(), pr.scores.data());
+      pr.bf16_query = true;
+      if (!v.supports(p)) continue;
+    }
+    MLA_RETURN_IF_ERROR(run_variant(v, p, pool));
+    cpu::unabsorb_output(s_q, H, d_v, r, o_lat.data(), w_uv.data(), pr.out.data());
+    absorbed.push_back(std::move(pr));
+  }
+  for (const auto& v : mla_prefill_variants()) {
+    if (v.backend == "ref") continue;
+    PathResult pr{v.name, v.compute, false, std::vector<float>(n_scores), std::vector<float>(n_out)};
+    MlaPrefillParams p;
+    p.s_q = s_q;
+    p.h_q = H;
+    p.d_n = d_n;
+    p.d_r = d_r;
+    p.d_v = d_v;
+    p.r = r;
+    p.s_kv = s_kv;
+    p.page_size = cfg.page_size;
+    p.num_blocks = pages;
+    p.q = q.data();
+    p.kv_dtype = cfg.dtype;
+    p.kv_cache = cache.data();
+    p.block_table = table.data();
+    p.w_uk = w_uk.data();
+    p.w_uv = w_uv.data();
+    p.softmax_scale = scale;
+    p.causal = true;
+    p.out = pr.out.data();
+    p.lse = lse.data();
+    p.scores = pr.scores.data();
+    p.scores_stride = s_kv;
+    if (!v.supports(p)) continue;
+    MLA_RETURN_IF_ERROR(run_variant(v, p, pool));
+    decompressed.push_back(std::move(pr));
+  }
+
+  auto add_pairs = [&](const PathResult& a, const PathResult& b, bool gating) {
+    const Intermediates weaker = std::max(a.compute, b.compute);  // kFp64 < kFp32 < kBf16
+    const double cb = weaker == Intermediates::kBf16 ? 1.0 - 5e-6 : 1.0 - 1e-6;
+    // Scores: cosine and the derived per-element bound (twice it when both sides carry error).
+    std::vector<double> bound = score_bound(weaker);
+    if (a.compute != Intermediates::kFp64)
+      for (auto& x : bound) x *= 2;
+    CompareRule srule;
+    srule.cos_min = cb;
+    VerifyPair ps{a.name, b.name, "scores", intermediates_name(weaker),
+                  compare(a.scores.data(), b.scores.data(), n_scores, srule, bound.data()), cb, false};
+    ps.pass = ps.stats.pass;
+    // Outputs: FlashMLA's per-element rule and the cosine bound of the weaker side.
+    CompareRule orule = flashmla_out_rule();
+    orule.cos_min = cb;
+    VerifyPair po{a.name, b.name, "out", intermediates_name(weaker),
+                  compare(a.out.data(), b.out.data(), n_out, orule), cb, false};
+    po.pass = po.stats.pass && !po.stats.got_all_zero;
+    ps.gating = po.gating = gating;
+    rep.pairs.push_back(std::move(ps));
+    rep.pairs.push_back(std::move(po));
+  };
+  // Each kernel against the oracle on the inputs it consumes; the cost of rounding the absorbed
+  // query to BF16 (against the FP64-query oracle, and across paths) is reported, not gated.
+  for (const auto& a : absorbed) {
+    add_pairs(a.bf16_query ? oracle16 : oracle, a, true);
+    if (a.bf16_query) add_pairs(oracle, a, false);
+  }
+  for (const auto& d : decompressed) add_pairs(oracle, d, true);
+  for (const auto& a : absorbed)
+    for (const auto& d : decompressed) add_pairs(a, d, !a.bf16_query);
+  rep.pass = !absorbed.empty() && !decompressed.empty() &&
+             std::all_of(rep.pairs.begin(), rep.pairs.end(), [](const VerifyPair& p) { return p.pass || !p.gating; });
+  return rep;
+}
+
+}  // namespace mla

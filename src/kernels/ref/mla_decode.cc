@@ -1,0 +1,94 @@
+// Reference absorbed MLA decode over the paged latent cache (the FlashMLA contract): FP64 loops,
+// a two-pass softmax per (sequence, query, head). The oracle for every fast decode kernel.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "core/dtype.h"
+#include "kernels/ref/mla_ref.h"
+
+namespace mla::ref {
+namespace {
+
+// Element i of a BF16, F32 or F64 array, widened exactly to FP64. (F64 queries let `mla verify`
+// keep the absorbed query of its oracle in FP64; the fast kernels take BF16 or F32 only.)
+double load(DType t, const void* base, int64_t i) {
+  if (t == DType::kF64) return static_cast<const double*>(base)[i];
+  return t == DType::kBF16 ? double(bf16_to_f32(static_cast<const uint16_t*>(base)[i]))
+                           : double(static_cast<const float*>(base)[i]);
+}
+
+bool is_bf16_or_f32(DType t) {
+  return t == DType::kBF16 || t == DType::kF32;
+}
+
+}  // namespace
+
+void mla_decode(const MlaDecodeParams& p) {
+  MLA_CHECK((is_bf16_or_f32(p.q_dtype) || p.q_dtype == DType::kF64) && is_bf16_or_f32(p.kv_dtype),
+            "mla_decode ref reads bf16, f32 (or f64) q and bf16 or f32 kv_cache, got {} and {}", dtype_name(p.q_dtype),
+            dtype_name(p.kv_dtype));
+  const double scale = p.softmax_scale;
+  const double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> q(p.d_qk);   // [d_qk] one query head, widened
+  std::vector<double> score;       // [n] scaled logits of the visible keys
+  std::vector<int64_t> row;        // [n] element offset of each visible key's cache row
+  std::vector<double> acc(p.d_v);  // [d_v]
+
+  for (int b = 0; b < p.b; ++b) {
+    const int s_kv = p.cache_seqlens[b];
+    const int32_t* table = p.block_table + int64_t(b) * p.max_blocks_per_seq;  // [max_blocks]
+    for (int s = 0; s < p.s_q; ++s) {
+      // Keys 0 .. n-1 are visible; n <= 0 means an empty row. Only these rows are ever read, so
+      // poisoned slots past cache_seqlens and unused table entries never reach the arithmetic.
+      const int n = std::max(visible_keys(s_kv, p.s_q, s, p.causal), 0);
+      row.resize(n);
+      for (int t = 0; t < n; ++t) {
+        const int32_t block = table[t / p.page_size];
+        MLA_CHECK(block >= 0 && block < p.num_blocks,
+                  "block_table[{}][{}] = {} outside [0, {}) for key {} of {}", b, t / p.page_size,
+                  block, p.num_blocks, t, s_kv);
+        row[t] = (int64_t(block) * p.page_size + t % p.page_size) * p.d_qk;
+      }
+
+      for (int h = 0; h < p.h_q; ++h) {
+        const int64_t qh = (int64_t(b) * p.s_q + s) * p.h_q + h;  // row of q / out / scores
+        for (int c = 0; c < p.d_qk; ++c) q[c] = load(p.q_dtype, p.q, qh * p.d_qk + c);
+
+        score.assign(n, 0.0);
+        double max_score = -kInf;
+        for (int t = 0; t < n; ++t) {
+          double dot = 0.0;
+          for (int c = 0; c < p.d_qk; ++c) dot += q[c] * load(p.kv_dtype, p.kv_cache, row[t] + c);
+          score[t] = scale * dot;
+          max_score = std::max(max_score, score[t]);
+        }
+
+        // Softmax relative to the row maximum: exp never overflows and the largest term is 1.
+        double denom = 0.0;
+        for (int t = 0; t < n; ++t) denom += std::exp(score[t] - max_score);
+        acc.assign(p.d_v, 0.0);
+        for (int t = 0; t < n; ++t) {
+          const double prob = std::exp(score[t] - max_score) / denom;
+          for (int c = 0; c < p.d_v; ++c) acc[c] += prob * load(p.kv_dtype, p.kv_cache, row[t] + c);
+        }
+
+        float* out = p.out + qh * p.d_v;                         // [d_v]
+        for (int c = 0; c < p.d_v; ++c) out[c] = float(acc[c]);  // all 0 for an empty row
+        p.lse[(int64_t(b) * p.h_q + h) * p.s_q + s] =
+            n > 0 ? float(max_score + std::log(denom)) : std::numeric_limits<float>::infinity();
+
+        if (p.scores != nullptr) {
+          float* sc = p.scores + qh * p.scores_stride;  // [s_kv] written, the rest untouched
+          for (int t = 0; t < s_kv; ++t)
+            sc[t] = t < n ? float(score[t]) : -std::numeric_limits<float>::infinity();
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mla::ref

@@ -1,0 +1,106 @@
+// Helpers for the safetensors tests: a scratch directory and raw file images built byte by byte.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "io/safetensors.h"
+
+namespace mla::testing_io {
+
+// A fresh directory under the test temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = ::testing::TempDir() + "mla_io_XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string file(std::string_view name) const { return path_ + "/" + std::string(name); }
+  // Number of entries in the directory (to catch leftover temp files).
+  size_t entry_count() const {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(path_)) ++n;
+    return n;
+  }
+
+ private:
+  std::string path_;
+};
+
+inline std::string le64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = char(uint8_t(v >> (8 * i)));
+  return s;
+}
+
+// length prefix + header + data, exactly as given (no padding added).
+inline std::string image(std::string_view header, std::string_view data = {}) {
+  return le64(header.size()) + std::string(header) + std::string(data);
+}
+
+inline void write_bytes(const std::string& path, std::string_view bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+  ASSERT_TRUE(f.good()) << "cannot write " << path;
+}
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// Success when `s` is an error with `code` and a one-line message holding `path` and every one of
+// `needles`.
+inline ::testing::AssertionResult failed_with(const Status& s, StatusCode code,
+                                              const std::string& path,
+                                              std::initializer_list<std::string_view> needles) {
+  if (s.ok()) return ::testing::AssertionFailure() << "expected an error, got OK";
+  auto fail = ::testing::AssertionFailure();
+  bool bad = false;
+  if (s.code() != code) {
+    fail << "code " << status_code_name(s.code()) << ", expected " << status_code_name(code)
+         << "; ";
+    bad = true;
+  }
+  if (s.message().find(path) == std::string::npos) {
+    fail << "message does not name the path; ";
+    bad = true;
+  }
+  for (std::string_view n : needles) {
+    if (s.message().find(n) == std::string::npos) {
+      fail << "message lacks [" << n << "]; ";
+      bad = true;
+    }
+  }
+  if (s.message().find('\n') != std::string::npos) {
+    fail << "message spans lines; ";
+    bad = true;
+  }
+  if (bad) return fail << "status: " << s.to_string();
+  return ::testing::AssertionSuccess() << s.to_string();
+}
+
+template <typename T>
+::testing::AssertionResult failed_with(const Result<T>& r, StatusCode code, const std::string& path,
+                                       std::initializer_list<std::string_view> needles) {
+  if (r.ok()) return ::testing::AssertionFailure() << "expected an error, got OK";
+  return failed_with(r.status(), code, path, needles);
+}
+
+}  // namespace mla::testing_io
