@@ -28,10 +28,12 @@ class AlignedBuffer {
   static Result<AlignedBuffer> allocate(size_t n, const std::string& what) {
     AlignedBuffer b;
     if (!b.reset(n))
-      return out_of_memory("cannot allocate " + std::to_string(n * sizeof(T)) + " bytes for " + what);
+      return out_of_memory("cannot allocate " + std::to_string(n * sizeof(T)) + " bytes for " +
+                           what);
     return b;
   }
-  AlignedBuffer(AlignedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  AlignedBuffer(AlignedBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
     if (this != &o) {
       std::free(p_);

@@ -5,12 +5,13 @@
 #include <fmt/format.h>
 
 namespace mla::detail {
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 }  // namespace mla::detail
 
-#define MLA_CHECK(cond, ...)                                                               \
-  do {                                                                                     \
-    if (__builtin_expect(!(cond), 0))                                                      \
+#define MLA_CHECK(cond, ...)                                                              \
+  do {                                                                                    \
+    if (__builtin_expect(!(cond), 0))                                                     \
       ::mla::detail::check_failed(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 

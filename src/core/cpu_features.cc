@@ -12,14 +12,18 @@ const CpuFeatures& cpu_features() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     r.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    r.avx512 = r.avx2_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    r.avx512 = r.avx2_fma && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512dq");
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
     if (const char* cap = std::getenv("MLA_ISA")) {
-      if (!std::strcmp(cap, "scalar")) r = CpuFeatures{};
-      else if (!std::strcmp(cap, "avx2")) r.avx512 = r.avx512_bf16 = false;
-      else if (!std::strcmp(cap, "avx512")) r.avx512_bf16 = false;
+      if (!std::strcmp(cap, "scalar"))
+        r = CpuFeatures{};
+      else if (!std::strcmp(cap, "avx2"))
+        r.avx512 = r.avx512_bf16 = false;
+      else if (!std::strcmp(cap, "avx512"))
+        r.avx512_bf16 = false;
     }
     return r;
   }();
@@ -29,20 +33,28 @@ const CpuFeatures& cpu_features() {
 bool cpu_supports(CpuIsa isa) {
   const CpuFeatures& f = cpu_features();
   switch (isa) {
-    case CpuIsa::kScalar: return true;
-    case CpuIsa::kAvx2: return f.avx2_fma;
-    case CpuIsa::kAvx512: return f.avx512;
-    case CpuIsa::kAvx512Bf16: return f.avx512_bf16;
+    case CpuIsa::kScalar:
+      return true;
+    case CpuIsa::kAvx2:
+      return f.avx2_fma;
+    case CpuIsa::kAvx512:
+      return f.avx512;
+    case CpuIsa::kAvx512Bf16:
+      return f.avx512_bf16;
   }
   return false;
 }
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kScalar: return "scalar";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
-    case CpuIsa::kAvx512Bf16: return "avx512bf16";
+    case CpuIsa::kScalar:
+      return "scalar";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAvx512Bf16:
+      return "avx512bf16";
   }
   return "?";
 }

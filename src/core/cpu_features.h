@@ -7,9 +7,9 @@ namespace mla {
 enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
 
 struct CpuFeatures {
-  bool avx2_fma = false;    // AVX2 + FMA3
-  bool avx512 = false;      // AVX-512 F, BW, VL, DQ
-  bool avx512_bf16 = false; // AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
+  bool avx2_fma = false;     // AVX2 + FMA3
+  bool avx512 = false;       // AVX-512 F, BW, VL, DQ
+  bool avx512_bf16 = false;  // AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
 };
 
 // Detected once; honours the MLA_ISA cap.

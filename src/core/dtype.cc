@@ -7,11 +7,23 @@ namespace mla {
 
 int dtype_bits(DType t) {
   switch (t) {
-    case DType::kF64: case DType::kI64: return 64;
-    case DType::kF32: case DType::kI32: return 32;
-    case DType::kF16: case DType::kBF16: case DType::kI16: return 16;
-    case DType::kF8E4M3: case DType::kI8: case DType::kU8: case DType::kBool: return 8;
-    case DType::kE2M1: return 4;
+    case DType::kF64:
+    case DType::kI64:
+      return 64;
+    case DType::kF32:
+    case DType::kI32:
+      return 32;
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI16:
+      return 16;
+    case DType::kF8E4M3:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool:
+      return 8;
+    case DType::kE2M1:
+      return 4;
   }
   return 0;
 }
@@ -22,10 +34,9 @@ struct NameEntry {
   std::string_view name;
 };
 constexpr NameEntry kNames[] = {
-    {DType::kF64, "F64"},   {DType::kF32, "F32"},         {DType::kF16, "F16"},
-    {DType::kBF16, "BF16"}, {DType::kF8E4M3, "F8_E4M3"},  {DType::kE2M1, "F4"},
-    {DType::kI64, "I64"},   {DType::kI32, "I32"},         {DType::kI16, "I16"},
-    {DType::kI8, "I8"},     {DType::kU8, "U8"},           {DType::kBool, "BOOL"},
+    {DType::kF64, "F64"},        {DType::kF32, "F32"}, {DType::kF16, "F16"}, {DType::kBF16, "BF16"},
+    {DType::kF8E4M3, "F8_E4M3"}, {DType::kE2M1, "F4"}, {DType::kI64, "I64"}, {DType::kI32, "I32"},
+    {DType::kI16, "I16"},        {DType::kI8, "I8"},   {DType::kU8, "U8"},   {DType::kBool, "BOOL"},
 };
 }  // namespace
 
@@ -75,9 +86,12 @@ static int round_to_small_float(double a, int mant, int bias, int max_bits) {
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   float v;
-  if (exp == 0x1f) v = mant ? NAN : INFINITY;
-  else if (exp == 0) v = std::ldexp(float(mant), -24);
-  else v = std::ldexp(float(mant | 0x400u), int(exp) - 25);
+  if (exp == 0x1f)
+    v = mant ? NAN : INFINITY;
+  else if (exp == 0)
+    v = std::ldexp(float(mant), -24);
+  else
+    v = std::ldexp(float(mant | 0x400u), int(exp) - 25);
   return sign ? -v : v;
 }
 
@@ -93,9 +107,12 @@ uint16_t f32_to_f16(float f) {
 float fp8_e4m3_to_f32(uint8_t b) {
   const uint32_t sign = b >> 7, exp = (b >> 3) & 0xfu, mant = b & 7u;
   float v;
-  if (exp == 0xf && mant == 7) v = NAN;
-  else if (exp == 0) v = std::ldexp(float(mant), -9);
-  else v = std::ldexp(float(mant | 8u), int(exp) - 10);
+  if (exp == 0xf && mant == 7)
+    v = NAN;
+  else if (exp == 0)
+    v = std::ldexp(float(mant), -9);
+  else
+    v = std::ldexp(float(mant | 8u), int(exp) - 10);
   return sign ? -v : v;
 }
 

@@ -43,14 +43,18 @@ inline float f32_from_bits(uint32_t u) {
 }
 
 // ---- BF16: the upper half of an FP32 ----
-inline float bf16_to_f32(uint16_t h) { return f32_from_bits(uint32_t(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return f32_from_bits(uint32_t(h) << 16);
+}
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);                                             // RNE; inf stays inf
+  u += 0x7fffu + ((u >> 16) & 1u);                                            // RNE; inf stays inf
   return uint16_t(u >> 16);
 }
-inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+inline float round_to_bf16(float f) {
+  return bf16_to_f32(f32_to_bf16(f));
+}
 
 // ---- FP16 (IEEE binary16) ----
 float f16_to_f32(uint16_t h);

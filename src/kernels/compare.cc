@@ -7,13 +7,18 @@
 
 namespace mla {
 
-CompareRule flashmla_out_rule() { return {8e-4, 2.01 / 128, 1.0 - 5e-6}; }
-CompareRule flashmla_lse_rule() { return {1e-6, 8.01 / 65536, -1.0}; }
+CompareRule flashmla_out_rule() {
+  return {8e-4, 2.01 / 128, 1.0 - 5e-6};
+}
+CompareRule flashmla_lse_rule() {
+  return {1e-6, 8.01 / 65536, -1.0};
+}
 
 namespace {
 
 template <typename R>
-CompareStats compare_impl(const R* ref, const float* got, int64_t n, const CompareRule& rule, const double* bound) {
+CompareStats compare_impl(const R* ref, const float* got, int64_t n, const CompareRule& rule,
+                          const double* bound) {
   CompareStats s;
   s.n = n;
   double dot = 0, rr = 0, gg = 0, sum_err = 0;
@@ -44,23 +49,28 @@ CompareStats compare_impl(const R* ref, const float* got, int64_t n, const Compa
     if (!ok) ++s.bad_elements;
   }
   s.mean_err = finite ? sum_err / double(finite) : 0.0;
-  s.cos = (rr == 0.0 && gg == 0.0) ? 1.0 : (rr == 0.0 || gg == 0.0) ? 0.0 : dot / std::sqrt(rr * gg);
+  s.cos = (rr == 0.0 && gg == 0.0)   ? 1.0
+          : (rr == 0.0 || gg == 0.0) ? 0.0
+                                     : dot / std::sqrt(rr * gg);
   s.pass = s.bad_elements == 0 && s.nonfinite_mismatch == 0 && s.cos >= rule.cos_min;
   return s;
 }
 
 }  // namespace
 
-CompareStats compare(const float* ref, const float* got, int64_t n, const CompareRule& rule, const double* bound) {
+CompareStats compare(const float* ref, const float* got, int64_t n, const CompareRule& rule,
+                     const double* bound) {
   return compare_impl(ref, got, n, rule, bound);
 }
-CompareStats compare(const double* ref, const float* got, int64_t n, const CompareRule& rule, const double* bound) {
+CompareStats compare(const double* ref, const float* got, int64_t n, const CompareRule& rule,
+                     const double* bound) {
   return compare_impl(ref, got, n, rule, bound);
 }
 
 std::string CompareStats::to_string() const {
-  return fmt::format("max_err {:.3e} (|ref| max {:.3e}) mean_err {:.3e} cos {:.9f} bad {} nonfinite_mismatch {}",
-                     max_err, max_ref, mean_err, cos, bad_elements, nonfinite_mismatch);
+  return fmt::format(
+      "max_err {:.3e} (|ref| max {:.3e}) mean_err {:.3e} cos {:.9f} bad {} nonfinite_mismatch {}",
+      max_err, max_ref, mean_err, cos, bad_elements, nonfinite_mismatch);
 }
 
 }  // namespace mla

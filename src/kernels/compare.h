@@ -1,6 +1,6 @@
 // Comparison of a kernel's output with the reference under an explicit, derived pass rule: the
-// shared checking code of the ops harness, `mla verify` and the tests. See docs/kernels/mla_decode.md
-// for where each bound comes from.
+// shared checking code of the ops harness, `mla verify` and the tests. See
+// docs/kernels/mla_decode.md for where each bound comes from.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +23,11 @@ CompareRule flashmla_lse_rule();
 
 struct CompareStats {
   int64_t n = 0;
-  double max_err = 0.0;   // over elements finite in both
+  double max_err = 0.0;  // over elements finite in both
   double mean_err = 0.0;
-  double max_ref = 0.0;   // max |ref|, to judge max_err against
-  double cos = 1.0;       // Σ ref·got / (‖ref‖‖got‖); 1 when both are all zero
-  int64_t bad_elements = 0;     // failing the per-element rule
+  double max_ref = 0.0;            // max |ref|, to judge max_err against
+  double cos = 1.0;                // Σ ref·got / (‖ref‖‖got‖); 1 when both are all zero
+  int64_t bad_elements = 0;        // failing the per-element rule
   int64_t nonfinite_mismatch = 0;  // inf/NaN where the other has a different value
   int64_t worst_index = -1;
   bool got_all_zero = true;

@@ -11,19 +11,22 @@
 
 namespace mla {
 
-const char* mla_path_name(MlaPath p) { return p == MlaPath::kAbsorbed ? "absorbed" : "decompressed"; }
+const char* mla_path_name(MlaPath p) {
+  return p == MlaPath::kAbsorbed ? "absorbed" : "decompressed";
+}
 
 MlaPath choose_mla_path(int s_q, int threshold) {
   return s_q <= threshold ? MlaPath::kAbsorbed : MlaPath::kDecompressed;
 }
 
-Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_b_proj, int h_q, int d_n,
-                                                    int d_v, int r) {
+Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_b_proj, int h_q,
+                                                    int d_n, int d_v, int r) {
   if (dtype != DType::kBF16 && dtype != DType::kF32)
-    return invalid_argument(fmt::format("kv_b_proj: dtype {} (need BF16 or F32; dequantise FP8 first)",
-                                        dtype_name(dtype)));
+    return invalid_argument(fmt::format(
+        "kv_b_proj: dtype {} (need BF16 or F32; dequantise FP8 first)", dtype_name(dtype)));
   if (h_q < 1 || d_n < 1 || d_v < 1 || r < 1)
-    return invalid_argument(fmt::format("kv_b_proj: bad dims h_q={} d_n={} d_v={} r={}", h_q, d_n, d_v, r));
+    return invalid_argument(
+        fmt::format("kv_b_proj: bad dims h_q={} d_n={} d_v={} r={}", h_q, d_n, d_v, r));
   MlaAbsorbedWeights w;
   w.h_q = h_q;
   w.d_n = d_n;
@@ -54,7 +57,8 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_
   return w;
 }
 
-Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool, std::string_view backend) {
+Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
+                              std::string_view backend) {
   if (!p.w) return invalid_argument("mla_attention: weights are required");
   const MlaAbsorbedWeights& w = *p.w;
   const int H = w.h_q, r = w.r, d_n = w.d_n, d_v = w.d_v;
@@ -86,14 +90,16 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool, std
   }
 
   const int d_abs = r + p.d_r;
-  MLA_ASSIGN_OR_RETURN(auto q_abs, AlignedBuffer<float>::allocate(size_t(p.s_q) * H * d_abs, "absorbed query"));
-  MLA_ASSIGN_OR_RETURN(auto o_lat, AlignedBuffer<float>::allocate(size_t(p.s_q) * H * r, "latent output"));
+  MLA_ASSIGN_OR_RETURN(auto q_abs,
+                       AlignedBuffer<float>::allocate(size_t(p.s_q) * H * d_abs, "absorbed query"));
+  MLA_ASSIGN_OR_RETURN(auto o_lat,
+                       AlignedBuffer<float>::allocate(size_t(p.s_q) * H * r, "latent output"));
+  // The reference keeps the absorbed query in FP64 (its decode reads F64 queries).
   const bool ref = backend == "ref";
   std::vector<double> q_abs64, o_lat64, out64;
   if (ref) {
     q_abs64.resize(q_abs.size());
     ref::absorb_query(p.s_q, H, d_n, p.d_r, r, p.q, w.w_uk.data(), q_abs64.data());
-    for (size_t i = 0; i < q_abs.size(); ++i) q_abs[i] = float(q_abs64[i]);
   } else {
     cpu::absorb_query(p.s_q, H, d_n, p.d_r, r, p.q, w.w_uk.data(), q_abs.data());
   }
@@ -108,8 +114,8 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool, std
   dp.page_size = p.page_size;
   dp.num_blocks = p.num_blocks;
   dp.max_blocks_per_seq = pages;
-  dp.q_dtype = DType::kF32;
-  dp.q = q_abs.data();
+  dp.q_dtype = ref ? DType::kF64 : DType::kF32;
+  dp.q = ref ? static_cast<const void*>(q_abs64.data()) : q_abs.data();
   dp.kv_dtype = p.kv_dtype;
   dp.kv_cache = p.kv_cache;
   dp.block_table = p.block_table;

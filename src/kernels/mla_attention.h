@@ -22,8 +22,8 @@ struct MlaAbsorbedWeights {
 };
 
 // kv_b_proj [h_q · (d_n + d_v), r] in BF16 or F32 (as stored in the checkpoint).
-Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_b_proj, int h_q, int d_n,
-                                                    int d_v, int r);
+Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_b_proj, int h_q,
+                                                    int d_n, int d_v, int r);
 
 enum class MlaPath { kAbsorbed, kDecompressed };
 const char* mla_path_name(MlaPath p);
@@ -41,7 +41,7 @@ struct MlaAttentionParams {
   const MlaAbsorbedWeights* w = nullptr;
   float softmax_scale = 1.0f;
   bool causal = true;
-  // s_q ≤ threshold → absorbed; measured per machine by `mla bench` (docs/kernels/mla_attention.md).
+  // s_q ≤ threshold → absorbed; measured per machine by `mla bench` (docs/kernels/mla_decode.md).
   int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
   float* out = nullptr;  // [s_q, h_q, d_v] fp32
   float* lse = nullptr;  // [h_q, s_q] fp32
@@ -50,6 +50,7 @@ struct MlaAttentionParams {
 MlaPath choose_mla_path(int s_q, int threshold);
 
 // Runs the chosen path with the best supported variant of `backend` ("cpu" or "ref").
-Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool, std::string_view backend = "cpu");
+Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
+                              std::string_view backend = "cpu");
 
 }  // namespace mla

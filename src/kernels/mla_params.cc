@@ -7,19 +7,22 @@ namespace mla {
 
 namespace {
 
-bool is_float_storage(DType t) { return t == DType::kBF16 || t == DType::kF32; }
+bool is_float_storage(DType t) {
+  return t == DType::kBF16 || t == DType::kF32;
+}
 
 // Checks the block-table entries a sequence of s_kv tokens uses (and only those).
 Status check_block_table(const int32_t* row, int s_kv, int page_size, int num_blocks,
                          int max_blocks, const char* where) {
   const int64_t pages = (int64_t(s_kv) + page_size - 1) / page_size;
   if (pages > max_blocks)
-    return invalid_argument(fmt::format("{}: {} keys need {} pages of {} but the block table has {} columns",
-                                        where, s_kv, pages, page_size, max_blocks));
+    return invalid_argument(
+        fmt::format("{}: {} keys need {} pages of {} but the block table has {} columns", where,
+                    s_kv, pages, page_size, max_blocks));
   for (int64_t i = 0; i < pages; ++i)
     if (row[i] < 0 || row[i] >= num_blocks)
-      return invalid_argument(fmt::format("{}: block_table[{}] = {} is outside [0, {})", where, i,
-                                          row[i], num_blocks));
+      return invalid_argument(
+          fmt::format("{}: block_table[{}] = {} is outside [0, {})", where, i, row[i], num_blocks));
   return {};
 }
 
@@ -27,15 +30,22 @@ Status check_block_table(const int32_t* row, int s_kv, int page_size, int num_bl
 
 Status validate(const MlaDecodeParams& p) {
   if (p.b < 0 || p.s_q < 1 || p.h_q < 1)
-    return invalid_argument(fmt::format("mla_decode: need b >= 0, s_q >= 1, h_q >= 1 (got b={}, s_q={}, h_q={})",
-                                        p.b, p.s_q, p.h_q));
+    return invalid_argument(
+        fmt::format("mla_decode: need b >= 0, s_q >= 1, h_q >= 1 (got b={}, s_q={}, h_q={})", p.b,
+                    p.s_q, p.h_q));
   if (p.d_v < 1 || p.d_qk < p.d_v)
-    return invalid_argument(fmt::format("mla_decode: need 1 <= d_v <= d_qk (got d_qk={}, d_v={})", p.d_qk, p.d_v));
-  if (p.page_size < 1) return invalid_argument(fmt::format("mla_decode: page_size {} < 1", p.page_size));
-  if (!is_float_storage(p.q_dtype))
-    return invalid_argument(fmt::format("mla_decode: q dtype {} (need BF16 or F32)", dtype_name(p.q_dtype)));
+    return invalid_argument(
+        fmt::format("mla_decode: need 1 <= d_v <= d_qk (got d_qk={}, d_v={})", p.d_qk, p.d_v));
+  if (p.page_size < 1)
+    return invalid_argument(fmt::format("mla_decode: page_size {} < 1", p.page_size));
+  // F64 queries are for the reference only (an oracle that keeps the absorbed query exact); the
+  // fast variants' supports() refuse them.
+  if (!is_float_storage(p.q_dtype) && p.q_dtype != DType::kF64)
+    return invalid_argument(
+        fmt::format("mla_decode: q dtype {} (need BF16 or F32)", dtype_name(p.q_dtype)));
   if (!is_float_storage(p.kv_dtype))
-    return invalid_argument(fmt::format("mla_decode: kv_cache dtype {} (need BF16 or F32)", dtype_name(p.kv_dtype)));
+    return invalid_argument(
+        fmt::format("mla_decode: kv_cache dtype {} (need BF16 or F32)", dtype_name(p.kv_dtype)));
   if (p.b > 0 && (!p.q || !p.block_table || !p.cache_seqlens || !p.out || !p.lse))
     return invalid_argument("mla_decode: q, block_table, cache_seqlens, out and lse are required");
   if (p.num_blocks < 0 || p.max_blocks_per_seq < 0)
@@ -49,28 +59,35 @@ Status validate(const MlaDecodeParams& p) {
                                           p.page_size, p.num_blocks, p.max_blocks_per_seq,
                                           where.c_str()));
     if (p.scores && p.scores_stride < s_kv)
-      return invalid_argument(fmt::format("{}: scores_stride {} < s_kv {}", where, p.scores_stride, s_kv));
+      return invalid_argument(
+          fmt::format("{}: scores_stride {} < s_kv {}", where, p.scores_stride, s_kv));
   }
   return {};
 }
 
 Status validate(const MlaPrefillParams& p) {
   if (p.s_q < 1 || p.h_q < 1 || p.d_n < 1 || p.d_r < 0 || p.d_v < 1 || p.r < 1)
-    return invalid_argument(fmt::format(
-        "mla_prefill: need positive s_q, h_q, d_n, d_v, r and d_r >= 0 (got s_q={}, h_q={}, d_n={}, "
-        "d_r={}, d_v={}, r={})", p.s_q, p.h_q, p.d_n, p.d_r, p.d_v, p.r));
-  if (p.page_size < 1) return invalid_argument(fmt::format("mla_prefill: page_size {} < 1", p.page_size));
+    return invalid_argument(
+        fmt::format("mla_prefill: need positive s_q, h_q, d_n, d_v, r and d_r >= 0 (got s_q={}, "
+                    "h_q={}, d_n={}, "
+                    "d_r={}, d_v={}, r={})",
+                    p.s_q, p.h_q, p.d_n, p.d_r, p.d_v, p.r));
+  if (p.page_size < 1)
+    return invalid_argument(fmt::format("mla_prefill: page_size {} < 1", p.page_size));
   if (!is_float_storage(p.kv_dtype))
-    return invalid_argument(fmt::format("mla_prefill: kv_cache dtype {} (need BF16 or F32)", dtype_name(p.kv_dtype)));
+    return invalid_argument(
+        fmt::format("mla_prefill: kv_cache dtype {} (need BF16 or F32)", dtype_name(p.kv_dtype)));
   if (!p.q || !p.w_uk || !p.w_uv || !p.out || !p.lse)
     return invalid_argument("mla_prefill: q, w_uk, w_uv, out and lse are required");
   if (p.s_kv < 0) return invalid_argument(fmt::format("mla_prefill: s_kv = {} < 0", p.s_kv));
   if (p.s_kv > 0 && (!p.kv_cache || !p.block_table))
     return invalid_argument("mla_prefill: kv_cache and block_table are required when s_kv > 0");
   const int pages = int((int64_t(p.s_kv) + p.page_size - 1) / p.page_size);
-  MLA_RETURN_IF_ERROR(check_block_table(p.block_table, p.s_kv, p.page_size, p.num_blocks, pages, "mla_prefill"));
+  MLA_RETURN_IF_ERROR(
+      check_block_table(p.block_table, p.s_kv, p.page_size, p.num_blocks, pages, "mla_prefill"));
   if (p.scores && p.scores_stride < p.s_kv)
-    return invalid_argument(fmt::format("mla_prefill: scores_stride {} < s_kv {}", p.scores_stride, p.s_kv));
+    return invalid_argument(
+        fmt::format("mla_prefill: scores_stride {} < s_kv {}", p.scores_stride, p.s_kv));
   return {};
 }
 

@@ -14,22 +14,22 @@ namespace mla {
 // Absorbed attention over a paged latent cache: every head reads the same cache row
 // [c_kv (d_v values) | k_pe (d_qk - d_v values)]. "V" is the first d_v columns of the row.
 struct MlaDecodeParams {
-  int b = 0;      // sequences
-  int s_q = 0;    // query tokens per sequence (all sequences alike, as in FlashMLA)
-  int h_q = 0;    // query heads
-  int d_qk = 576; // r + d_r
-  int d_v = 512;  // r
+  int b = 0;       // sequences
+  int s_q = 0;     // query tokens per sequence (all sequences alike, as in FlashMLA)
+  int h_q = 0;     // query heads
+  int d_qk = 576;  // r + d_r
+  int d_v = 512;   // r
   int page_size = 64;
   int num_blocks = 0;          // pages in kv_cache
   int max_blocks_per_seq = 0;  // columns of block_table
 
-  DType q_dtype = DType::kBF16;   // kBF16 or kF32
-  const void* q = nullptr;        // [b, s_q, h_q, d_qk]
-  DType kv_dtype = DType::kBF16;  // kBF16 or kF32
-  const void* kv_cache = nullptr; // [num_blocks, page_size, d_qk]
-  const int32_t* block_table = nullptr;   // [b, max_blocks_per_seq]; entries past a sequence's
-                                          // pages are never read
-  const int32_t* cache_seqlens = nullptr; // [b] keys per sequence (s_kv)
+  DType q_dtype = DType::kBF16;            // kBF16 or kF32
+  const void* q = nullptr;                 // [b, s_q, h_q, d_qk]
+  DType kv_dtype = DType::kBF16;           // kBF16 or kF32
+  const void* kv_cache = nullptr;          // [num_blocks, page_size, d_qk]
+  const int32_t* block_table = nullptr;    // [b, max_blocks_per_seq]; entries past a sequence's
+                                           // pages are never read
+  const int32_t* cache_seqlens = nullptr;  // [b] keys per sequence (s_kv)
   float softmax_scale = 1.0f;
   // Bottom-right aligned: query i of s_q sees keys 0 .. s_kv - s_q + i.
   bool causal = false;
@@ -55,17 +55,17 @@ struct MlaPrefillParams {
   int page_size = 64;
   int num_blocks = 0;
 
-  const float* q = nullptr;       // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
-  DType kv_dtype = DType::kBF16;  // kBF16 or kF32
-  const void* kv_cache = nullptr; // [num_blocks, page_size, r + d_r]
+  const float* q = nullptr;              // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
+  DType kv_dtype = DType::kBF16;         // kBF16 or kF32
+  const void* kv_cache = nullptr;        // [num_blocks, page_size, r + d_r]
   const int32_t* block_table = nullptr;  // [ceil(s_kv / page_size)]
-  const float* w_uk = nullptr;    // [h_q, d_n, r]  (kv_b_proj rows of each head's k_nope)
-  const float* w_uv = nullptr;    // [h_q, d_v, r]  (kv_b_proj rows of each head's v)
+  const float* w_uk = nullptr;           // [h_q, d_n, r]  (kv_b_proj rows of each head's k_nope)
+  const float* w_uv = nullptr;           // [h_q, d_v, r]  (kv_b_proj rows of each head's v)
   float softmax_scale = 1.0f;
   bool causal = true;
 
-  float* out = nullptr;  // [s_q, h_q, d_v] fp32
-  float* lse = nullptr;  // [h_q, s_q] fp32, natural log, +inf for rows with no visible key
+  float* out = nullptr;     // [s_q, h_q, d_v] fp32
+  float* lse = nullptr;     // [h_q, s_q] fp32, natural log, +inf for rows with no visible key
   float* scores = nullptr;  // optional [s_q, h_q, scores_stride], as in MlaDecodeParams
   int64_t scores_stride = 0;
 };

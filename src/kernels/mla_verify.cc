@@ -17,13 +17,13 @@
 namespace mla {
 namespace {
 
-constexpr double kU32 = 0x1.0p-24;  // FP32 unit roundoff
-constexpr double kUBf16 = 0x1.0p-8; // BF16 unit roundoff (8 significant bits)
+constexpr double kU32 = 0x1.0p-24;   // FP32 unit roundoff
+constexpr double kUBf16 = 0x1.0p-8;  // BF16 unit roundoff (8 significant bits)
 
 struct PathResult {
   std::string name;
   Intermediates compute;
-  bool bf16_query = false;  // consumed the absorbed query rounded to BF16
+  bool bf16_query = false;    // consumed the absorbed query rounded to BF16
   std::vector<float> scores;  // [s_q, H, s_kv]
   std::vector<float> out;     // [s_q, H, d_v]
 };
@@ -41,14 +41,16 @@ std::vector<float> stored(Rng& rng, int64_t n, double sd, DType t) {
 }  // namespace
 
 Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
-  if (cfg.heads < 1 || cfg.nope < 1 || cfg.rope < 0 || cfg.latent < 1 || cfg.v_dim < 1 || cfg.seq < 1 ||
-      cfg.queries < 1 || cfg.queries > cfg.seq || cfg.page_size < 1)
+  if (cfg.heads < 1 || cfg.nope < 1 || cfg.rope < 0 || cfg.latent < 1 || cfg.v_dim < 1 ||
+      cfg.seq < 1 || cfg.queries < 1 || cfg.queries > cfg.seq || cfg.page_size < 1)
     return invalid_argument(fmt::format(
-        "verify: need positive heads, nope, latent, v-dim, seq, page size, rope >= 0 and 1 <= queries <= seq "
+        "verify: need positive heads, nope, latent, v-dim, seq, page size, rope >= 0 and 1 <= "
+        "queries <= seq "
         "(got heads={} nope={} rope={} latent={} v-dim={} seq={} queries={} page-size={})",
         cfg.heads, cfg.nope, cfg.rope, cfg.latent, cfg.v_dim, cfg.seq, cfg.queries, cfg.page_size));
   if (cfg.dtype != DType::kBF16 && cfg.dtype != DType::kF32)
-    return invalid_argument(fmt::format("verify: dtype {} (need bf16 or f32)", dtype_name(cfg.dtype)));
+    return invalid_argument(
+        fmt::format("verify: dtype {} (need bf16 or f32)", dtype_name(cfg.dtype)));
   const int H = cfg.heads, d_n = cfg.nope, d_r = cfg.rope, r = cfg.latent, d_v = cfg.v_dim;
   const int s_q = cfg.queries, s_kv = cfg.seq, d_qk = d_n + d_r, d_row = r + d_r;
   if (int64_t(H) * s_q * s_kv > (int64_t(1) << 28))
@@ -61,19 +63,23 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   v3_yarn.factor = 40;
   v3_yarn.mscale = 1.0;
   v3_yarn.mscale_all_dim = 1.0;
-  const float scale = float(cfg.softmax_scale > 0 ? cfg.softmax_scale : ref::mla_softmax_scale(d_qk, v3_yarn));
+  const float scale =
+      float(cfg.softmax_scale > 0 ? cfg.softmax_scale : ref::mla_softmax_scale(d_qk, v3_yarn));
   rep.softmax_scale = scale;
 
   // Realistic scaling: unit-variance activations (query, normalised latent, rotated k_pe),
   // kv_b_proj ~ N(0, 1/r) (fan-in r) so k_nope and v are unit variance too.
   Rng rng(cfg.seed);
-  const auto q = stored(rng, int64_t(s_q) * H * d_qk, 1.0, cfg.dtype);    // [s_q, H, d_qk]
+  const auto q = stored(rng, int64_t(s_q) * H * d_qk, 1.0, cfg.dtype);   // [s_q, H, d_qk]
   const auto rows = stored(rng, int64_t(s_kv) * d_row, 1.0, cfg.dtype);  // [s_kv, r + d_r]
-  const auto kv_b = stored(rng, int64_t(H) * (d_n + d_v) * r, 1.0 / std::sqrt(double(r)), cfg.dtype);
+  const auto kv_b =
+      stored(rng, int64_t(H) * (d_n + d_v) * r, 1.0 / std::sqrt(double(r)), cfg.dtype);
   std::vector<float> w_uk(size_t(H) * d_n * r), w_uv(size_t(H) * d_v * r);
   for (int h = 0; h < H; ++h) {
-    std::copy_n(kv_b.begin() + int64_t(h) * (d_n + d_v) * r, int64_t(d_n) * r, w_uk.begin() + int64_t(h) * d_n * r);
-    std::copy_n(kv_b.begin() + (int64_t(h) * (d_n + d_v) + d_n) * r, int64_t(d_v) * r, w_uv.begin() + int64_t(h) * d_v * r);
+    std::copy_n(kv_b.begin() + int64_t(h) * (d_n + d_v) * r, int64_t(d_n) * r,
+                w_uk.begin() + int64_t(h) * d_n * r);
+    std::copy_n(kv_b.begin() + (int64_t(h) * (d_n + d_v) + d_n) * r, int64_t(d_v) * r,
+                w_uv.begin() + int64_t(h) * d_v * r);
   }
 
   // Paged cache in the input dtype, pages in reverse order so the block table is not the identity.
@@ -86,7 +92,8 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
     const int64_t slot = int64_t(table[t / cfg.page_size]) * cfg.page_size + t % cfg.page_size;
     for (int c = 0; c < d_row; ++c) {
       const float x = rows[int64_t(t) * d_row + c];
-      if (eb == 4) std::memcpy(&cache[(slot * d_row + c) * 4], &x, 4);
+      if (eb == 4)
+        std::memcpy(&cache[(slot * d_row + c) * 4], &x, 4);
       else {
         const uint16_t b = f32_to_bf16(x);
         std::memcpy(&cache[(slot * d_row + c) * 2], &b, 2);
@@ -128,11 +135,13 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   ref::absorb_query(s_q, H, d_n, d_r, r, q.data(), w_uk.data(), q_abs64.data());
   std::vector<float> o_lat(size_t(s_q) * H * r), lse(size_t(H) * s_q);
   {
-    MlaDecodeParams p = decode_params(DType::kF64, q_abs64.data(), o_lat.data(), lse.data(), oracle.scores.data());
+    MlaDecodeParams p =
+        decode_params(DType::kF64, q_abs64.data(), o_lat.data(), lse.data(), oracle.scores.data());
     ref::mla_decode(p);
     std::vector<double> o_lat64(o_lat.begin(), o_lat.end()), out64(n_out);
     ref::unabsorb_output(s_q, H, d_v, r, o_lat64.data(), w_uv.data(), out64.data());
-    std::transform(out64.begin(), out64.end(), oracle.out.begin(), [](double x) { return float(x); });
+    std::transform(out64.begin(), out64.end(), oracle.out.begin(),
+                   [](double x) { return float(x); });
   }
 
   // The same oracle on the absorbed query rounded to BF16: what a BF16-query variant consumes.
@@ -140,14 +149,16 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   cpu::absorb_query(s_q, H, d_n, d_r, r, q.data(), w_uk.data(), q_abs.data());
   std::vector<uint16_t> q_abs16(q_abs.size());
   std::transform(q_abs.begin(), q_abs.end(), q_abs16.begin(), f32_to_bf16);
-  PathResult oracle16{"ref.absorbed.fp64.q_bf16", Intermediates::kFp64, false, std::vector<float>(n_scores),
-                      std::vector<float>(n_out)};
+  PathResult oracle16{"ref.absorbed.fp64.q_bf16", Intermediates::kFp64, false,
+                      std::vector<float>(n_scores), std::vector<float>(n_out)};
   {
-    MlaDecodeParams p = decode_params(DType::kBF16, q_abs16.data(), o_lat.data(), lse.data(), oracle16.scores.data());
+    MlaDecodeParams p = decode_params(DType::kBF16, q_abs16.data(), o_lat.data(), lse.data(),
+                                      oracle16.scores.data());
     ref::mla_decode(p);
     std::vector<double> o_lat64(o_lat.begin(), o_lat.end()), out64(n_out);
     ref::unabsorb_output(s_q, H, d_v, r, o_lat64.data(), w_uv.data(), out64.data());
-    std::transform(out64.begin(), out64.end(), oracle16.out.begin(), [](double x) { return float(x); });
+    std::transform(out64.begin(), out64.end(), oracle16.out.begin(),
+                   [](double x) { return float(x); });
   }
 
   // Score bound per element: |Δ| ≤ (u_q + γ) · A with A = scale · (Σ_c (|W_UK|ᵀ|q_nope|)_c |c_c| +
@@ -162,7 +173,8 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
         std::fill(wq.begin(), wq.end(), 0.0);
         const float* qh = q.data() + (int64_t(s) * H + h) * d_qk;
         for (int n = 0; n < d_n; ++n)
-          for (int c = 0; c < r; ++c) wq[c] += std::fabs(double(w_uk[(int64_t(h) * d_n + n) * r + c]) * qh[n]);
+          for (int c = 0; c < r; ++c)
+            wq[c] += std::fabs(double(w_uk[(int64_t(h) * d_n + n) * r + c]) * qh[n]);
         for (int t = 0; t < s_kv; ++t) {
           const float* row = rows.data() + int64_t(t) * d_row;
           double a = 0;
@@ -182,8 +194,10 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   std::vector<PathResult> absorbed, decompressed;
   for (const auto& v : mla_decode_variants()) {
     if (v.backend == "ref") continue;
-    PathResult pr{v.name, v.compute, false, std::vector<float>(n_scores), std::vector<float>(n_out)};
-    MlaDecodeParams p = decode_params(DType::kF32, q_abs.data(), o_lat.data(), lse.data(), pr.scores.data());
+    PathResult pr{v.name, v.compute, false, std::vector<float>(n_scores),
+                  std::vector<float>(n_out)};
+    MlaDecodeParams p =
+        decode_params(DType::kF32, q_abs.data(), o_lat.data(), lse.data(), pr.scores.data());
     if (!v.supports(p)) {  // a BF16-query variant gets the rounded query
       p = decode_params(DType::kBF16, q_abs16.data(), o_lat.data(), lse.data(), pr.scores.data());
       pr.bf16_query = true;
@@ -195,7 +209,8 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   }
   for (const auto& v : mla_prefill_variants()) {
     if (v.backend == "ref") continue;
-    PathResult pr{v.name, v.compute, false, std::vector<float>(n_scores), std::vector<float>(n_out)};
+    PathResult pr{v.name, v.compute, false, std::vector<float>(n_scores),
+                  std::vector<float>(n_out)};
     MlaPrefillParams p;
     p.s_q = s_q;
     p.h_q = H;
@@ -232,14 +247,24 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
       for (auto& x : bound) x *= 2;
     CompareRule srule;
     srule.cos_min = cb;
-    VerifyPair ps{a.name, b.name, "scores", intermediates_name(weaker),
-                  compare(a.scores.data(), b.scores.data(), n_scores, srule, bound.data()), cb, false};
+    VerifyPair ps{a.name,
+                  b.name,
+                  "scores",
+                  intermediates_name(weaker),
+                  compare(a.scores.data(), b.scores.data(), n_scores, srule, bound.data()),
+                  cb,
+                  false};
     ps.pass = ps.stats.pass;
     // Outputs: FlashMLA's per-element rule and the cosine bound of the weaker side.
     CompareRule orule = flashmla_out_rule();
     orule.cos_min = cb;
-    VerifyPair po{a.name, b.name, "out", intermediates_name(weaker),
-                  compare(a.out.data(), b.out.data(), n_out, orule), cb, false};
+    VerifyPair po{a.name,
+                  b.name,
+                  "out",
+                  intermediates_name(weaker),
+                  compare(a.out.data(), b.out.data(), n_out, orule),
+                  cb,
+                  false};
     po.pass = po.stats.pass && !po.stats.got_all_zero;
     ps.gating = po.gating = gating;
     rep.pairs.push_back(std::move(ps));
@@ -255,7 +280,8 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   for (const auto& a : absorbed)
     for (const auto& d : decompressed) add_pairs(a, d, !a.bf16_query);
   rep.pass = !absorbed.empty() && !decompressed.empty() &&
-             std::all_of(rep.pairs.begin(), rep.pairs.end(), [](const VerifyPair& p) { return p.pass || !p.gating; });
+             std::all_of(rep.pairs.begin(), rep.pairs.end(),
+                         [](const VerifyPair& p) { return p.pass || !p.gating; });
   return rep;
 }
 

@@ -1,7 +1,7 @@
 // MLA numerical equivalence check (what `mla verify` runs): from one set of BF16 inputs at model
 // shapes, every registered absorbed-decode and decompressed-prefill variant is compared, scores
 // and outputs, against the FP64 reference and the two paths against each other, each pair under
-// the bound that its arithmetic implies (docs/kernels/mla_verify.md).
+// the bound that its arithmetic implies (docs/kernels/mla_decode.md, "Numerics").
 #pragma once
 
 #include <cstdint>
@@ -17,8 +17,8 @@ namespace mla {
 
 struct VerifyConfig {
   int heads = 128, nope = 128, rope = 64, latent = 512, v_dim = 128;
-  int seq = 2048;       // cached tokens (s_kv)
-  int queries = 1;      // s_q, causal over the last queries tokens
+  int seq = 2048;   // cached tokens (s_kv)
+  int queries = 1;  // s_q, causal over the last queries tokens
   int page_size = 64;
   DType dtype = DType::kBF16;  // storage of the inputs: BF16 or F32
   uint64_t seed = 42;
@@ -26,9 +26,9 @@ struct VerifyConfig {
 };
 
 struct VerifyPair {
-  std::string a, b;       // variant names, or "ref.absorbed.fp64"
-  std::string tensor;     // "scores" or "out"
-  std::string compute;    // intermediates of the weaker side: "fp32" or "bf16"
+  std::string a, b;     // variant names, or "ref.absorbed.fp64"
+  std::string tensor;   // "scores" or "out"
+  std::string compute;  // intermediates of the weaker side: "fp32" or "bf16"
   CompareStats stats;
   double cos_bound = 0.0;
   bool pass = false;

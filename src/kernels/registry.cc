@@ -11,9 +11,12 @@ namespace mla {
 
 const char* intermediates_name(Intermediates c) {
   switch (c) {
-    case Intermediates::kFp64: return "fp64";
-    case Intermediates::kFp32: return "fp32";
-    case Intermediates::kBf16: return "bf16";
+    case Intermediates::kFp64:
+      return "fp64";
+    case Intermediates::kFp32:
+      return "fp32";
+    case Intermediates::kBf16:
+      return "bf16";
   }
   return "?";
 }
@@ -21,17 +24,32 @@ const char* intermediates_name(Intermediates c) {
 namespace {
 
 template <typename P>
-bool any_params(const P&) { return true; }
+bool any_params(const P&) {
+  return true;
+}
+bool cpu_dtypes(const MlaDecodeParams& p) {
+  return p.q_dtype == DType::kBF16 || p.q_dtype == DType::kF32;
+}
+bool cpu_dtypes(const MlaPrefillParams&) {
+  return true;
+}
 template <CpuIsa isa, typename P>
-bool on_isa(const P&) { return cpu_supports(isa); }
+bool on_isa(const P& p) {
+  return cpu_supports(isa) && cpu_dtypes(p);
+}
 // The BF16-dot decode consumes query and cache as BF16, as FlashMLA's kernel does; an FP32
 // absorbed query goes to the FP32 variants instead of being rounded silently.
 bool bf16dot_decode(const MlaDecodeParams& p) {
-  return cpu_supports(CpuIsa::kAvx512Bf16) && p.kv_dtype == DType::kBF16 && p.q_dtype == DType::kBF16;
+  return cpu_supports(CpuIsa::kAvx512Bf16) && p.kv_dtype == DType::kBF16 &&
+         p.q_dtype == DType::kBF16;
 }
 
-void ref_decode(const MlaDecodeParams& p, ThreadPool&) { ref::mla_decode(p); }
-void ref_prefill(const MlaPrefillParams& p, ThreadPool&) { ref::mla_prefill(p); }
+void ref_decode(const MlaDecodeParams& p, ThreadPool&) {
+  ref::mla_decode(p);
+}
+void ref_prefill(const MlaPrefillParams& p, ThreadPool&) {
+  ref::mla_prefill(p);
+}
 
 template <typename V, typename P>
 Result<const V*> select_from(const std::vector<V>& table, const P& p, std::string_view backend,
@@ -42,23 +60,29 @@ Result<const V*> select_from(const std::vector<V>& table, const P& p, std::strin
     if (!name.empty() ? v.name == name : v.backend == backend) {
       if (v.supports(p)) return &v;
       if (!name.empty())
-        return Status(StatusCode::kUnimplemented,
-                      fmt::format("{}: variant {} does not support these inputs on this CPU", op, name));
+        return Status(
+            StatusCode::kUnimplemented,
+            fmt::format("{}: variant {} does not support these inputs on this CPU", op, name));
     }
   }
   if (!name.empty())
     return invalid_argument(fmt::format("{}: no variant named \"{}\" (have: {})", op, name, names));
-  return invalid_argument(fmt::format("{}: no \"{}\" variant supports these inputs (have: {})", op, backend, names));
+  return invalid_argument(
+      fmt::format("{}: no \"{}\" variant supports these inputs (have: {})", op, backend, names));
 }
 
 }  // namespace
 
 const std::vector<MlaDecodeVariant>& mla_decode_variants() {
   static const std::vector<MlaDecodeVariant> table = {
-      {"mla_decode.cpu.avx512bf16.bf16", "cpu", Intermediates::kBf16, bf16dot_decode, cpu::mla_decode_avx512bf16},
-      {"mla_decode.cpu.avx512.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx512>, cpu::mla_decode_avx512},
-      {"mla_decode.cpu.avx2.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx2>, cpu::mla_decode_avx2},
-      {"mla_decode.cpu.scalar.bf16", "cpu", Intermediates::kFp32, any_params, cpu::mla_decode_scalar},
+      {"mla_decode.cpu.avx512bf16.bf16", "cpu", Intermediates::kBf16, bf16dot_decode,
+       cpu::mla_decode_avx512bf16},
+      {"mla_decode.cpu.avx512.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx512>,
+       cpu::mla_decode_avx512},
+      {"mla_decode.cpu.avx2.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx2>,
+       cpu::mla_decode_avx2},
+      {"mla_decode.cpu.scalar.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kScalar>,
+       cpu::mla_decode_scalar},
       {"mla_decode.ref.fp64.any", "ref", Intermediates::kFp64, any_params, ref_decode},
   };
   return table;
@@ -66,9 +90,12 @@ const std::vector<MlaDecodeVariant>& mla_decode_variants() {
 
 const std::vector<MlaPrefillVariant>& mla_prefill_variants() {
   static const std::vector<MlaPrefillVariant> table = {
-      {"mla_prefill.cpu.avx512.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx512>, cpu::mla_prefill_avx512},
-      {"mla_prefill.cpu.avx2.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx2>, cpu::mla_prefill_avx2},
-      {"mla_prefill.cpu.scalar.bf16", "cpu", Intermediates::kFp32, any_params, cpu::mla_prefill_scalar},
+      {"mla_prefill.cpu.avx512.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx512>,
+       cpu::mla_prefill_avx512},
+      {"mla_prefill.cpu.avx2.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx2>,
+       cpu::mla_prefill_avx2},
+      {"mla_prefill.cpu.scalar.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kScalar>,
+       cpu::mla_prefill_scalar},
       {"mla_prefill.ref.fp64.any", "ref", Intermediates::kFp64, any_params, ref_prefill},
   };
   return table;

@@ -19,7 +19,7 @@ struct RopeScaling {
 };
 
 struct RopeConfig {
-  int dim = 64;          // d_r, even
+  int dim = 64;  // d_r, even
   double theta = 10000.0;
   RopeLayout layout = RopeLayout::kInterleaved;
   RopeScaling scaling;

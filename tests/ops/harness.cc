@@ -18,7 +18,9 @@ GuardedOutput::GuardedOutput(size_t n) : buf_(n + 2 * kGuard), n_(n) {
   for (size_t i = 0; i < buf_.size(); ++i) std::memcpy(&buf_[i], &kGuardBits, 4);
 }
 
-void GuardedOutput::poison() { std::fill(data(), data() + n_, std::nanf("")); }
+void GuardedOutput::poison() {
+  std::fill(data(), data() + n_, std::nanf(""));
+}
 
 bool GuardedOutput::guards_intact() const {
   for (size_t i = 0; i < size_t(kGuard); ++i) {
@@ -30,18 +32,21 @@ bool GuardedOutput::guards_intact() const {
   return true;
 }
 
-bool matches(const Options& opt, const std::string& op, const std::string& case_name, const std::string& variant) {
-  return opt.filter.empty() || (op + "/" + case_name + "/" + variant).find(opt.filter) != std::string::npos;
+bool matches(const Options& opt, const std::string& op, const std::string& case_name,
+             const std::string& variant) {
+  return opt.filter.empty() ||
+         (op + "/" + case_name + "/" + variant).find(opt.filter) != std::string::npos;
 }
 
-void report(Tally& t, const std::string& op, const std::string& case_name, const std::string& variant,
-            bool pass, const std::string& detail) {
+void report(Tally& t, const std::string& op, const std::string& case_name,
+            const std::string& variant, bool pass, const std::string& detail) {
   (pass ? t.pass : t.fail)++;
   if (!pass || std::getenv("MLA_OPS_VERBOSE"))
     fmt::print("{:<5} {}/{} {} {}\n", pass ? "PASS" : "FAIL", op, case_name, variant, detail);
 }
 
-void report_unsupported(Tally& t, const std::string& op, const std::string& case_name, const std::string& variant) {
+void report_unsupported(Tally& t, const std::string& op, const std::string& case_name,
+                        const std::string& variant) {
   t.unsupported++;
   if (std::getenv("MLA_OPS_VERBOSE")) fmt::print("UNSUPPORTED {}/{} {}\n", op, case_name, variant);
 }
@@ -67,8 +72,10 @@ double cos_bound(Intermediates c) {
 void fill_normal(Rng& rng, DType t, void* dst, int64_t n, double sd) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = float(rng.normal() * sd);
-    if (t == DType::kF32) static_cast<float*>(dst)[i] = v;
-    else static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v);
+    if (t == DType::kF32)
+      static_cast<float*>(dst)[i] = v;
+    else
+      static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v);
   }
 }
 

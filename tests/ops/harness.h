@@ -53,10 +53,12 @@ class GuardedOutput {
 };
 
 // Prints one result line and counts it. detail is printed after the status word.
-void report(Tally& t, const std::string& op, const std::string& case_name, const std::string& variant,
-            bool pass, const std::string& detail);
-void report_unsupported(Tally& t, const std::string& op, const std::string& case_name, const std::string& variant);
-bool matches(const Options& opt, const std::string& op, const std::string& case_name, const std::string& variant);
+void report(Tally& t, const std::string& op, const std::string& case_name,
+            const std::string& variant, bool pass, const std::string& detail);
+void report_unsupported(Tally& t, const std::string& op, const std::string& case_name,
+                        const std::string& variant);
+bool matches(const Options& opt, const std::string& op, const std::string& case_name,
+             const std::string& variant);
 
 // Median wall time of reps calls, in seconds.
 double median_seconds(int reps, const std::function<void()>& fn);

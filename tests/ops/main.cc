@@ -12,10 +12,14 @@
 int main(int argc, char** argv) {
   mla::ops::Options opt;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) opt.filter = argv[++i];
-    else if (!std::strcmp(argv[i], "--perf")) opt.perf = true;
-    else if (!std::strcmp(argv[i], "--quick")) opt.quick = true;
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) opt.perf_reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--filter") && i + 1 < argc)
+      opt.filter = argv[++i];
+    else if (!std::strcmp(argv[i], "--perf"))
+      opt.perf = true;
+    else if (!std::strcmp(argv[i], "--quick"))
+      opt.quick = true;
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      opt.perf_reps = std::atoi(argv[++i]);
     else {
       fmt::print(stderr, "usage: mla_ops [--filter S] [--perf] [--quick] [--reps N]\n");
       return 2;
@@ -29,7 +33,7 @@ int main(int argc, char** argv) {
   mla::ops::add_mla_attention_cases(cases, opt);
   mla::ops::Tally tally;
   for (const auto& c : cases) c.run(opt, tally);
-  fmt::print("{} cases: {} passed, {} failed, {} unsupported\n", cases.size(), tally.pass, tally.fail,
-             tally.unsupported);
+  fmt::print("{} cases: {} passed, {} failed, {} unsupported\n", cases.size(), tally.pass,
+             tally.fail, tally.unsupported);
   return tally.fail == 0 && tally.pass > 0 ? 0 : 1;
 }

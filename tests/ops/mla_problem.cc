@@ -16,8 +16,8 @@ std::vector<int32_t> make_seqlens(Rng& rng, int b, int s_kv, bool varlen) {
   return s;
 }
 
-PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& seqlens, int page_size,
-                            int d_qk, double sd, int extra_blocks) {
+PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& seqlens,
+                            int page_size, int d_qk, double sd, int extra_blocks) {
   PagedCache c;
   c.page_size = page_size;
   c.d_qk = d_qk;
@@ -47,7 +47,8 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
   std::vector<int32_t> perm(c.num_blocks);
   for (int i = 0; i < c.num_blocks; ++i) perm[i] = i;
   for (int i = c.num_blocks - 1; i > 0; --i) std::swap(perm[i], perm[rng.below(uint64_t(i) + 1)]);
-  const int32_t garbage[] = {-1, c.num_blocks, c.num_blocks + 1000, std::numeric_limits<int32_t>::max(),
+  const int32_t garbage[] = {-1, c.num_blocks, c.num_blocks + 1000,
+                             std::numeric_limits<int32_t>::max(),
                              std::numeric_limits<int32_t>::min()};
   c.block_table.resize(size_t(b) * c.max_blocks);
   for (auto& e : c.block_table) e = garbage[rng.below(5)];
@@ -56,10 +57,13 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
     const int pages = (seqlens[s] + page_size - 1) / page_size;
     for (int pg = 0; pg < pages; ++pg) c.block_table[size_t(s) * c.max_blocks + pg] = perm[next++];
     for (int t = 0; t < seqlens[s]; ++t) {
-      const int64_t slot = int64_t(c.block_table[size_t(s) * c.max_blocks + t / page_size]) * page_size + t % page_size;
+      const int64_t slot =
+          int64_t(c.block_table[size_t(s) * c.max_blocks + t / page_size]) * page_size +
+          t % page_size;
       for (int ch = 0; ch < d_qk; ++ch) {
         const float v = float(rng.normal() * sd);
-        if (eb == 4) std::memcpy(&c.data[(slot * d_qk + ch) * 4], &v, 4);
+        if (eb == 4)
+          std::memcpy(&c.data[(slot * d_qk + ch) * 4], &v, 4);
         else {
           const uint16_t h = f32_to_bf16(v);
           std::memcpy(&c.data[(slot * d_qk + ch) * 2], &h, 2);
@@ -71,7 +75,9 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
 }
 
 float cache_value(const PagedCache& c, int b, int t, int ch) {
-  const int64_t slot = int64_t(c.block_table[size_t(b) * c.max_blocks + t / c.page_size]) * c.page_size + t % c.page_size;
+  const int64_t slot =
+      int64_t(c.block_table[size_t(b) * c.max_blocks + t / c.page_size]) * c.page_size +
+      t % c.page_size;
   if (c.dtype == DType::kF32) {
     float v;
     std::memcpy(&v, &c.data[(slot * c.d_qk + ch) * 4], 4);

@@ -19,8 +19,8 @@ struct PagedCache {
 };
 
 // Rows of used slots are N(0, sd²) (rounded to dtype); `extra_blocks` unused pages are added.
-PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& seqlens, int page_size,
-                            int d_qk, double sd, int extra_blocks = 3);
+PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& seqlens,
+                            int page_size, int d_qk, double sd, int extra_blocks = 3);
 
 // Sequence lengths: all s_kv, or (varlen) spread over [s_kv/2, 3·s_kv/2] with one zero-length
 // sequence when b > 2.

@@ -14,23 +14,26 @@
 namespace mla::cli {
 namespace {
 
-Result<const TensorInfo*> need(const SafetensorsFile& f, const char* name, int rank, const char* dims) {
+Result<const TensorInfo*> need(const SafetensorsFile& f, const char* name, int rank,
+                               const char* dims) {
   const TensorInfo* t = f.find(name);
-  if (!t) return invalid_argument(fmt::format("{}: missing tensor \"{}\" {}", f.path(), name, dims));
+  if (!t)
+    return invalid_argument(fmt::format("{}: missing tensor \"{}\" {}", f.path(), name, dims));
   if (int(t->shape.size()) != rank)
-    return invalid_argument(fmt::format("{}: tensor \"{}\" has rank {}, expected {} {}", f.path(), name,
-                                        t->shape.size(), rank, dims));
+    return invalid_argument(fmt::format("{}: tensor \"{}\" has rank {}, expected {} {}", f.path(),
+                                        name, t->shape.size(), rank, dims));
   for (size_t i = 0; i < t->shape.size(); ++i)
     if (t->shape[i] > (1 << 30))
-      return invalid_argument(fmt::format("{}: tensor \"{}\" shape[{}] = {} is too large", f.path(), name, i,
-                                          t->shape[i]));
+      return invalid_argument(fmt::format("{}: tensor \"{}\" shape[{}] = {} is too large", f.path(),
+                                          name, i, t->shape[i]));
   return t;
 }
 
-Status check_dim(const SafetensorsFile& f, const TensorInfo& t, int axis, int64_t want, const char* what) {
+Status check_dim(const SafetensorsFile& f, const TensorInfo& t, int axis, int64_t want,
+                 const char* what) {
   if (t.shape[axis] != want)
-    return invalid_argument(fmt::format("{}: tensor \"{}\" shape[{}] = {} but {} is {}", f.path(), t.name, axis,
-                                        t.shape[axis], what, want));
+    return invalid_argument(fmt::format("{}: tensor \"{}\" shape[{}] = {} but {} is {}", f.path(),
+                                        t.name, axis, t.shape[axis], what, want));
   return {};
 }
 
@@ -49,7 +52,8 @@ Result<double> meta_number(const SafetensorsFile& f, const char* key, double fal
   errno = 0;
   const double v = std::strtod(s, &end);
   if (end == s || *end != '\0' || errno == ERANGE || !std::isfinite(v))
-    return invalid_argument(fmt::format("{}: metadata \"{}\" = \"{}\" is not a finite number", f.path(), key, it->second));
+    return invalid_argument(fmt::format("{}: metadata \"{}\" = \"{}\" is not a finite number",
+                                        f.path(), key, it->second));
   return v;
 }
 
@@ -58,33 +62,43 @@ Result<double> meta_number(const SafetensorsFile& f, const char* key, double fal
 Result<DecodeInputs> read_decode_inputs(const std::string& path) {
   MLA_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));
   MLA_ASSIGN_OR_RETURN(const TensorInfo* q, need(f, "q", 4, "[b, s_q, h_q, d_qk]"));
-  MLA_ASSIGN_OR_RETURN(const TensorInfo* kv, need(f, "kv_cache", 3, "[num_blocks, page_size, d_qk]"));
+  MLA_ASSIGN_OR_RETURN(const TensorInfo* kv,
+                       need(f, "kv_cache", 3, "[num_blocks, page_size, d_qk]"));
   MLA_ASSIGN_OR_RETURN(const TensorInfo* bt, need(f, "block_table", 2, "[b, max_blocks]"));
   MLA_ASSIGN_OR_RETURN(const TensorInfo* sl, need(f, "cache_seqlens", 1, "[b]"));
   for (const TensorInfo* t : {q, kv})
     if (t->dtype != DType::kBF16 && t->dtype != DType::kF32)
-      return invalid_argument(fmt::format("{}: tensor \"{}\" dtype {} (need BF16 or F32)", path, t->name, dtype_name(t->dtype)));
+      return invalid_argument(fmt::format("{}: tensor \"{}\" dtype {} (need BF16 or F32)", path,
+                                          t->name, dtype_name(t->dtype)));
   for (const TensorInfo* t : {bt, sl})
     if (t->dtype != DType::kI32)
-      return invalid_argument(fmt::format("{}: tensor \"{}\" dtype {} (need I32)", path, t->name, dtype_name(t->dtype)));
+      return invalid_argument(fmt::format("{}: tensor \"{}\" dtype {} (need I32)", path, t->name,
+                                          dtype_name(t->dtype)));
   const int64_t b = q->shape[0], d_qk = q->shape[3];
   MLA_RETURN_IF_ERROR(check_dim(f, *kv, 2, d_qk, "q's d_qk (shape[3])"));
   MLA_RETURN_IF_ERROR(check_dim(f, *bt, 0, b, "q's batch (shape[0])"));
   MLA_RETURN_IF_ERROR(check_dim(f, *sl, 0, b, "q's batch (shape[0])"));
 
-  MLA_ASSIGN_OR_RETURN(double scale, meta_number(f, "softmax_scale", 1.0 / std::sqrt(double(std::max<int64_t>(d_qk, 1)))));
+  MLA_ASSIGN_OR_RETURN(
+      double scale,
+      meta_number(f, "softmax_scale", 1.0 / std::sqrt(double(std::max<int64_t>(d_qk, 1)))));
   MLA_ASSIGN_OR_RETURN(double d_v, meta_number(f, "d_v", 512.0));
   if (f.metadata().count("head_dim_v")) {
     MLA_ASSIGN_OR_RETURN(d_v, meta_number(f, "head_dim_v", 512.0));
   }
   if (d_v != std::floor(d_v) || d_v < 1 || d_v > double(d_qk))
-    return invalid_argument(fmt::format("{}: metadata d_v = {} must be an integer in [1, d_qk = {}]", path, d_v, d_qk));
+    return invalid_argument(
+        fmt::format("{}: metadata d_v = {} must be an integer in [1, d_qk = {}]", path, d_v, d_qk));
   bool causal = false;
   if (auto it = f.metadata().find("causal"); it != f.metadata().end()) {
     const std::string& v = it->second;
-    if (v == "true" || v == "True" || v == "1") causal = true;
-    else if (v == "false" || v == "False" || v == "0") causal = false;
-    else return invalid_argument(fmt::format("{}: metadata \"causal\" = \"{}\" (need true or false)", path, v));
+    if (v == "true" || v == "True" || v == "1")
+      causal = true;
+    else if (v == "false" || v == "False" || v == "0")
+      causal = false;
+    else
+      return invalid_argument(
+          fmt::format("{}: metadata \"causal\" = \"{}\" (need true or false)", path, v));
   }
 
   DecodeInputs in;
@@ -109,11 +123,13 @@ Result<DecodeInputs> read_decode_inputs(const std::string& path) {
   p.cache_seqlens = in.cache_seqlens.data();
   p.softmax_scale = float(scale);
   p.causal = causal;
-  if (Status s = validate(p); !s.ok()) return invalid_argument(fmt::format("{}: {}", path, s.message()));
+  if (Status s = validate(p); !s.ok())
+    return invalid_argument(fmt::format("{}: {}", path, s.message()));
   return in;
 }
 
-Status write_decode_outputs(const std::string& path, const MlaDecodeParams& p, const std::string& variant) {
+Status write_decode_outputs(const std::string& path, const MlaDecodeParams& p,
+                            const std::string& variant) {
   const int64_t n_out = int64_t(p.b) * p.s_q * p.h_q * p.d_v, n_lse = int64_t(p.b) * p.h_q * p.s_q;
   std::vector<TensorToWrite> t = {
       {"out", DType::kF32, {p.b, p.s_q, p.h_q, p.d_v}, p.out, size_t(n_out) * 4},

@@ -26,6 +26,7 @@ struct DecodeInputs {
 Result<DecodeInputs> read_decode_inputs(const std::string& path);
 
 // Writes out F32 [b, s_q, h_q, d_v] and lse F32 [b, h_q, s_q].
-Status write_decode_outputs(const std::string& path, const MlaDecodeParams& p, const std::string& variant);
+Status write_decode_outputs(const std::string& path, const MlaDecodeParams& p,
+                            const std::string& variant);
 
 }  // namespace mla::cli

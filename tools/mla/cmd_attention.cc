@@ -46,8 +46,8 @@ int run_attention(const AttentionOptions& o) {
     fmt::print(stderr, "mla attention: {}\n", s.message());
     return 1;
   }
-  fmt::print("{}: b {} s_q {} h_q {} d_qk {} d_v {} causal {} -> {}\n", (*v)->name, p.b, p.s_q, p.h_q, p.d_qk,
-             p.d_v, p.causal, o.out);
+  fmt::print("{}: b {} s_q {} h_q {} d_qk {} d_v {} causal {} -> {}\n", (*v)->name, p.b, p.s_q,
+             p.h_q, p.d_qk, p.d_v, p.causal, o.out);
   return 0;
 }
 
@@ -55,16 +55,19 @@ int run_attention(const AttentionOptions& o) {
 
 void register_attention(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<AttentionOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "attention",
-      "Run mla_decode on q, kv_cache, block_table, cache_seqlens from a safetensors file; write out and lse");
-  cmd->add_option("--in", o->in, "Input safetensors (metadata: softmax_scale, causal, d_v)")->required();
-  cmd->add_option("--out", o->out, "Output safetensors: out F32 [b, s_q, h_q, d_v], lse F32 [b, h_q, s_q]")
+  CLI::App* cmd = app.add_subcommand("attention",
+                                     "Run mla_decode on q, kv_cache, block_table, cache_seqlens "
+                                     "from a safetensors file; write out and lse");
+  cmd->add_option("--in", o->in, "Input safetensors (metadata: softmax_scale, causal, d_v)")
+      ->required();
+  cmd->add_option("--out", o->out,
+                  "Output safetensors: out F32 [b, s_q, h_q, d_v], lse F32 [b, h_q, s_q]")
       ->required();
   cmd->add_option("--backend", o->backend, "ref (FP64 reference) or cpu")
       ->capture_default_str()
       ->check(CLI::IsMember({"ref", "cpu"}));
-  cmd->add_option("--variant", o->variant, "A registered variant name, e.g. mla_decode.cpu.avx512.bf16");
+  cmd->add_option("--variant", o->variant,
+                  "A registered variant name, e.g. mla_decode.cpu.avx512.bf16");
   cmd->callback([o, exit_code] { *exit_code = run_attention(*o); });
 }
 

@@ -20,8 +20,10 @@ struct VerifyOptions {
 };
 
 int run_verify(VerifyOptions& o) {
-  if (o.dtype == "bf16") o.cfg.dtype = DType::kBF16;
-  else if (o.dtype == "f32" || o.dtype == "fp32") o.cfg.dtype = DType::kF32;
+  if (o.dtype == "bf16")
+    o.cfg.dtype = DType::kBF16;
+  else if (o.dtype == "f32" || o.dtype == "fp32")
+    o.cfg.dtype = DType::kF32;
   else {
     fmt::print(stderr, "mla verify: --dtype {}: expected bf16 or f32\n", o.dtype);
     return 2;
@@ -34,10 +36,17 @@ int run_verify(VerifyOptions& o) {
   const VerifyConfig& c = o.cfg;
   if (o.json) {
     nlohmann::json j;
-    j["config"] = {{"heads", c.heads}, {"nope", c.nope},    {"rope", c.rope},
-                   {"latent", c.latent}, {"v_dim", c.v_dim}, {"seq", c.seq},
-                   {"queries", c.queries}, {"page_size", c.page_size}, {"dtype", o.dtype},
-                   {"seed", c.seed},     {"softmax_scale", rep->softmax_scale}};
+    j["config"] = {{"heads", c.heads},
+                   {"nope", c.nope},
+                   {"rope", c.rope},
+                   {"latent", c.latent},
+                   {"v_dim", c.v_dim},
+                   {"seq", c.seq},
+                   {"queries", c.queries},
+                   {"page_size", c.page_size},
+                   {"dtype", o.dtype},
+                   {"seed", c.seed},
+                   {"softmax_scale", rep->softmax_scale}};
     j["pairs"] = nlohmann::json::array();
     for (const auto& p : rep->pairs)
       j["pairs"].push_back({{"a", p.a},
@@ -55,16 +64,21 @@ int run_verify(VerifyOptions& o) {
     fmt::print("{}\n", j.dump(2));
   } else {
     const auto& f = cpu_features();
-    fmt::print("mla verify: heads {} nope {} rope {} latent {} v_dim {} seq {} queries {} page {} dtype {} seed {}\n",
-               c.heads, c.nope, c.rope, c.latent, c.v_dim, c.seq, c.queries, c.page_size, o.dtype, c.seed);
-    fmt::print("softmax_scale {:.9f}; cpu avx2={} avx512={} avx512_bf16={}\n", rep->softmax_scale, f.avx2_fma,
-               f.avx512, f.avx512_bf16);
-    fmt::print("{:<32} {:<32} {:<6} {:<4} {:>10} {:>10} {:>12} {:>11}  {}\n", "a", "b", "tensor", "cmp", "max_err",
-               "mean_err", "cos", "cos_bound", "result");
+    fmt::print(
+        "mla verify: heads {} nope {} rope {} latent {} v_dim {} seq {} queries {} page {} dtype "
+        "{} seed {}\n",
+        c.heads, c.nope, c.rope, c.latent, c.v_dim, c.seq, c.queries, c.page_size, o.dtype, c.seed);
+    fmt::print("softmax_scale {:.9f}; cpu avx2={} avx512={} avx512_bf16={}\n", rep->softmax_scale,
+               f.avx2_fma, f.avx512, f.avx512_bf16);
+    fmt::print("{:<32} {:<32} {:<6} {:<4} {:>10} {:>10} {:>12} {:>11}  {}\n", "a", "b", "tensor",
+               "cmp", "max_err", "mean_err", "cos", "cos_bound", "result");
     for (const auto& p : rep->pairs)
-      fmt::print("{:<32} {:<32} {:<6} {:<4} {:>10.3e} {:>10.3e} {:>12.9f} {:>11.7f}  {}\n", p.a, p.b, p.tensor,
-                 p.compute, p.stats.max_err, p.stats.mean_err, p.stats.cos, p.cos_bound,
-                 !p.gating ? (p.pass ? "info" : "info (BF16 query: per-element rule not met)") : p.pass ? "PASS" : "FAIL");
+      fmt::print("{:<32} {:<32} {:<6} {:<4} {:>10.3e} {:>10.3e} {:>12.9f} {:>11.7f}  {}\n", p.a,
+                 p.b, p.tensor, p.compute, p.stats.max_err, p.stats.mean_err, p.stats.cos,
+                 p.cos_bound,
+                 !p.gating ? (p.pass ? "info" : "info (BF16 query: per-element rule not met)")
+                 : p.pass  ? "PASS"
+                           : "FAIL");
     fmt::print("{}\n", rep->pass ? "PASS" : "FAIL");
   }
   return rep->pass ? 0 : 1;
@@ -74,18 +88,33 @@ int run_verify(VerifyOptions& o) {
 
 void register_verify(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<VerifyOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "verify", "Check that the absorbed and decompressed MLA paths, every kernel variant, match the FP64 reference");
-  cmd->add_option("--heads", o->cfg.heads, "Attention heads (h_q)")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("--nope", o->cfg.nope, "qk_nope_head_dim (d_n)")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("--rope", o->cfg.rope, "qk_rope_head_dim (d_r)")->capture_default_str()->check(CLI::Range(0, 4096));
-  cmd->add_option("--latent", o->cfg.latent, "kv_lora_rank (r)")->capture_default_str()->check(CLI::Range(1, 8192));
-  cmd->add_option("--v-dim", o->cfg.v_dim, "v_head_dim (d_v)")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("--seq", o->cfg.seq, "Cached tokens (s_kv)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  CLI::App* cmd = app.add_subcommand("verify",
+                                     "Check that the absorbed and decompressed MLA paths, every "
+                                     "kernel variant, match the FP64 reference");
+  cmd->add_option("--heads", o->cfg.heads, "Attention heads (h_q)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--nope", o->cfg.nope, "qk_nope_head_dim (d_n)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--rope", o->cfg.rope, "qk_rope_head_dim (d_r)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--latent", o->cfg.latent, "kv_lora_rank (r)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8192));
+  cmd->add_option("--v-dim", o->cfg.v_dim, "v_head_dim (d_v)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--seq", o->cfg.seq, "Cached tokens (s_kv)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--queries", o->cfg.queries, "Query tokens (s_q), causal")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--page-size", o->cfg.page_size, "Tokens per cache page")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--page-size", o->cfg.page_size, "Tokens per cache page")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--dtype", o->dtype, "Storage of the inputs: bf16 or f32")->capture_default_str();
   cmd->add_option("--seed", o->cfg.seed, "Seed of the inputs")->capture_default_str();
   cmd->add_option("--softmax-scale", o->cfg.softmax_scale,

@@ -14,14 +14,16 @@ void absorb_query(int s_q, int h_q, int d_n, int d_r, int r, const float* q, con
   for (int h = 0; h < h_q; ++h) {
     // [s_q × d_n] · [d_n × r], rows strided by h_q heads.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s_q, r, d_n, 1.0f, q + int64_t(h) * d_qk,
-                h_q * d_qk, w_uk + int64_t(h) * d_n * r, r, 0.0f, q_abs + int64_t(h) * d_abs, h_q * d_abs);
+                h_q * d_qk, w_uk + int64_t(h) * d_n * r, r, 0.0f, q_abs + int64_t(h) * d_abs,
+                h_q * d_abs);
     for (int s = 0; s < s_q; ++s)
-      std::memcpy(q_abs + (int64_t(s) * h_q + h) * d_abs + r, q + (int64_t(s) * h_q + h) * d_qk + d_n,
-                  sizeof(float) * d_r);
+      std::memcpy(q_abs + (int64_t(s) * h_q + h) * d_abs + r,
+                  q + (int64_t(s) * h_q + h) * d_qk + d_n, sizeof(float) * d_r);
   }
 }
 
-void unabsorb_output(int s_q, int h_q, int d_v, int r, const float* o_lat, const float* w_uv, float* o) {
+void unabsorb_output(int s_q, int h_q, int d_v, int r, const float* o_lat, const float* w_uv,
+                     float* o) {
   for (int h = 0; h < h_q; ++h)
     // [s_q × r] · [r × d_v] (W_UV[h] stored [d_v, r], so transposed).
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s_q, d_v, r, 1.0f, o_lat + int64_t(h) * r,

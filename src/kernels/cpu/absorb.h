@@ -11,6 +11,7 @@ void absorb_query(int s_q, int h_q, int d_n, int d_r, int r, const float* q, con
 
 // o[s,h,:] = W_UV[h] · o_lat[s,h,:].
 //   o_lat [s_q, h_q, r];  w_uv [h_q, d_v, r];  o [s_q, h_q, d_v]   all fp32
-void unabsorb_output(int s_q, int h_q, int d_v, int r, const float* o_lat, const float* w_uv, float* o);
+void unabsorb_output(int s_q, int h_q, int d_v, int r, const float* o_lat, const float* w_uv,
+                     float* o);
 
 }  // namespace mla::cpu

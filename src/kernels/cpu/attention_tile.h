@@ -17,7 +17,9 @@ namespace {
 constexpr int kTile = 64;  // keys per tile: a 64-token BF16 page of 576 channels is 72 KiB (L2)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+inline int round_up(int x, int m) {
+  return (x + m - 1) / m * m;
+}
 
 // Running softmax state of R rows: O [R][ld_o], m [R], l [R].
 struct RowBlockState {
@@ -44,7 +46,8 @@ void score_tile(const float* q, int64_t q_stride, int R, int d_qk, const float* 
       const float* q0 = q + int64_t(i) * q_stride;
       for (int c = 0; c < d_qk; ++c) {
         const float* k = kt + int64_t(c) * kTile + c0;
-        const V k0 = V::load(k), k1 = V::load(k + W), k2 = V::load(k + 2 * W), k3 = V::load(k + 3 * W);
+        const V k0 = V::load(k), k1 = V::load(k + W), k2 = V::load(k + 2 * W),
+                k3 = V::load(k + 3 * W);
         for (int r = 0; r < 4; ++r) {
           const V a = V::set1(q0[r * q_stride + c]);
           acc[r][0] = fma(a, k0, acc[r][0]);
@@ -124,7 +127,8 @@ void pv_tile(const float* P, int R, int n, const float* v, int64_t v_stride, int
       const float* p0 = P + int64_t(i) * kTile;
       for (int t = 0; t < n; ++t) {
         const float* vt = v + int64_t(t) * v_stride + ch;
-        const V v0 = V::load(vt), v1 = V::load(vt + W), v2 = V::load(vt + 2 * W), v3 = V::load(vt + 3 * W);
+        const V v0 = V::load(vt), v1 = V::load(vt + W), v2 = V::load(vt + 2 * W),
+                v3 = V::load(vt + 3 * W);
         for (int r = 0; r < 4; ++r) {
           const V a = V::set1(p0[r * kTile + t]);
           acc[r][0] = fma(a, v0, acc[r][0]);

@@ -55,7 +55,8 @@ struct DecodeTileBf16Dot {
 
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
     for (int j = 0; j < kTile; ++j) {
-      const uint16_t* row = j < n ? reinterpret_cast<const uint16_t*>(cache_row(p, b, t0 + j, 2)) : nullptr;
+      const uint16_t* row =
+          j < n ? reinterpret_cast<const uint16_t*>(cache_row(p, b, t0 + j, 2)) : nullptr;
       for (int c2 = 0; c2 < d_qk2; ++c2) {
         uint32_t w = 0;
         if (row) w = pack(row[2 * c2], 2 * c2 + 1 < d_qk ? row[2 * c2 + 1] : 0);
@@ -76,8 +77,10 @@ struct DecodeTileBf16Dot {
         for (auto& a : row) a = _mm512_setzero_ps();
       for (int c2 = 0; c2 < d_qk2; ++c2) {
         const uint32_t* k = kp.data() + int64_t(c2) * kTile;
-        const __m512bh k0 = (__m512bh)_mm512_loadu_si512(k), k1 = (__m512bh)_mm512_loadu_si512(k + W),
-                       k2 = (__m512bh)_mm512_loadu_si512(k + 2 * W), k3 = (__m512bh)_mm512_loadu_si512(k + 3 * W);
+        const __m512bh k0 = (__m512bh)_mm512_loadu_si512(k),
+                       k1 = (__m512bh)_mm512_loadu_si512(k + W),
+                       k2 = (__m512bh)_mm512_loadu_si512(k + 2 * W),
+                       k3 = (__m512bh)_mm512_loadu_si512(k + 3 * W);
         for (int r = 0; r < rn; ++r) {
           const __m512bh a = (__m512bh)_mm512_set1_epi32(int(q[int64_t(i + r) * d_qk2 + c2]));
           acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, k0);

@@ -30,8 +30,10 @@ struct DecodeTileF32 {
 
   void prepare_q(const MlaDecodeParams& p, int b, int r0, int R) {
     const int eb = p.q_dtype == DType::kF32 ? 4 : 2;
-    const uint8_t* src = static_cast<const uint8_t*>(p.q) + (int64_t(b) * p.s_q * p.h_q + r0) * d_qk * eb;
-    for (int i = 0; i < R; ++i) load_f32(p.q_dtype, src + int64_t(i) * d_qk * eb, d_qk, q.data() + int64_t(i) * d_qk);
+    const uint8_t* src =
+        static_cast<const uint8_t*>(p.q) + (int64_t(b) * p.s_q * p.h_q + r0) * d_qk * eb;
+    for (int i = 0; i < R; ++i)
+      load_f32(p.q_dtype, src + int64_t(i) * d_qk * eb, d_qk, q.data() + int64_t(i) * d_qk);
   }
 
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {

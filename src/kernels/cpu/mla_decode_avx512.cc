@@ -4,9 +4,9 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 
-#include "kernels/cpu/vec_avx512.h"
-#include "kernels/cpu/mla_decode_driver.h"
 #include "kernels/cpu/decode_tile_f32.h"
+#include "kernels/cpu/mla_decode_driver.h"
+#include "kernels/cpu/vec_avx512.h"
 
 namespace mla::cpu {
 

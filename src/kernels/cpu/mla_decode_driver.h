@@ -25,7 +25,8 @@
 namespace mla::cpu {
 namespace {
 
-constexpr int kDecodeRowBlock = 64;  // heads × queries per work item: O block 64 × 512 fp32 = 128 KiB
+constexpr int kDecodeRowBlock =
+    64;  // heads × queries per work item: O block 64 × 512 fp32 = 128 KiB
 
 // Address of key t of sequence b in the paged cache, as bytes.
 inline const uint8_t* cache_row(const MlaDecodeParams& p, int b, int t, int elem_bytes) {
@@ -42,9 +43,9 @@ struct DecodeScratch {
 };
 
 struct DecodeSplit {
-  std::vector<int> splits;       // [b] key ranges per sequence
-  std::vector<int> tiles_per;    // [b] tiles per key range
-  std::vector<int64_t> part_off; // [b] first partial row of the sequence (when splits > 1)
+  std::vector<int> splits;        // [b] key ranges per sequence
+  std::vector<int> tiles_per;     // [b] tiles per key range
+  std::vector<int64_t> part_off;  // [b] first partial row of the sequence (when splits > 1)
   int64_t num_items = 0;
   int row_blocks = 0;
   int64_t part_rows = 0;
@@ -59,13 +60,14 @@ inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads) {
   int64_t total_tiles = 0;
   for (int b = 0; b < p.b; ++b) total_tiles += (p.cache_seqlens[b] + kTile - 1) / kTile;
   const int64_t target_items = int64_t(4) * threads;
-  const int64_t per_item = std::max<int64_t>(1, (total_tiles * d.row_blocks + target_items - 1) / target_items);
+  const int64_t per_item =
+      std::max<int64_t>(1, (total_tiles * d.row_blocks + target_items - 1) / target_items);
   d.splits.resize(p.b);
   d.tiles_per.resize(p.b);
   d.part_off.resize(p.b);
   for (int b = 0; b < p.b; ++b) {
     const int64_t tiles = (p.cache_seqlens[b] + kTile - 1) / kTile;
-    const int64_t want = std::max<int64_t>(1, tiles * d.row_blocks / per_item / d.row_blocks);
+    const int64_t want = std::max<int64_t>(1, tiles / per_item);  // key ranges for this sequence
     const int64_t tp = std::max<int64_t>(1, (tiles + want - 1) / want);
     d.tiles_per[b] = int(tp);
     d.splits[b] = int(std::max<int64_t>(1, (tiles + tp - 1) / tp));
@@ -84,10 +86,12 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
   std::vector<float> part_o(size_t(plan.part_rows) * p.d_v), part_lse(plan.part_rows);
   // item → (b, split, row block): prefix sums over b.
   std::vector<int64_t> first_item(p.b + 1, 0);
-  for (int b = 0; b < p.b; ++b) first_item[b + 1] = first_item[b] + int64_t(plan.splits[b]) * plan.row_blocks;
+  for (int b = 0; b < p.b; ++b)
+    first_item[b + 1] = first_item[b] + int64_t(plan.splits[b]) * plan.row_blocks;
 
   pool.parallel_for(plan.num_items, [&](int64_t item, int) {
-    const int b = int(std::upper_bound(first_item.begin(), first_item.end(), item) - first_item.begin()) - 1;
+    const int b =
+        int(std::upper_bound(first_item.begin(), first_item.end(), item) - first_item.begin()) - 1;
     const int64_t local = item - first_item[b];
     const int split = int(local / plan.row_blocks), rb = int(local % plan.row_blocks);
     const int r0 = rb * kDecodeRowBlock, R = std::min(kDecodeRowBlock, rows - r0);
@@ -112,7 +116,8 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
     std::fill(st.m, st.m + R, kNegInf);
     std::fill(st.l, st.l + R, 0.0f);
     if (p.scores)
-      for (int i = 0; i < R; ++i) sc.score_rows[i] = p.scores + (int64_t(b) * rows + r0 + i) * p.scores_stride;
+      for (int i = 0; i < R; ++i)
+        sc.score_rows[i] = p.scores + (int64_t(b) * rows + r0 + i) * p.scores_stride;
 
     tile.prepare_q(p, b, r0, R);
     for (int tt = tile_begin; tt < tile_end; ++tt) {
@@ -139,7 +144,8 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
       for (int i = 0; i < R; ++i) {
         const int r = r0 + i, s = r / p.h_q, h = r % p.h_q;
         // A row that saw no key: out 0, lse +inf (the FlashMLA convention).
-        p.lse[(int64_t(b) * p.h_q + h) * p.s_q + s] = lse_rows[i] == kNegInf ? -kNegInf : lse_rows[i];
+        p.lse[(int64_t(b) * p.h_q + h) * p.s_q + s] =
+            lse_rows[i] == kNegInf ? -kNegInf : lse_rows[i];
       }
     } else {
       const int64_t base = plan.part_off[b] + int64_t(split) * rows + r0;
@@ -148,7 +154,8 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
   });
 
   if (plan.part_rows == 0) return;
-  // Merge the key-range partials of split sequences: lse = ln Σ e^lse_k, out = Σ e^(lse_k − lse) o_k.
+  // Merge the key-range partials of split sequences: lse = ln Σ e^lse_k, out = Σ e^(lse_k − lse)
+  // o_k.
   std::vector<int> split_batches;
   for (int b = 0; b < p.b; ++b)
     if (plan.splits[b] > 1) split_batches.push_back(b);

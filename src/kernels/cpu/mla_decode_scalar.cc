@@ -1,9 +1,10 @@
-// mla_decode.cpu.scalar.bf16: the absorbed decode, FP32 intermediates, portable C++ (any x86-64 or other CPU).
+// mla_decode.cpu.scalar.bf16: the absorbed decode, FP32 intermediates, portable C++ (any x86-64 or
+// other CPU).
 #include "kernels/cpu/isa_prelude.h"
 
-#include "kernels/cpu/vec_scalar.h"
-#include "kernels/cpu/mla_decode_driver.h"
 #include "kernels/cpu/decode_tile_f32.h"
+#include "kernels/cpu/mla_decode_driver.h"
+#include "kernels/cpu/vec_scalar.h"
 
 namespace mla::cpu {
 

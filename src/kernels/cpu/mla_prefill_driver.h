@@ -33,8 +33,10 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
 
   // c [chunk][r], kpe [chunk][d_r], knope [chunk][H·d_n], v [chunk][H·d_v] (+ dv_pad so the last
   // head's padded V loads stay inside the buffer).
-  AlignedBuffer<float> c(size_t(kPrefillChunk) * r), kpe(size_t(kPrefillChunk) * std::max(p.d_r, 1));
-  AlignedBuffer<float> knope(size_t(kPrefillChunk) * ld_k), v(size_t(kPrefillChunk) * ld_v + dv_pad);
+  AlignedBuffer<float> c(size_t(kPrefillChunk) * r),
+      kpe(size_t(kPrefillChunk) * std::max(p.d_r, 1));
+  AlignedBuffer<float> knope(size_t(kPrefillChunk) * ld_k),
+      v(size_t(kPrefillChunk) * ld_v + dv_pad);
   std::fill(v.begin(), v.end(), 0.0f);
   // Online-softmax state per (head, query): o [H][s_q][dv_pad], m and l [H][s_q].
   AlignedBuffer<float> o(size_t(H) * p.s_q * dv_pad), m(size_t(H) * p.s_q), l(size_t(H) * p.s_q);
@@ -52,10 +54,10 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
       load_f32(p.kv_dtype, row + int64_t(r) * eb, p.d_r, kpe.data() + int64_t(j) * p.d_r);
     }
     // knope = c · W_UKᵀ, v = c · W_UVᵀ with W_UK viewed as [H·d_n, r] and W_UV as [H·d_v, r].
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_c, int(ld_k), r, 1.0f, c.data(), r, p.w_uk, r,
-                0.0f, knope.data(), int(ld_k));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_c, int(ld_v), r, 1.0f, c.data(), r, p.w_uv, r,
-                0.0f, v.data(), int(ld_v));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_c, int(ld_k), r, 1.0f, c.data(), r,
+                p.w_uk, r, 0.0f, knope.data(), int(ld_k));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_c, int(ld_v), r, 1.0f, c.data(), r,
+                p.w_uv, r, 0.0f, v.data(), int(ld_v));
 
     pool.parallel_for(int64_t(H) * row_blocks, [&](int64_t item, int) {
       const int h = int(item / row_blocks), s0 = int(item % row_blocks) * kPrefillRowBlock;
@@ -67,14 +69,16 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
       sc.limit.resize(R);
       sc.score_rows.assign(R, nullptr);
       const RowBlockState st{o.data() + (int64_t(h) * p.s_q + s0) * dv_pad, dv_pad,
-                             m.data() + int64_t(h) * p.s_q + s0, l.data() + int64_t(h) * p.s_q + s0};
+                             m.data() + int64_t(h) * p.s_q + s0,
+                             l.data() + int64_t(h) * p.s_q + s0};
       for (int t0 = c0; t0 < c0 + n_c; t0 += kTile) {
         const int n = std::min(kTile, c0 + n_c - t0);
         bool any = false;
         for (int i = 0; i < R; ++i) {
           sc.limit[i] = std::clamp(visible_keys(p.s_kv, p.s_q, s0 + i, p.causal) - t0, 0, n);
           any |= sc.limit[i] > 0;
-          if (p.scores) sc.score_rows[i] = p.scores + (int64_t(s0 + i) * H + h) * p.scores_stride + t0;
+          if (p.scores)
+            sc.score_rows[i] = p.scores + (int64_t(s0 + i) * H + h) * p.scores_stride + t0;
         }
         if (!any && !p.scores) continue;
         // kt [d_qk][kTile]: this head's k_nope channels, then the shared k_pe channels.
@@ -82,20 +86,23 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
           float* dst = kt + int64_t(ch) * kTile;
           for (int j = 0; j < n; ++j) {
             const int64_t tok = t0 - c0 + j;
-            dst[j] = ch < p.d_n ? knope[tok * ld_k + int64_t(h) * p.d_n + ch] : kpe[tok * p.d_r + ch - p.d_n];
+            dst[j] = ch < p.d_n ? knope[tok * ld_k + int64_t(h) * p.d_n + ch]
+                                : kpe[tok * p.d_r + ch - p.d_n];
           }
           std::fill(dst + n, dst + kTile, 0.0f);
         }
         score_tile<V>(p.q + (int64_t(s0) * H + h) * d_qk, int64_t(H) * d_qk, R, d_qk, kt, S);
         softmax_tile<V>(S, R, sc.limit.data(), n, p.softmax_scale, st, corr,
                         p.scores ? sc.score_rows.data() : nullptr);
-        pv_tile<V>(S, R, n, v.data() + int64_t(t0 - c0) * ld_v + int64_t(h) * p.d_v, ld_v, dv_pad, corr, st);
+        pv_tile<V>(S, R, n, v.data() + int64_t(t0 - c0) * ld_v + int64_t(h) * p.d_v, ld_v, dv_pad,
+                   corr, st);
       }
     });
   }
 
   pool.parallel_for(H, [&](int64_t h, int) {
-    const RowBlockState st{o.data() + h * p.s_q * dv_pad, dv_pad, m.data() + h * p.s_q, l.data() + h * p.s_q};
+    const RowBlockState st{o.data() + h * p.s_q * dv_pad, dv_pad, m.data() + h * p.s_q,
+                           l.data() + h * p.s_q};
     float* lse = p.lse + h * p.s_q;
     finish_rows(p.s_q, p.d_v, st, p.out + h * p.d_v, int64_t(H) * p.d_v, lse);
     for (int s = 0; s < p.s_q; ++s)

@@ -1,11 +1,13 @@
 // mla_prefill.cpu.scalar.bf16: the decompressed prefill attention tiles in FP32, portable C++.
 #include "kernels/cpu/isa_prelude.h"
 
-#include "kernels/cpu/vec_scalar.h"
 #include "kernels/cpu/mla_prefill_driver.h"
+#include "kernels/cpu/vec_scalar.h"
 
 namespace mla::cpu {
 
-void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool) { run_mla_prefill<VecScalar>(p, pool); }
+void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool) {
+  run_mla_prefill<VecScalar>(p, pool);
+}
 
 }  // namespace mla::cpu

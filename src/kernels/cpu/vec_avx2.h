@@ -40,7 +40,8 @@ struct VecAvx2 {
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ExpConst::kLn2Lo), r);
     __m256 p = _mm256_set1_ps(ExpConst::kC[7]);
     for (int i = 6; i >= 0; --i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ExpConst::kC[i]));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
     return {_mm256_andnot_ps(dead, y)};
   }
@@ -48,11 +49,21 @@ struct VecAvx2 {
 
 // Free functions, not in-class friends: GCC does not apply `#pragma GCC target` to friends
 // defined inside a class.
-inline VecAvx2 fma(VecAvx2 a, VecAvx2 b, VecAvx2 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
-inline VecAvx2 operator+(VecAvx2 a, VecAvx2 b) { return {_mm256_add_ps(a.v, b.v)}; }
-inline VecAvx2 operator-(VecAvx2 a, VecAvx2 b) { return {_mm256_sub_ps(a.v, b.v)}; }
-inline VecAvx2 operator*(VecAvx2 a, VecAvx2 b) { return {_mm256_mul_ps(a.v, b.v)}; }
-inline VecAvx2 max(VecAvx2 a, VecAvx2 b) { return {_mm256_max_ps(a.v, b.v)}; }
+inline VecAvx2 fma(VecAvx2 a, VecAvx2 b, VecAvx2 c) {
+  return {_mm256_fmadd_ps(a.v, b.v, c.v)};
+}
+inline VecAvx2 operator+(VecAvx2 a, VecAvx2 b) {
+  return {_mm256_add_ps(a.v, b.v)};
+}
+inline VecAvx2 operator-(VecAvx2 a, VecAvx2 b) {
+  return {_mm256_sub_ps(a.v, b.v)};
+}
+inline VecAvx2 operator*(VecAvx2 a, VecAvx2 b) {
+  return {_mm256_mul_ps(a.v, b.v)};
+}
+inline VecAvx2 max(VecAvx2 a, VecAvx2 b) {
+  return {_mm256_max_ps(a.v, b.v)};
+}
 
 }  // namespace
 }  // namespace mla::cpu

@@ -36,11 +36,21 @@ struct VecAvx512 {
 
 // Free functions, not in-class friends: GCC does not apply `#pragma GCC target` to friends
 // defined inside a class.
-inline VecAvx512 fma(VecAvx512 a, VecAvx512 b, VecAvx512 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
-inline VecAvx512 operator+(VecAvx512 a, VecAvx512 b) { return {_mm512_add_ps(a.v, b.v)}; }
-inline VecAvx512 operator-(VecAvx512 a, VecAvx512 b) { return {_mm512_sub_ps(a.v, b.v)}; }
-inline VecAvx512 operator*(VecAvx512 a, VecAvx512 b) { return {_mm512_mul_ps(a.v, b.v)}; }
-inline VecAvx512 max(VecAvx512 a, VecAvx512 b) { return {_mm512_max_ps(a.v, b.v)}; }
+inline VecAvx512 fma(VecAvx512 a, VecAvx512 b, VecAvx512 c) {
+  return {_mm512_fmadd_ps(a.v, b.v, c.v)};
+}
+inline VecAvx512 operator+(VecAvx512 a, VecAvx512 b) {
+  return {_mm512_add_ps(a.v, b.v)};
+}
+inline VecAvx512 operator-(VecAvx512 a, VecAvx512 b) {
+  return {_mm512_sub_ps(a.v, b.v)};
+}
+inline VecAvx512 operator*(VecAvx512 a, VecAvx512 b) {
+  return {_mm512_mul_ps(a.v, b.v)};
+}
+inline VecAvx512 max(VecAvx512 a, VecAvx512 b) {
+  return {_mm512_max_ps(a.v, b.v)};
+}
 
 }  // namespace
 }  // namespace mla::cpu

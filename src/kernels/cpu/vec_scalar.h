@@ -22,11 +22,21 @@ struct VecScalar {
   static VecScalar exp(VecScalar x) { return {std::exp(x.v)}; }
 };
 
-inline VecScalar fma(VecScalar a, VecScalar b, VecScalar c) { return {std::fma(a.v, b.v, c.v)}; }
-inline VecScalar operator+(VecScalar a, VecScalar b) { return {a.v + b.v}; }
-inline VecScalar operator-(VecScalar a, VecScalar b) { return {a.v - b.v}; }
-inline VecScalar operator*(VecScalar a, VecScalar b) { return {a.v * b.v}; }
-inline VecScalar max(VecScalar a, VecScalar b) { return {std::max(a.v, b.v)}; }
+inline VecScalar fma(VecScalar a, VecScalar b, VecScalar c) {
+  return {std::fma(a.v, b.v, c.v)};
+}
+inline VecScalar operator+(VecScalar a, VecScalar b) {
+  return {a.v + b.v};
+}
+inline VecScalar operator-(VecScalar a, VecScalar b) {
+  return {a.v - b.v};
+}
+inline VecScalar operator*(VecScalar a, VecScalar b) {
+  return {a.v * b.v};
+}
+inline VecScalar max(VecScalar a, VecScalar b) {
+  return {std::max(a.v, b.v)};
+}
 
 }  // namespace
 }  // namespace mla::cpu

@@ -29,8 +29,8 @@ bool is_bf16_or_f32(DType t) {
 
 void mla_decode(const MlaDecodeParams& p) {
   MLA_CHECK((is_bf16_or_f32(p.q_dtype) || p.q_dtype == DType::kF64) && is_bf16_or_f32(p.kv_dtype),
-            "mla_decode ref reads bf16, f32 (or f64) q and bf16 or f32 kv_cache, got {} and {}", dtype_name(p.q_dtype),
-            dtype_name(p.kv_dtype));
+            "mla_decode ref reads bf16, f32 (or f64) q and bf16 or f32 kv_cache, got {} and {}",
+            dtype_name(p.q_dtype), dtype_name(p.kv_dtype));
   const double scale = p.softmax_scale;
   const double kInf = std::numeric_limits<double>::infinity();
   std::vector<double> q(p.d_qk);   // [d_qk] one query head, widened

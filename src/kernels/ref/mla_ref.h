@@ -33,7 +33,8 @@ double rope_attention_factor(const RopeConfig& cfg);
 double mla_softmax_scale(int d_qk, const RopeScaling& scaling);
 // Rotates x [n_tokens, n_heads, cfg.dim] in place (FP64 arithmetic, result stored FP32);
 // token t is at absolute position positions[t].
-void rope_apply(const RopeConfig& cfg, const int64_t* positions, int n_tokens, int n_heads, float* x);
+void rope_apply(const RopeConfig& cfg, const int64_t* positions, int n_tokens, int n_heads,
+                float* x);
 
 // ---- attention ----
 // Absorbed decode over the paged cache (the FlashMLA contract, docs/kernels/mla_decode.md).

@@ -13,7 +13,8 @@
 namespace mla::ops {
 namespace {
 
-void run_equivalence(const VerifyConfig& cfg, const std::string& cname, const Options& opt, Tally& tally) {
+void run_equivalence(const VerifyConfig& cfg, const std::string& cname, const Options& opt,
+                     Tally& tally) {
   if (!matches(opt, "mla_attention", cname, "")) return;
   auto rep = run_mla_verify(cfg, default_thread_pool());
   if (!rep.ok()) {
@@ -58,7 +59,8 @@ void run_paths(const PathSpec& spec, const Options& opt, Tally& tally) {
   p.w = &*w;
   p.softmax_scale = float(1.0 / std::sqrt(double(d_n + d_r)));
   const int64_t n_out = int64_t(spec.s_q) * H * d_v;
-  auto run = [&](const char* backend, int threshold, std::vector<float>& out, std::vector<float>& lse) {
+  auto run = [&](const char* backend, int threshold, std::vector<float>& out,
+                 std::vector<float>& lse) {
     out.assign(n_out, std::nanf(""));
     lse.assign(size_t(H) * spec.s_q, std::nanf(""));
     MlaAttentionParams pp = p;
@@ -70,14 +72,16 @@ void run_paths(const PathSpec& spec, const Options& opt, Tally& tally) {
   std::vector<float> ref_out, ref_lse;
   auto ref_path = run("ref", 0, ref_out, ref_lse);
   if (!ref_path.ok() || *ref_path != MlaPath::kDecompressed) {
-    report(tally, op, cname, "ref.decompressed", false, ref_path.ok() ? "wrong path" : ref_path.status().to_string());
+    report(tally, op, cname, "ref.decompressed", false,
+           ref_path.ok() ? "wrong path" : ref_path.status().to_string());
     return;
   }
   struct Run {
     const char* backend;
     int threshold;
   };
-  for (Run rn : {Run{"ref", spec.s_q}, Run{"cpu", spec.s_q}, Run{"cpu", spec.s_q - 1}, Run{"cpu", 256}}) {
+  for (Run rn :
+       {Run{"ref", spec.s_q}, Run{"cpu", spec.s_q}, Run{"cpu", spec.s_q - 1}, Run{"cpu", 256}}) {
     std::vector<float> out, lse;
     auto path = run(rn.backend, rn.threshold, out, lse);
     const std::string variant = fmt::format("{}.threshold{}", rn.backend, rn.threshold);
@@ -91,30 +95,37 @@ void run_paths(const PathSpec& spec, const Options& opt, Tally& tally) {
     CompareRule rule = flashmla_out_rule();
     rule.cos_min = cos_bound(Intermediates::kFp32);
     const CompareStats so = compare(ref_out.data(), out.data(), n_out, rule);
-    const CompareStats sl = compare(ref_lse.data(), lse.data(), int64_t(lse.size()), flashmla_lse_rule());
+    const CompareStats sl =
+        compare(ref_lse.data(), lse.data(), int64_t(lse.size()), flashmla_lse_rule());
     report(tally, op, cname, variant, right_path && so.pass && sl.pass && !so.got_all_zero,
-           fmt::format("path {} out[{}] lse[{}]", mla_path_name(*path), so.to_string(), sl.to_string()));
+           fmt::format("path {} out[{}] lse[{}]", mla_path_name(*path), so.to_string(),
+                       sl.to_string()));
   }
 }
 
 }  // namespace
 
 void add_mla_attention_cases(std::vector<OpCase>& cases, const Options& opt) {
-  for (PathSpec s : {PathSpec{1, 40, 3}, PathSpec{5, 100, 16}, PathSpec{40, 0, 4}, PathSpec{70, 130, 2}})
-    cases.push_back({"mla_attention", s.name(), [s](const Options& o, Tally& t) { run_paths(s, o, t); }});
+  for (PathSpec s :
+       {PathSpec{1, 40, 3}, PathSpec{5, 100, 16}, PathSpec{40, 0, 4}, PathSpec{70, 130, 2}})
+    cases.push_back(
+        {"mla_attention", s.name(), [s](const Options& o, Tally& t) { run_paths(s, o, t); }});
   VerifyConfig v3;  // DeepSeek-V3 attention dims, 2,048 cached tokens
   if (opt.quick) {
     v3.heads = 16;
     v3.seq = 300;
   }
   const std::string name = fmt::format("equivalence_h{}_seq{}", v3.heads, v3.seq);
-  cases.push_back({"mla_attention", name, [v3, name](const Options& o, Tally& t) { run_equivalence(v3, name, o, t); }});
+  cases.push_back({"mla_attention", name,
+                   [v3, name](const Options& o, Tally& t) { run_equivalence(v3, name, o, t); }});
   VerifyConfig mtp = v3;  // two queries (speculative / MTP decode), causal
   mtp.queries = 2;
   mtp.seq = opt.quick ? 70 : 700;
   mtp.dtype = DType::kF32;
   const std::string name2 = fmt::format("equivalence_h{}_seq{}_sq2_f32", mtp.heads, mtp.seq);
-  cases.push_back({"mla_attention", name2, [mtp, name2](const Options& o, Tally& t) { run_equivalence(mtp, name2, o, t); }});
+  cases.push_back({"mla_attention", name2, [mtp, name2](const Options& o, Tally& t) {
+                     run_equivalence(mtp, name2, o, t);
+                   }});
 }
 
 }  // namespace mla::ops

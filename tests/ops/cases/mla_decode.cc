@@ -19,8 +19,9 @@ struct DecodeSpec {
   uint64_t seed = 1;
 
   std::string name() const {
-    return fmt::format("b{}_sq{}_skv{}_h{}_p{}_dqk{}_dv{}{}{}_q{}_kv{}", b, s_q, s_kv, h_q, page_size, d_qk, d_v,
-                       varlen ? "_varlen" : "", causal ? "_causal" : "", dtype_name(q_dtype), dtype_name(kv_dtype));
+    return fmt::format("b{}_sq{}_skv{}_h{}_p{}_dqk{}_dv{}{}{}_q{}_kv{}", b, s_q, s_kv, h_q,
+                       page_size, d_qk, d_v, varlen ? "_varlen" : "", causal ? "_causal" : "",
+                       dtype_name(q_dtype), dtype_name(kv_dtype));
   }
   int64_t work() const { return int64_t(b) * s_q * s_kv * h_q; }
 };
@@ -30,18 +31,21 @@ double decode_flops(const MlaDecodeParams& p) {
   double keys = 0;
   for (int b = 0; b < p.b; ++b)
     for (int s = 0; s < p.s_q; ++s)
-      keys += std::max(0, std::min(p.cache_seqlens[b], visible_keys(p.cache_seqlens[b], p.s_q, s, p.causal)));
+      keys += std::max(
+          0, std::min(p.cache_seqlens[b], visible_keys(p.cache_seqlens[b], p.s_q, s, p.causal)));
   return keys * p.h_q * 2.0 * (p.d_qk + p.d_v);
 }
 
 void run_decode_case(const DecodeSpec& spec, const Options& opt, Tally& tally) {
   const std::string op = "mla_decode", cname = spec.name();
   bool wanted = false;
-  for (const auto& v : mla_decode_variants()) wanted |= v.backend != "ref" && matches(opt, op, cname, v.name);
+  for (const auto& v : mla_decode_variants())
+    wanted |= v.backend != "ref" && matches(opt, op, cname, v.name);
   if (!wanted) return;
   Rng rng(spec.seed * 7919 + uint64_t(spec.work()));
   const auto seqlens = make_seqlens(rng, spec.b, spec.s_kv, spec.varlen);
-  const PagedCache cache = make_paged_cache(rng, spec.kv_dtype, seqlens, spec.page_size, spec.d_qk, 1.0);
+  const PagedCache cache =
+      make_paged_cache(rng, spec.kv_dtype, seqlens, spec.page_size, spec.d_qk, 1.0);
   const int64_t nq = int64_t(spec.b) * spec.s_q * spec.h_q;
   std::vector<uint8_t> q(size_t(nq) * spec.d_qk * (spec.q_dtype == DType::kF32 ? 4 : 2));
   fill_normal(rng, spec.q_dtype, q.data(), nq * spec.d_qk, 1.0);
@@ -96,15 +100,19 @@ void run_decode_case(const DecodeSpec& spec, const Options& opt, Tally& tally) {
     CompareRule out_rule = flashmla_out_rule();
     out_rule.cos_min = cos_bound(v.compute);
     const CompareStats so = compare(out_ref.data(), out.data(), int64_t(out_ref.size()), out_rule);
-    const CompareStats sl = compare(lse_ref.data(), lse.data(), int64_t(lse_ref.size()), flashmla_lse_rule());
+    const CompareStats sl =
+        compare(lse_ref.data(), lse.data(), int64_t(lse_ref.size()), flashmla_lse_rule());
     const bool guards = out.guards_intact() && lse.guards_intact();
     const bool nonzero = !any_visible || !so.got_all_zero;
-    std::string detail = fmt::format("out[{}] lse[{}]{}{}", so.to_string(), sl.to_string(),
-                                     guards ? "" : " GUARD BYTES OVERWRITTEN", nonzero ? "" : " ALL-ZERO OUTPUT");
+    std::string detail =
+        fmt::format("out[{}] lse[{}]{}{}", so.to_string(), sl.to_string(),
+                    guards ? "" : " GUARD BYTES OVERWRITTEN", nonzero ? "" : " ALL-ZERO OUTPUT");
     if (opt.perf) {
       const double sec = median_seconds(opt.perf_reps, [&] { v.run(pv, default_thread_pool()); });
-      detail += fmt::format(" time {:.3f} ms {:.1f} GFLOP/s", sec * 1e3, decode_flops(p) / sec * 1e-9);
-      fmt::print("PERF {}/{} {} {:.3f} ms {:.1f} GFLOP/s\n", op, cname, v.name, sec * 1e3, decode_flops(p) / sec * 1e-9);
+      detail +=
+          fmt::format(" time {:.3f} ms {:.1f} GFLOP/s", sec * 1e3, decode_flops(p) / sec * 1e-9);
+      fmt::print("PERF {}/{} {} {:.3f} ms {:.1f} GFLOP/s\n", op, cname, v.name, sec * 1e3,
+                 decode_flops(p) / sec * 1e-9);
     }
     report(tally, op, cname, v.name, so.pass && sl.pass && guards && nonzero, detail);
   }
@@ -153,7 +161,8 @@ void add_mla_decode_cases(std::vector<OpCase>& cases, const Options& opt) {
   add({1, 1, 65, 1, 64, false, false}, 576, 512, DType::kBF16, DType::kF32);
   add({2, 5, 200, 6, 16, true, true}, 80, 64, DType::kBF16, DType::kBF16);
   for (const auto& s : specs)
-    cases.push_back({"mla_decode", s.name(), [s](const Options& o, Tally& t) { run_decode_case(s, o, t); }});
+    cases.push_back(
+        {"mla_decode", s.name(), [s](const Options& o, Tally& t) { run_decode_case(s, o, t); }});
 }
 
 }  // namespace mla::ops

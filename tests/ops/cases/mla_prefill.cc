@@ -18,8 +18,8 @@ struct PrefillSpec {
 
   int s_kv() const { return prior + s_q; }
   std::string name() const {
-    return fmt::format("sq{}_prior{}_h{}_p{}_dn{}_dr{}_dv{}_r{}{}_kv{}", s_q, prior, h_q, page_size, d_n, d_r, d_v,
-                       r, causal ? "_causal" : "", dtype_name(kv_dtype));
+    return fmt::format("sq{}_prior{}_h{}_p{}_dn{}_dr{}_dv{}_r{}{}_kv{}", s_q, prior, h_q, page_size,
+                       d_n, d_r, d_v, r, causal ? "_causal" : "", dtype_name(kv_dtype));
   }
 };
 
@@ -34,15 +34,19 @@ std::vector<float> bf16_weights(Rng& rng, int64_t n, double sd) {
 void run_prefill_case(const PrefillSpec& spec, const Options& opt, Tally& tally) {
   const std::string op = "mla_prefill", cname = spec.name();
   bool wanted = false;
-  for (const auto& v : mla_prefill_variants()) wanted |= v.backend != "ref" && matches(opt, op, cname, v.name);
+  for (const auto& v : mla_prefill_variants())
+    wanted |= v.backend != "ref" && matches(opt, op, cname, v.name);
   if (!wanted) return;
   Rng rng(uint64_t(spec.s_q) * 131 + spec.prior * 7 + spec.h_q);
   const int d_qk = spec.d_n + spec.d_r;
-  const PagedCache cache = make_paged_cache(rng, spec.kv_dtype, {spec.s_kv()}, spec.page_size, spec.r + spec.d_r, 1.0);
+  const PagedCache cache =
+      make_paged_cache(rng, spec.kv_dtype, {spec.s_kv()}, spec.page_size, spec.r + spec.d_r, 1.0);
   std::vector<float> q(size_t(spec.s_q) * spec.h_q * d_qk);
   fill_normal(rng, DType::kF32, q.data(), int64_t(q.size()), 1.0);
-  const auto w_uk = bf16_weights(rng, int64_t(spec.h_q) * spec.d_n * spec.r, 1.0 / std::sqrt(double(spec.r)));
-  const auto w_uv = bf16_weights(rng, int64_t(spec.h_q) * spec.d_v * spec.r, 1.0 / std::sqrt(double(spec.r)));
+  const auto w_uk =
+      bf16_weights(rng, int64_t(spec.h_q) * spec.d_n * spec.r, 1.0 / std::sqrt(double(spec.r)));
+  const auto w_uv =
+      bf16_weights(rng, int64_t(spec.h_q) * spec.d_v * spec.r, 1.0 / std::sqrt(double(spec.r)));
 
   MlaPrefillParams p;
   p.s_q = spec.s_q;
@@ -63,7 +67,8 @@ void run_prefill_case(const PrefillSpec& spec, const Options& opt, Tally& tally)
   p.softmax_scale = float(1.0 / std::sqrt(double(d_qk)));
   p.causal = spec.causal;
 
-  const int64_t n_out = int64_t(spec.s_q) * spec.h_q * spec.d_v, n_lse = int64_t(spec.h_q) * spec.s_q;
+  const int64_t n_out = int64_t(spec.s_q) * spec.h_q * spec.d_v,
+                n_lse = int64_t(spec.h_q) * spec.s_q;
   std::vector<float> out_ref(n_out), lse_ref(n_lse);
   MlaPrefillParams pr = p;
   pr.out = out_ref.data();
@@ -97,7 +102,8 @@ void run_prefill_case(const PrefillSpec& spec, const Options& opt, Tally& tally)
     const CompareStats sl = compare(lse_ref.data(), lse.data(), n_lse, flashmla_lse_rule());
     const bool guards = out.guards_intact() && lse.guards_intact();
     std::string detail = fmt::format("out[{}] lse[{}]{}{}", so.to_string(), sl.to_string(),
-                                     guards ? "" : " GUARD BYTES OVERWRITTEN", so.got_all_zero ? " ALL-ZERO OUTPUT" : "");
+                                     guards ? "" : " GUARD BYTES OVERWRITTEN",
+                                     so.got_all_zero ? " ALL-ZERO OUTPUT" : "");
     if (opt.perf) {
       const double sec = median_seconds(opt.perf_reps, [&] { v.run(pv, default_thread_pool()); });
       fmt::print("PERF {}/{} {} {:.3f} ms\n", op, cname, v.name, sec * 1e3);
@@ -130,7 +136,8 @@ void add_mla_prefill_cases(std::vector<OpCase>& cases, const Options& opt) {
   add({5, 3, 2, 16, true}, 17, 6, 9, 33, DType::kBF16);
   if (!opt.quick) add({300, 600, 16, 64, true}, 128, 64, 128, 512, DType::kBF16);  // > one chunk
   for (const auto& s : specs)
-    cases.push_back({"mla_prefill", s.name(), [s](const Options& o, Tally& t) { run_prefill_case(s, o, t); }});
+    cases.push_back(
+        {"mla_prefill", s.name(), [s](const Options& o, Tally& t) { run_prefill_case(s, o, t); }});
 }
 
 }  // namespace mla::ops
