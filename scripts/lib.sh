@@ -20,6 +20,14 @@ mla_install_deps() {
   fi
 }
 
+# Test oracles from PyPI (pinned; pip keeps its cache). Optional: tests that need them compare
+# against committed goldens when they are missing.
+MLA_PIP_PACKAGES=(numpy==2.2.6)
+mla_install_pip() {
+  python3 -c "import numpy" 2>/dev/null && return 0
+  python3 -m pip install -q "${MLA_PIP_PACKAGES[@]}" || echo "warning: pip install failed; live oracle checks will be skipped"
+}
+
 # mla_build PRESET: configure (a no-op when nothing changed) and build with 2 jobs; ccache keeps rebuilds fast.
 mla_build() {
   local preset="$1"

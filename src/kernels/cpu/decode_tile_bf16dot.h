@@ -12,6 +12,9 @@
 // query (supports() refuses F32) and a BF16 cache: whoever rounds the query owns that cost.
 #pragma once
 
+#include "kernels/cpu/mla_decode_driver.h"
+#include "kernels/cpu/vec_avx512.h"
+
 namespace mla::cpu {
 namespace {
 

@@ -3,8 +3,10 @@
 //   q:  [R][d_qk]              widened query rows
 //   kr: [kTile][kr_stride]     widened cache rows; its first d_v columns are V (row-major)
 //   kt: [d_qk][kTile]          the same tile transposed, for the score product
-// Include inside the ISA's target region after mla_decode_driver.h. Internal linkage.
+// Include inside the ISA's target region. Internal linkage.
 #pragma once
+
+#include "kernels/cpu/mla_decode_driver.h"
 
 namespace mla::cpu {
 namespace {

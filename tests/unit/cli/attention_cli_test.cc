@@ -1,0 +1,506 @@
+// `mla attention` on the FlashMLA-style goldens (every backend/variant) and on malformed inputs.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- running the binary -------------------------------------------------------------------
+
+std::string mla_binary() {
+  if (const char* env = std::getenv("MLA_BINARY")) return env;
+  return MLA_SOURCE_DIR "/build/release/bin/mla";
+}
+
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct RunResult {
+  int exit_code = -1;  // 128 + signal when the process was killed, so a crash is never a pass
+  std::string out;     // stdout and stderr together
+};
+
+RunResult run_mla(const std::vector<std::string>& args) {
+  std::string cmd = quoted(mla_binary());
+  for (const std::string& a : args) {
+    cmd += ' ';
+    cmd += quoted(a);
+  }
+  cmd += " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  if (WIFEXITED(status))
+    r.exit_code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status))
+    r.exit_code = 128 + WTERMSIG(status);
+  return r;
+}
+
+// A per-test scratch folder, removed afterwards.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const testing::TestInfo* t = testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(t->test_suite_name()) + "_" + t->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    path_ =
+        fs::temp_directory_path() / ("mla_attention_cli_" + std::to_string(getpid()) + "_" + name);
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// ---- a minimal safetensors reader and writer (the test links only mla_core) ---------------
+
+struct F32Tensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+// Reads the F32 tensors of a safetensors file; returns an error message, empty on success.
+std::string read_f32_tensors(const std::string& path, std::map<std::string, F32Tensor>* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return path + ": cannot open";
+  const std::string blob((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (blob.size() < 8) return path + ": shorter than the 8-byte header length";
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(blob[size_t(i)]);  // little-endian u64
+  if (n > blob.size() - 8) return path + ": header length runs past the end of the file";
+  const nlohmann::json h =
+      nlohmann::json::parse(blob.substr(8, n), nullptr, /*allow_exceptions=*/false);
+  if (h.is_discarded() || !h.is_object()) return path + ": header is not a JSON object";
+  const size_t data_begin = 8 + size_t(n);
+  for (const auto& [name, info] : h.items()) {
+    if (name == "__metadata__") continue;
+    if (!info.is_object() || !info.contains("dtype") || !info["dtype"].is_string() ||
+        !info.contains("shape") || !info["shape"].is_array() || !info.contains("data_offsets") ||
+        !info["data_offsets"].is_array() || info["data_offsets"].size() != 2)
+      return path + ": malformed entry for tensor " + name;
+    if (info["dtype"].get<std::string>() != "F32") continue;
+    F32Tensor t;
+    int64_t numel = 1;
+    for (const auto& d : info["shape"]) {
+      if (!d.is_number_unsigned()) return path + ": bad shape of tensor " + name;
+      t.shape.push_back(d.get<int64_t>());
+      numel *= t.shape.back();
+    }
+    const auto& off = info["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      return path + ": bad data_offsets of " + name;
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    if (e < b || e - b != uint64_t(numel) * 4 || data_begin + e > blob.size())
+      return path + ": data_offsets of tensor " + name + " do not match its shape or the file";
+    t.data.resize(size_t(numel));
+    if (numel) std::memcpy(t.data.data(), blob.data() + data_begin + b, size_t(numel) * 4);
+    (*out)[name] = std::move(t);
+  }
+  return {};
+}
+
+struct RawTensor {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;  // little-endian C order
+};
+
+template <typename T>
+RawTensor raw(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
+              const std::vector<T>& values) {
+  RawTensor t{name, dtype, std::move(shape), std::string(values.size() * sizeof(T), '\0')};
+  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+
+void write_safetensors(const std::string& path, const std::vector<RawTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json h = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const RawTensor& t : tensors) {
+    h[t.name] = {{"dtype", t.dtype},
+                 {"shape", t.shape},
+                 {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  std::string text = h.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream f(path, std::ios::binary);
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i, n >>= 8) f.put(char(n & 0xff));
+  f << text;
+  for (const RawTensor& t : tensors) f << t.bytes;
+}
+
+// ---- the pass rule of spec/mla.md §5 ------------------------------------------------------
+// Per element |Δ| ≤ 8e-4 or |Δ| ≤ 2.01/128·|ref| (two BF16 ulps, FlashMLA's rule for BF16
+// outputs); cosine over the finite elements ≥ 1 − 5e-6; LSE within 1e-6 or 8.01/65536 relative;
+// inf/NaN in exactly the same places (empty rows: out 0, lse +inf).
+constexpr double kOutAtol = 8e-4, kOutRtol = 2.01 / 128, kOutCosMin = 1.0 - 5e-6;
+constexpr double kLseAtol = 1e-6, kLseRtol = 8.01 / 65536;
+
+// Returns what failed, empty on pass.
+std::string compare(const char* label, const F32Tensor& ref, const F32Tensor& got, double atol,
+                    double rtol, double cos_min) {
+  std::ostringstream why;
+  if (ref.shape != got.shape) {
+    why << label << ": shape differs from the expected one";
+    return why.str();
+  }
+  int64_t bad = 0, nonfinite = 0, worst = -1;
+  double worst_err = -1, dot = 0, rr = 0, gg = 0;
+  for (size_t i = 0; i < ref.data.size(); ++i) {
+    const double a = ref.data[i], b = got.data[i];
+    if (!std::isfinite(a) || !std::isfinite(b)) {
+      if (!((std::isnan(a) && std::isnan(b)) || a == b)) {
+        if (nonfinite++ == 0)
+          why << label << "[" << i << "]: expected " << a << ", got " << b
+              << " (inf/NaN position differs); ";
+      }
+      continue;
+    }
+    const double d = std::fabs(a - b);
+    dot += a * b;
+    rr += a * a;
+    gg += b * b;
+    if (!(d <= atol || d <= rtol * std::fabs(a))) {
+      ++bad;
+      if (d > worst_err) worst_err = d, worst = int64_t(i);
+    }
+  }
+  if (nonfinite) why << label << ": " << nonfinite << " inf/NaN positions differ; ";
+  if (bad)
+    why << label << ": " << bad << " elements outside " << atol << " abs / " << rtol
+        << " rel, worst [" << worst << "] expected " << ref.data[size_t(worst)] << " got "
+        << got.data[size_t(worst)] << "; ";
+  const double cos = (rr == 0 && gg == 0)   ? 1.0
+                     : (rr == 0 || gg == 0) ? 0.0
+                                            : dot / std::sqrt(rr * gg);
+  if (cos < cos_min)
+    why << label << ": cosine " << std::setprecision(10) << cos << " < " << cos_min << "; ";
+  return why.str();
+}
+
+// ---- goldens ------------------------------------------------------------------------------
+
+const std::string kGoldenDir = MLA_TEST_DATA_DIR "/attention";
+constexpr const char* kExpectedSuffix = ".expected.safetensors";
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Case names: the inputs <name>.safetensors that have a <name>.expected.safetensors beside them.
+std::vector<std::string> golden_cases() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(kGoldenDir, ec)) {
+    const std::string file = e.path().filename().string();
+    if (!ends_with(file, ".safetensors") || ends_with(file, kExpectedSuffix)) continue;
+    const std::string name = file.substr(0, file.size() - std::string(".safetensors").size());
+    if (fs::exists(kGoldenDir + "/" + name + kExpectedSuffix)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The registered mla_decode.cpu.* variants, read from the CLI's "no variant named" message so that
+// a variant added later is covered without editing this test; the list known when this was
+// written stands in when the message cannot be parsed.
+std::vector<std::string> cpu_variants(const std::string& any_input,
+                                      const std::string& scratch_out) {
+  const RunResult r = run_mla(
+      {"attention", "--in", any_input, "--out", scratch_out, "--variant", "no.such.variant"});
+  std::vector<std::string> names;
+  const size_t start = r.out.find("(have: ");
+  if (r.exit_code != 0 && start != std::string::npos) {
+    std::stringstream list(r.out.substr(start + 7, r.out.find(')', start) - start - 7));
+    for (std::string n; std::getline(list, n, ',');) {
+      n.erase(0, n.find_first_not_of(' '));
+      if (n.rfind("mla_decode.cpu.", 0) == 0) names.push_back(n);
+    }
+  }
+  if (names.empty())
+    names = {"mla_decode.cpu.avx512bf16.bf16", "mla_decode.cpu.avx512.bf16",
+             "mla_decode.cpu.avx2.bf16", "mla_decode.cpu.scalar.bf16"};
+  return names;
+}
+
+class AttentionCli : public testing::Test {
+ protected:
+  void SetUp() override {
+    // CTest sets MLA_BINARY to this build's `mla`; a missing binary is a failure, not a skip.
+    ASSERT_TRUE(fs::exists(mla_binary())) << mla_binary() << " is not built";
+  }
+};
+
+class AttentionGolden : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(mla_binary())) << mla_binary() << " is not built";
+  }
+};
+
+TEST_F(AttentionCli, GoldensArePresent) {
+  // tests/e2e/flashmla_reference.py generate writes 12 cases; fewer means a file went missing.
+  EXPECT_GE(golden_cases().size(), 12u) << "in " << kGoldenDir;
+}
+
+TEST_P(AttentionGolden, MatchesNumpyReference) {
+  const std::string name = GetParam();
+  const std::string in = kGoldenDir + "/" + name + ".safetensors";
+  std::map<std::string, F32Tensor> expected;
+  ASSERT_EQ(read_f32_tensors(kGoldenDir + "/" + name + kExpectedSuffix, &expected), "");
+  ASSERT_TRUE(expected.count("out") && expected.count("lse"));
+
+  ScratchDir dir;
+  std::vector<std::vector<std::string>> runs = {{"--backend", "cpu"}, {"--backend", "ref"}};
+  for (const std::string& v : cpu_variants(in, dir.file("discover.safetensors")))
+    runs.push_back({"--variant", v});
+  int checked = 0;
+  for (const auto& flags : runs) {
+    const std::string label = flags[0] + " " + flags[1];
+    const std::string out = dir.file("out.safetensors");
+    fs::remove(out);
+    std::vector<std::string> args = {"attention", "--in", in, "--out", out};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const RunResult r = run_mla(args);
+    if (r.exit_code != 0 && flags[0] == "--variant" &&
+        r.out.find("does not support") != std::string::npos) {
+      std::cout << "  declined: " << name << " " << label << ": " << r.out;
+      continue;  // only an explicit variant may decline (ISA missing, or F32 query on the BF16-dot
+                 // kernel)
+    }
+    ASSERT_EQ(r.exit_code, 0) << name << " " << label << ": " << r.out;
+    std::map<std::string, F32Tensor> got;
+    ASSERT_EQ(read_f32_tensors(out, &got), "") << label;
+    ASSERT_TRUE(got.count("out") && got.count("lse"))
+        << out << " lacks out or lse (" << label << ")";
+    const std::string why =
+        compare("out", expected["out"], got["out"], kOutAtol, kOutRtol, kOutCosMin) +
+        compare("lse", expected["lse"], got["lse"], kLseAtol, kLseRtol, -1.0);
+    EXPECT_EQ(why, "") << name << " " << label;
+    ++checked;
+  }
+  EXPECT_GE(checked, 3) << "cpu, ref and at least the scalar variant must run";
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, AttentionGolden, testing::ValuesIn(golden_cases()),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(AttentionGolden);
+
+// ---- malformed inputs ---------------------------------------------------------------------
+// A valid small problem (F32, d_qk 8, d_v 4, two pages of 4, 5 keys), then one defect per test.
+
+struct Problem {
+  std::vector<RawTensor> tensors;
+  std::map<std::string, std::string> metadata;
+
+  static Problem valid() {
+    Problem p;
+    std::vector<float> q(2 * 8), kv(2 * 4 * 8);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = float(int(i % 5) - 2) * 0.25f;
+    for (size_t i = 0; i < kv.size(); ++i) kv[i] = float(int(i % 7) - 3) * 0.125f;
+    p.tensors = {raw("q", "F32", {1, 1, 2, 8}, q), raw("kv_cache", "F32", {2, 4, 8}, kv),
+                 raw("block_table", "I32", {1, 2}, std::vector<int32_t>{1, 0}),
+                 raw("cache_seqlens", "I32", {1}, std::vector<int32_t>{5})};
+    p.metadata = {{"softmax_scale", "0.35"}, {"causal", "false"}, {"d_v", "4"}};
+    return p;
+  }
+  RawTensor& operator[](const std::string& name) {
+    for (RawTensor& t : tensors)
+      if (t.name == name) return t;
+    ADD_FAILURE() << "no tensor " << name;
+    return tensors.front();
+  }
+  void erase(const std::string& name) {
+    tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                                 [&](const RawTensor& t) { return t.name == name; }),
+                  tensors.end());
+  }
+};
+
+// `word` occurs in `text` not as part of a longer identifier (so "q" is not found in "d_qk").
+bool names_word(const std::string& text, const std::string& word) {
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+    const bool left = at == 0 || !ident(text[at - 1]);
+    const bool right = at + word.size() >= text.size() || !ident(text[at + word.size()]);
+    if (left && right) return true;
+  }
+  return false;
+}
+
+// Runs the problem (written to a file) and expects a clean failure whose message names the file,
+// `field`, and shows `detail` (the offending value, looked for outside the path, which may hold
+// digits) so that an unrelated error that merely mentions the field does not pass.
+void expect_rejected(const Problem& p, const std::string& field, const std::string& detail) {
+  ScratchDir dir;
+  const std::string in = dir.file("input.safetensors"), out = dir.file("out.safetensors");
+  write_safetensors(in, p.tensors, p.metadata);
+  const RunResult r = run_mla({"attention", "--in", in, "--out", out});
+  EXPECT_GT(r.exit_code, 0) << r.out;
+  EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.out;
+  EXPECT_NE(r.out.find(in), std::string::npos) << "message does not name the file: " << r.out;
+  EXPECT_TRUE(names_word(r.out, field)) << "message does not name " << field << ": " << r.out;
+  std::string rest = r.out;
+  for (size_t at; (at = rest.find(in)) != std::string::npos;) rest.erase(at, in.size());
+  EXPECT_NE(rest.find(detail), std::string::npos)
+      << "message does not show " << detail << ": " << r.out;
+  EXPECT_FALSE(fs::exists(out)) << "an output was written for a rejected input";
+}
+
+TEST_F(AttentionCli, ValidSmallProblemRuns) {
+  // The baseline of the error tests below: without its defect each input is accepted.
+  ScratchDir dir;
+  const std::string in = dir.file("input.safetensors"), out = dir.file("out.safetensors");
+  const Problem p = Problem::valid();
+  write_safetensors(in, p.tensors, p.metadata);
+  for (const char* backend : {"cpu", "ref"}) {
+    const RunResult r = run_mla({"attention", "--in", in, "--out", out, "--backend", backend});
+    ASSERT_EQ(r.exit_code, 0) << backend << ": " << r.out;
+    std::map<std::string, F32Tensor> got;
+    ASSERT_EQ(read_f32_tensors(out, &got), "");
+    ASSERT_TRUE(got.count("out") && got.count("lse"));
+    EXPECT_EQ(got["out"].shape, (std::vector<int64_t>{1, 1, 2, 4}));
+    EXPECT_EQ(got["lse"].shape, (std::vector<int64_t>{1, 2, 1}));
+  }
+}
+
+TEST_F(AttentionCli, MissingFileFails) {
+  const std::string in = "/nonexistent/mla_attention_input.safetensors";
+  const RunResult r =
+      run_mla({"attention", "--in", in, "--out", "/tmp/mla_attention_never_written.safetensors"});
+  EXPECT_GT(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128) << r.out;
+  EXPECT_NE(r.out.find(in), std::string::npos) << r.out;
+}
+
+TEST_F(AttentionCli, NotSafetensorsFails) {
+  ScratchDir dir;
+  const std::string in = dir.file("input.safetensors");
+  std::ofstream(in) << "this is a text file, not a safetensors file\n";
+  const RunResult r = run_mla({"attention", "--in", in, "--out", dir.file("out.safetensors")});
+  EXPECT_GT(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128) << r.out;
+  EXPECT_NE(r.out.find(in), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("header"), std::string::npos) << r.out;
+}
+
+TEST_F(AttentionCli, MissingQFails) {
+  Problem p = Problem::valid();
+  p.erase("q");
+  expect_rejected(p, "q", "missing");
+}
+
+TEST_F(AttentionCli, QOfRank3Fails) {
+  Problem p = Problem::valid();
+  p["q"].shape = {1, 2, 8};
+  expect_rejected(p, "q", "3");
+}
+
+TEST_F(AttentionCli, KvCacheDqkMismatchFails) {
+  Problem p = Problem::valid();
+  p["kv_cache"].shape = {2, 2, 16};  // same bytes, d_qk 16 against q's 8
+  expect_rejected(p, "kv_cache", "16");
+}
+
+TEST_F(AttentionCli, BlockTableI64Fails) {
+  Problem p = Problem::valid();
+  p["block_table"] = raw("block_table", "I64", {1, 2}, std::vector<int64_t>{1, 0});
+  expect_rejected(p, "block_table", "I64");
+}
+
+TEST_F(AttentionCli, CacheSeqlensLongerThanBatchFails) {
+  Problem p = Problem::valid();
+  p["cache_seqlens"] = raw("cache_seqlens", "I32", {3}, std::vector<int32_t>{5, 5, 5});
+  expect_rejected(p, "cache_seqlens", "3");
+}
+
+TEST_F(AttentionCli, UsedBlockTableEntryOutOfRangeFails) {
+  Problem p = Problem::valid();
+  p["block_table"] =
+      raw("block_table", "I32", {1, 2}, std::vector<int32_t>{1, 777});  // 2 pages exist
+  expect_rejected(p, "block_table", "777");
+}
+
+TEST_F(AttentionCli, NegativeCacheSeqlensFails) {
+  Problem p = Problem::valid();
+  p["cache_seqlens"] = raw("cache_seqlens", "I32", {1}, std::vector<int32_t>{-7});
+  expect_rejected(p, "cache_seqlens", "-7");
+}
+
+TEST_F(AttentionCli, CausalMaybeFails) {
+  Problem p = Problem::valid();
+  p.metadata["causal"] = "maybe";
+  expect_rejected(p, "causal", "maybe");
+}
+
+TEST_F(AttentionCli, SoftmaxScaleNotANumberFails) {
+  Problem p = Problem::valid();
+  p.metadata["softmax_scale"] = "abc";
+  expect_rejected(p, "softmax_scale", "abc");
+}
+
+TEST_F(AttentionCli, UnknownVariantFails) {
+  // The input is fine; the message must name the flag's value (the file is not at fault).
+  ScratchDir dir;
+  const std::string in = dir.file("input.safetensors"), out = dir.file("out.safetensors");
+  const Problem p = Problem::valid();
+  write_safetensors(in, p.tensors, p.metadata);
+  const RunResult r =
+      run_mla({"attention", "--in", in, "--out", out, "--variant", "mla_decode.cpu.nope.bf16"});
+  EXPECT_GT(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128) << r.out;
+  EXPECT_NE(r.out.find("mla_decode.cpu.nope.bf16"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(AttentionCli, GpuBackendFails) {
+  ScratchDir dir;
+  const std::string in = dir.file("input.safetensors"), out = dir.file("out.safetensors");
+  const Problem p = Problem::valid();
+  write_safetensors(in, p.tensors, p.metadata);
+  const RunResult r = run_mla({"attention", "--in", in, "--out", out, "--backend", "gpu"});
+  EXPECT_GT(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128) << r.out;
+  EXPECT_NE(r.out.find("--backend"), std::string::npos) << r.out;
+  EXPECT_TRUE(names_word(r.out, "gpu")) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
