@@ -71,4 +71,6 @@ void register_attention(CLI::App& app, int* exit_code) {
   cmd->callback([o, exit_code] { *exit_code = run_attention(*o); });
 }
 
+MLA_REGISTER_COMMAND("attention", register_attention);
+
 }  // namespace mla::cli

@@ -213,4 +213,6 @@ void register_memory(CLI::App& app, int* exit_code) {
   cmd->callback([opts, exit_code] { *exit_code = run_memory(*opts); });
 }
 
+MLA_REGISTER_COMMAND("memory", register_memory);
+
 }  // namespace mla::cli

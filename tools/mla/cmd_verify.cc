@@ -123,4 +123,6 @@ void register_verify(CLI::App& app, int* exit_code) {
   cmd->callback([o, exit_code] { *exit_code = run_verify(*o); });
 }
 
+MLA_REGISTER_COMMAND("verify", register_verify);
+
 }  // namespace mla::cli
