@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/check.h"
 #include "mla/status.h"
 
 namespace mla {
@@ -21,15 +22,17 @@ class AlignedBuffer {
 
  public:
   AlignedBuffer() = default;
-  // Aborts on allocation failure; for sizes that come from outside use allocate().
+  // Aborts on allocation failure (a bug: scratch sizes are bounded); for sizes that come from
+  // outside use allocate().
   explicit AlignedBuffer(size_t n) {
-    if (!reset(n)) throw std::bad_alloc();
+    MLA_CHECK(reset(n), "cannot allocate {} elements of {} bytes", n, sizeof(T));
   }
   static Result<AlignedBuffer> allocate(size_t n, const std::string& what) {
     AlignedBuffer b;
+    // Elements and element size, not their product: the product may be what overflowed.
     if (!b.reset(n))
-      return out_of_memory("cannot allocate " + std::to_string(n * sizeof(T)) + " bytes for " +
-                           what);
+      return out_of_memory("cannot allocate " + std::to_string(n) + " elements of " +
+                           std::to_string(sizeof(T)) + " bytes for " + what);
     return b;
   }
   AlignedBuffer(AlignedBuffer&& o) noexcept

@@ -16,8 +16,10 @@ namespace mla::detail {
   } while (0)
 
 #if defined(NDEBUG) && !defined(MLA_SANITIZE_BUILD)
+// Unevaluated, so variables used only in checks do not warn as unused.
 #define MLA_DCHECK(cond, ...) \
   do {                        \
+    (void)sizeof(!(cond));    \
   } while (0)
 #else
 #define MLA_DCHECK(cond, ...) MLA_CHECK(cond, __VA_ARGS__)

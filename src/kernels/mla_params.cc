@@ -3,12 +3,24 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace mla {
 
 namespace {
 
 bool is_float_storage(DType t) {
   return t == DType::kBF16 || t == DType::kF32;
+}
+bool is_cache_storage(DType t) {
+  return t == DType::kF32 || kv_cache_dtype_of(t).has_value();
+}
+
+Status check_global_scale(DType kv_dtype, float g, const char* op) {
+  if (kv_dtype == DType::kE2M1 && !(g > 0.0f && std::isfinite(g)))
+    return invalid_argument(
+        fmt::format("{}: nvfp4 kv_global_scale {} must be positive and finite", op, g));
+  return {};
 }
 
 // Checks the block-table entries a sequence of s_kv tokens uses (and only those).
@@ -43,9 +55,11 @@ Status validate(const MlaDecodeParams& p) {
   if (!is_float_storage(p.q_dtype) && p.q_dtype != DType::kF64)
     return invalid_argument(
         fmt::format("mla_decode: q dtype {} (need BF16 or F32)", dtype_name(p.q_dtype)));
-  if (!is_float_storage(p.kv_dtype))
+  if (!is_cache_storage(p.kv_dtype))
     return invalid_argument(
-        fmt::format("mla_decode: kv_cache dtype {} (need BF16 or F32)", dtype_name(p.kv_dtype)));
+        fmt::format("mla_decode: kv_cache dtype {} (need BF16, F32, F8_E4M3, I8 or F4 records)",
+                    dtype_name(p.kv_dtype)));
+  MLA_RETURN_IF_ERROR(check_global_scale(p.kv_dtype, p.kv_global_scale, "mla_decode"));
   if (p.b > 0 && (!p.q || !p.block_table || !p.cache_seqlens || !p.out || !p.lse))
     return invalid_argument("mla_decode: q, block_table, cache_seqlens, out and lse are required");
   if (p.num_blocks < 0 || p.max_blocks_per_seq < 0)
@@ -74,9 +88,11 @@ Status validate(const MlaPrefillParams& p) {
                     p.s_q, p.h_q, p.d_n, p.d_r, p.d_v, p.r));
   if (p.page_size < 1)
     return invalid_argument(fmt::format("mla_prefill: page_size {} < 1", p.page_size));
-  if (!is_float_storage(p.kv_dtype))
+  if (!is_cache_storage(p.kv_dtype))
     return invalid_argument(
-        fmt::format("mla_prefill: kv_cache dtype {} (need BF16 or F32)", dtype_name(p.kv_dtype)));
+        fmt::format("mla_prefill: kv_cache dtype {} (need BF16, F32, F8_E4M3, I8 or F4 records)",
+                    dtype_name(p.kv_dtype)));
+  MLA_RETURN_IF_ERROR(check_global_scale(p.kv_dtype, p.kv_global_scale, "mla_prefill"));
   if (!p.q || !p.w_uk || !p.w_uv || !p.out || !p.lse)
     return invalid_argument("mla_prefill: q, w_uk, w_uv, out and lse are required");
   if (p.s_kv < 0) return invalid_argument(fmt::format("mla_prefill: s_kv = {} < 0", p.s_kv));

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/kv_format.h"
 #include "mla/status.h"
 
 namespace mla {
@@ -23,10 +24,13 @@ struct MlaDecodeParams {
   int num_blocks = 0;          // pages in kv_cache
   int max_blocks_per_seq = 0;  // columns of block_table
 
-  DType q_dtype = DType::kBF16;            // kBF16 or kF32
-  const void* q = nullptr;                 // [b, s_q, h_q, d_qk]
-  DType kv_dtype = DType::kBF16;           // kBF16 or kF32
-  const void* kv_cache = nullptr;          // [num_blocks, page_size, d_qk]
+  DType q_dtype = DType::kBF16;  // kBF16 or kF32
+  const void* q = nullptr;       // [b, s_q, h_q, d_qk]
+  // The latent's storage: kBF16 / kF32 rows of d_qk values, or the records of core/kv_format.h
+  // (kF8E4M3, kI8, kE2M1 = nvfp4) with r = d_v and d_r = d_qk - d_v, dequantised in the kernel.
+  DType kv_dtype = DType::kBF16;
+  float kv_global_scale = 1.0f;            // nvfp4 only: the layer's global scale
+  const void* kv_cache = nullptr;          // [num_blocks, page_size, row bytes (kv_row_bytes)]
   const int32_t* block_table = nullptr;    // [b, max_blocks_per_seq]; entries past a sequence's
                                            // pages are never read
   const int32_t* cache_seqlens = nullptr;  // [b] keys per sequence (s_kv)
@@ -56,8 +60,9 @@ struct MlaPrefillParams {
   int num_blocks = 0;
 
   const float* q = nullptr;              // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
-  DType kv_dtype = DType::kBF16;         // kBF16 or kF32
-  const void* kv_cache = nullptr;        // [num_blocks, page_size, r + d_r]
+  DType kv_dtype = DType::kBF16;         // as in MlaDecodeParams
+  float kv_global_scale = 1.0f;          // nvfp4 only
+  const void* kv_cache = nullptr;        // [num_blocks, page_size, row bytes (kv_row_bytes)]
   const int32_t* block_table = nullptr;  // [ceil(s_kv / page_size)]
   const float* w_uk = nullptr;           // [h_q, d_n, r]  (kv_b_proj rows of each head's k_nope)
   const float* w_uv = nullptr;           // [h_q, d_v, r]  (kv_b_proj rows of each head's v)
@@ -71,6 +76,13 @@ struct MlaPrefillParams {
 };
 
 Status validate(const MlaDecodeParams& p);
+// Bytes of one cache row of p (plain or quantised record).
+inline int64_t kv_row_bytes(const MlaDecodeParams& p) {
+  return kv_row_bytes(p.kv_dtype, p.d_v, p.d_qk - p.d_v);
+}
+inline int64_t kv_row_bytes(const MlaPrefillParams& p) {
+  return kv_row_bytes(p.kv_dtype, p.r, p.d_r);
+}
 Status validate(const MlaPrefillParams& p);
 
 // Number of keys query row s (0-based, of s_q) may see; may be <= 0.

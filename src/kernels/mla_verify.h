@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/kv_format.h"
 #include "core/thread_pool.h"
 #include "kernels/compare.h"
 #include "mla/status.h"
@@ -21,6 +23,8 @@ struct VerifyConfig {
   int queries = 1;  // s_q, causal over the last queries tokens
   int page_size = 64;
   DType dtype = DType::kBF16;  // storage of the inputs: BF16 or F32
+  // Cache format (core/kv_format.h); unset: rows stored in `dtype`.
+  std::optional<KvCacheDtype> kv_dtype;
   uint64_t seed = 42;
   double softmax_scale = 0.0;  // 0: d_qk^-0.5 · m² with DeepSeek-V3's YaRN (factor 40, mscale 1)
 };
@@ -36,6 +40,7 @@ struct VerifyPair {
   // kernel's error; like a quantised cache (spec/mla.md §5) the kernel itself is judged against
   // the reference run on what it consumes.
   bool gating = true;
+  std::string note;  // what a non-gating row measures
 };
 
 struct VerifyReport {

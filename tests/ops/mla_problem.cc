@@ -16,12 +16,36 @@ std::vector<int32_t> make_seqlens(Rng& rng, int b, int s_kv, bool varlen) {
   return s;
 }
 
+namespace {
+
+// Writes one row of values in the cache's storage.
+void store_row(const PagedCache& c, const float* row, uint8_t* dst) {
+  const int n = c.latent_dim + c.rope_dim;
+  if (c.dtype == DType::kF32) {
+    std::memcpy(dst, row, size_t(n) * 4);
+  } else if (c.dtype == DType::kBF16) {
+    for (int i = 0; i < n; ++i) {
+      const uint16_t h = f32_to_bf16(row[i]);
+      std::memcpy(dst + 2 * i, &h, 2);
+    }
+  } else {
+    quantize_kv_row(*kv_cache_dtype_of(c.dtype), c.latent_dim, c.rope_dim, row, c.global_scale,
+                    dst);
+  }
+}
+
+}  // namespace
+
 PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& seqlens,
-                            int page_size, int d_qk, double sd, int extra_blocks) {
+                            int page_size, int latent_dim, int rope_dim, double sd,
+                            float global_scale, int extra_blocks) {
   PagedCache c;
   c.page_size = page_size;
-  c.d_qk = d_qk;
+  c.latent_dim = latent_dim;
+  c.rope_dim = rope_dim;
   c.dtype = dtype;
+  c.global_scale = global_scale;
+  c.row_bytes = kv_row_bytes(dtype, latent_dim, rope_dim);
   c.seqlens = seqlens;
   const int b = int(seqlens.size());
   int used = 0;
@@ -32,18 +56,9 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
   }
   c.max_blocks += 1;  // at least one unused column per row
   c.num_blocks = used + extra_blocks;
-  const int eb = dtype == DType::kF32 ? 4 : 2;
-  c.data.resize(size_t(c.num_blocks) * page_size * d_qk * eb);
-  // NaN everywhere first: any read of an unused slot poisons the result.
-  for (size_t i = 0; i < c.data.size() / eb; ++i) {
-    if (eb == 4) {
-      const float nan = std::numeric_limits<float>::quiet_NaN();
-      std::memcpy(&c.data[i * 4], &nan, 4);
-    } else {
-      const uint16_t nan = 0x7fc0;
-      std::memcpy(&c.data[i * 2], &nan, 2);
-    }
-  }
+  // 0xFF everywhere first: a NaN in BF16, F32, FP8 and FP32 scales, so any read of an unused
+  // slot poisons the result.
+  c.data.assign(size_t(c.num_blocks) * page_size * c.row_bytes, 0xff);
   std::vector<int32_t> perm(c.num_blocks);
   for (int i = 0; i < c.num_blocks; ++i) perm[i] = i;
   for (int i = c.num_blocks - 1; i > 0; --i) std::swap(perm[i], perm[rng.below(uint64_t(i) + 1)]);
@@ -52,6 +67,7 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
                              std::numeric_limits<int32_t>::min()};
   c.block_table.resize(size_t(b) * c.max_blocks);
   for (auto& e : c.block_table) e = garbage[rng.below(5)];
+  std::vector<float> row(latent_dim + rope_dim);
   int next = 0;
   for (int s = 0; s < b; ++s) {
     const int pages = (seqlens[s] + page_size - 1) / page_size;
@@ -60,32 +76,11 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
       const int64_t slot =
           int64_t(c.block_table[size_t(s) * c.max_blocks + t / page_size]) * page_size +
           t % page_size;
-      for (int ch = 0; ch < d_qk; ++ch) {
-        const float v = float(rng.normal() * sd);
-        if (eb == 4)
-          std::memcpy(&c.data[(slot * d_qk + ch) * 4], &v, 4);
-        else {
-          const uint16_t h = f32_to_bf16(v);
-          std::memcpy(&c.data[(slot * d_qk + ch) * 2], &h, 2);
-        }
-      }
+      for (auto& v : row) v = float(rng.normal() * sd);
+      store_row(c, row.data(), &c.data[size_t(slot * c.row_bytes)]);
     }
   }
   return c;
-}
-
-float cache_value(const PagedCache& c, int b, int t, int ch) {
-  const int64_t slot =
-      int64_t(c.block_table[size_t(b) * c.max_blocks + t / c.page_size]) * c.page_size +
-      t % c.page_size;
-  if (c.dtype == DType::kF32) {
-    float v;
-    std::memcpy(&v, &c.data[(slot * c.d_qk + ch) * 4], 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, &c.data[(slot * c.d_qk + ch) * 2], 2);
-  return bf16_to_f32(h);
 }
 
 }  // namespace mla::ops

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 
+#include "core/kv_format.h"
 #include "io/safetensors.h"
 
 namespace mla::cli {
@@ -66,16 +68,31 @@ Result<DecodeInputs> read_decode_inputs(const std::string& path) {
                        need(f, "kv_cache", 3, "[num_blocks, page_size, d_qk]"));
   MLA_ASSIGN_OR_RETURN(const TensorInfo* bt, need(f, "block_table", 2, "[b, max_blocks]"));
   MLA_ASSIGN_OR_RETURN(const TensorInfo* sl, need(f, "cache_seqlens", 1, "[b]"));
-  for (const TensorInfo* t : {q, kv})
-    if (t->dtype != DType::kBF16 && t->dtype != DType::kF32)
-      return invalid_argument(fmt::format("{}: tensor \"{}\" dtype {} (need BF16 or F32)", path,
-                                          t->name, dtype_name(t->dtype)));
+  if (q->dtype != DType::kBF16 && q->dtype != DType::kF32)
+    return invalid_argument(
+        fmt::format("{}: tensor \"q\" dtype {} (need BF16 or F32)", path, dtype_name(q->dtype)));
+  // A quantised cache is U8 records named by metadata kv_dtype; a plain one is BF16 or F32 rows.
+  std::optional<KvCacheDtype> kv_format;
+  if (auto it = f.metadata().find("kv_dtype");
+      it != f.metadata().end() && it->second != "bf16" && it->second != "f32") {
+    auto k = parse_kv_cache_dtype(it->second);
+    if (!k.ok())
+      return invalid_argument(fmt::format("{}: metadata kv_dtype: {}", path, k.status().message()));
+    kv_format = *k;
+    if (kv->dtype != DType::kU8)
+      return invalid_argument(
+          fmt::format("{}: tensor \"kv_cache\" dtype {} but kv_dtype {} records are U8", path,
+                      dtype_name(kv->dtype), it->second));
+  } else if (kv->dtype != DType::kBF16 && kv->dtype != DType::kF32) {
+    return invalid_argument(fmt::format(
+        "{}: tensor \"kv_cache\" dtype {} (need BF16 or F32, or U8 with metadata kv_dtype)", path,
+        dtype_name(kv->dtype)));
+  }
   for (const TensorInfo* t : {bt, sl})
     if (t->dtype != DType::kI32)
       return invalid_argument(fmt::format("{}: tensor \"{}\" dtype {} (need I32)", path, t->name,
                                           dtype_name(t->dtype)));
   const int64_t b = q->shape[0], d_qk = q->shape[3];
-  MLA_RETURN_IF_ERROR(check_dim(f, *kv, 2, d_qk, "q's d_qk (shape[3])"));
   MLA_RETURN_IF_ERROR(check_dim(f, *bt, 0, b, "q's batch (shape[0])"));
   MLA_RETURN_IF_ERROR(check_dim(f, *sl, 0, b, "q's batch (shape[0])"));
 
@@ -89,6 +106,18 @@ Result<DecodeInputs> read_decode_inputs(const std::string& path) {
   if (d_v != std::floor(d_v) || d_v < 1 || d_v > double(d_qk))
     return invalid_argument(
         fmt::format("{}: metadata d_v = {} must be an integer in [1, d_qk = {}]", path, d_v, d_qk));
+  if (kv_format) {
+    const int64_t rec = kv_bytes_per_token(*kv_format, int(d_v), int(d_qk - d_v));
+    if (kv->shape[2] != rec)
+      return invalid_argument(
+          fmt::format("{}: tensor \"kv_cache\" shape[2] = {} but a {} record of r = d_v = {}, d_r "
+                      "= {} is {} bytes",
+                      path, kv->shape[2], kv_cache_dtype_name(*kv_format), d_v, d_qk - d_v, rec));
+  } else {
+    MLA_RETURN_IF_ERROR(check_dim(f, *kv, 2, d_qk, "q's d_qk (shape[3])"));
+  }
+  MLA_ASSIGN_OR_RETURN(double global_scale,
+                       meta_number(f, "kv_global_scale", kNvfp4DefaultGlobalScale));
   bool causal = false;
   if (auto it = f.metadata().find("causal"); it != f.metadata().end()) {
     const std::string& v = it->second;
@@ -117,7 +146,8 @@ Result<DecodeInputs> read_decode_inputs(const std::string& path) {
   p.max_blocks_per_seq = int(bt->shape[1]);
   p.q_dtype = q->dtype;
   p.q = in.q.data();
-  p.kv_dtype = kv->dtype;
+  p.kv_dtype = kv_format ? kv_cache_latent_dtype(*kv_format) : kv->dtype;
+  p.kv_global_scale = float(global_scale);
   p.kv_cache = in.kv_cache.data();
   p.block_table = in.block_table.data();
   p.cache_seqlens = in.cache_seqlens.data();

@@ -22,7 +22,10 @@ struct DecodeInputs {
 
 // Tensors q [b, s_q, h_q, d_qk], kv_cache [num_blocks, page_size, d_qk] (BF16 or F32),
 // block_table I32 [b, max_blocks], cache_seqlens I32 [b]; metadata softmax_scale (default
-// d_qk^-0.5), causal ("true"/"false"/"1"/"0", default false), d_v (default 512, FlashMLA's).
+// d_qk^-0.5), causal ("true"/"false"/"1"/"0", default false), d_v (default 512, FlashMLA's),
+// kv_dtype ("bf16" default; "fp8_e4m3", "int8", "nvfp4": kv_cache is then U8
+// [num_blocks, page_size, record bytes] in the layout of core/kv_format.h) and kv_global_scale
+// (nvfp4; default kNvfp4DefaultGlobalScale).
 Result<DecodeInputs> read_decode_inputs(const std::string& path);
 
 // Writes out F32 [b, s_q, h_q, d_v] and lse F32 [b, h_q, s_q].

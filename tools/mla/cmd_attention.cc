@@ -58,7 +58,9 @@ void register_attention(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("attention",
                                      "Run mla_decode on q, kv_cache, block_table, cache_seqlens "
                                      "from a safetensors file; write out and lse");
-  cmd->add_option("--in", o->in, "Input safetensors (metadata: softmax_scale, causal, d_v)")
+  cmd->add_option(
+         "--in", o->in,
+         "Input safetensors (metadata: softmax_scale, causal, d_v, kv_dtype, kv_global_scale)")
       ->required();
   cmd->add_option("--out", o->out,
                   "Output safetensors: out F32 [b, s_q, h_q, d_v], lse F32 [b, h_q, s_q]")

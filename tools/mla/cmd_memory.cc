@@ -29,6 +29,7 @@ struct MemoryOptions {
   int64_t layers = 0;  // 0: the model's num_hidden_layers
   int64_t page_size = 64;
   bool json = false;
+  std::string kv_dtype;  // the engine's cache format, reported on its own as well
 };
 
 // 1234567 → "1,234,567".
@@ -103,7 +104,15 @@ void print_table(const std::string& source, const ModelConfig& m, const KvMemory
       "`page bytes` per entry.\n");
 }
 
-void print_json(const std::string& source, const ModelConfig& m, const KvMemoryEstimate& est) {
+// The estimate of the MLA layout in `kv_dtype` ("mla_<name>").
+const KvLayoutEstimate* selected_layout(const KvMemoryEstimate& est, const std::string& kv_dtype) {
+  for (const KvLayoutEstimate& e : est.layouts)
+    if (e.name == "mla_" + kv_dtype) return &e;
+  return nullptr;
+}
+
+void print_json(const std::string& source, const ModelConfig& m, const KvMemoryEstimate& est,
+                const std::string& kv_dtype) {
   const KvMemoryQuery& q = est.query;
   nlohmann::ordered_json layouts = nlohmann::ordered_json::array();
   for (const KvLayoutEstimate& e : est.layouts)
@@ -132,7 +141,14 @@ void print_json(const std::string& source, const ModelConfig& m, const KvMemoryE
                                       {"page_size", q.page_size},
                                       {"token_slots", est.token_slots},
                                       {"layouts", std::move(layouts)}};
-  fmt::print("{}\n", out.dump(2));
+  nlohmann::ordered_json doc = out;
+  if (const KvLayoutEstimate* e = selected_layout(est, kv_dtype)) {
+    doc["kv_dtype"] = kv_dtype;
+    doc["bytes_per_token_layer"] = e->bytes_per_token_layer;
+    doc["bytes_per_sequence"] = e->bytes_per_sequence;
+    doc["total_bytes"] = e->total_bytes;
+  }
+  fmt::print("{}\n", doc.dump(2));
 }
 
 int run_memory(const MemoryOptions& o) {
@@ -160,9 +176,13 @@ int run_memory(const MemoryOptions& o) {
 
   const std::string source = o.model.empty() ? "preset " + preset : o.model;
   if (o.json) {
-    print_json(source, m, *est);
+    print_json(source, m, *est, o.kv_dtype);
   } else {
     print_table(source, m, *est);
+    if (const KvLayoutEstimate* e = selected_layout(*est, o.kv_dtype))
+      fmt::print("\nkv_dtype {}: {} bytes per token and layer, {} per sequence, {} in all.\n",
+                 o.kv_dtype, grouped(e->bytes_per_token_layer), binary_units(e->bytes_per_sequence),
+                 binary_units(e->total_bytes));
   }
   std::fflush(stdout);
   return 0;
@@ -209,6 +229,12 @@ void register_memory(CLI::App& app, int* exit_code) {
       ->check(positive_int(kMaxKvMemoryDim));
   cmd->add_option("--page-size", opts->page_size, "Tokens per cache page (default 64)")
       ->check(positive_int(kMaxKvMemoryDim));
+  std::vector<std::string> formats;
+  for (KvCacheDtype d : kAllKvCacheDtypes) formats.emplace_back(kv_cache_dtype_name(d));
+  cmd->add_option(
+         "--kv-dtype", opts->kv_dtype,
+         "Cache format to report on its own (all are in the table): bf16, fp8_e4m3, int8, nvfp4")
+      ->check(CLI::IsMember(formats));
   cmd->add_flag("--json", opts->json, "Print one JSON object instead of the table");
   cmd->callback([opts, exit_code] { *exit_code = run_memory(*opts); });
 }

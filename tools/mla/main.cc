@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Print help for every subcommand");
   int exit_code = 0;
   auto& table = mla::cli::command_table();
-  std::sort(table.begin(), table.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::sort(table.begin(), table.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& c : table) c.fn(app, &exit_code);
   try {
     app.parse(argc, argv);

@@ -59,7 +59,8 @@ struct DecodeTileBf16Dot {
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
     for (int j = 0; j < kTile; ++j) {
       const uint16_t* row =
-          j < n ? reinterpret_cast<const uint16_t*>(cache_row(p, b, t0 + j, 2)) : nullptr;
+          j < n ? reinterpret_cast<const uint16_t*>(cache_row(p, b, t0 + j, 2 * int64_t(d_qk)))
+                : nullptr;
       for (int c2 = 0; c2 < d_qk2; ++c2) {
         uint32_t w = 0;
         if (row) w = pack(row[2 * c2], 2 * c2 + 1 < d_qk ? row[2 * c2 + 1] : 0);
@@ -67,7 +68,8 @@ struct DecodeTileBf16Dot {
       }
     }
     for (int j = 0; j < n; ++j)
-      load_f32(DType::kBF16, cache_row(p, b, t0 + j, 2), d_v, kr.data() + int64_t(j) * kr_stride);
+      load_f32(DType::kBF16, cache_row(p, b, t0 + j, 2 * int64_t(d_qk)), d_v,
+               kr.data() + int64_t(j) * kr_stride);
   }
 
   void scores(int R, float* S) {

@@ -1,7 +1,7 @@
 // Tile policy of the FP32-intermediate absorbed decode: the query and each key tile are widened
 // to FP32 once per work item / tile and shared by every row (head × query) of the block.
 //   q:  [R][d_qk]              widened query rows
-//   kr: [kTile][kr_stride]     widened cache rows; its first d_v columns are V (row-major)
+//   kr: [kTile][kr_stride]     widened (dequantised) cache rows; the first d_v columns are V
 //   kt: [d_qk][kTile]          the same tile transposed, for the score product
 // Include inside the ISA's target region. Internal linkage.
 #pragma once
@@ -39,9 +39,11 @@ struct DecodeTileF32 {
   }
 
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
-    const int eb = p.kv_dtype == DType::kF32 ? 4 : 2;
-    for (int j = 0; j < n; ++j)
-      load_f32(p.kv_dtype, cache_row(p, b, t0 + j, eb), d_qk, kr.data() + int64_t(j) * kr_stride);
+    const CacheRowFormat f(p.kv_dtype, d_v, d_qk - d_v, p.kv_global_scale);
+    for (int j = 0; j < n; ++j) {
+      float* dst = kr.data() + int64_t(j) * kr_stride;
+      load_cache_row(f, cache_row(p, b, t0 + j, f.row_bytes), dst, dst + d_v);
+    }
     for (int c = 0; c < d_qk; ++c) {
       float* dst = kt.data() + int64_t(c) * kTile;
       for (int j = 0; j < n; ++j) dst[j] = kr[int64_t(j) * kr_stride + c];

@@ -16,6 +16,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/dtype.h"
+#include "core/kv_format.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/mla_decode_cpu.h"
 #include "kernels/mla_params.h"

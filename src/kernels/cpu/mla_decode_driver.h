@@ -29,10 +29,10 @@ constexpr int kDecodeRowBlock =
     64;  // heads × queries per work item: O block 64 × 512 fp32 = 128 KiB
 
 // Address of key t of sequence b in the paged cache, as bytes.
-inline const uint8_t* cache_row(const MlaDecodeParams& p, int b, int t, int elem_bytes) {
+inline const uint8_t* cache_row(const MlaDecodeParams& p, int b, int t, int64_t row_bytes) {
   const int32_t page = p.block_table[int64_t(b) * p.max_blocks_per_seq + t / p.page_size];
   const int64_t slot = int64_t(page) * p.page_size + t % p.page_size;
-  return static_cast<const uint8_t*>(p.kv_cache) + slot * p.d_qk * elem_bytes;
+  return static_cast<const uint8_t*>(p.kv_cache) + slot * row_bytes;
 }
 
 // Per-thread buffers of one work item (sized by the row block, not by the context).

@@ -29,7 +29,7 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
   const int dv_pad = round_up(p.d_v, 4 * V::kWidth);
   const int row_blocks = (p.s_q + kPrefillRowBlock - 1) / kPrefillRowBlock;
   const int64_t ld_k = int64_t(H) * p.d_n, ld_v = int64_t(H) * p.d_v;
-  const int eb = p.kv_dtype == DType::kF32 ? 4 : 2;
+  const CacheRowFormat fmt(p.kv_dtype, r, p.d_r, p.kv_global_scale);
 
   // c [chunk][r], kpe [chunk][d_r], knope [chunk][H·d_n], v [chunk][H·d_v] (+ dv_pad so the last
   // head's padded V loads stay inside the buffer).
@@ -49,9 +49,9 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
     for (int j = 0; j < n_c; ++j) {
       const int t = c0 + j;
       const int64_t slot = int64_t(p.block_table[t / p.page_size]) * p.page_size + t % p.page_size;
-      const uint8_t* row = static_cast<const uint8_t*>(p.kv_cache) + slot * (r + p.d_r) * eb;
-      load_f32(p.kv_dtype, row, r, c.data() + int64_t(j) * r);
-      load_f32(p.kv_dtype, row + int64_t(r) * eb, p.d_r, kpe.data() + int64_t(j) * p.d_r);
+      // Only the gathered rows are dequantised.
+      const uint8_t* row = static_cast<const uint8_t*>(p.kv_cache) + slot * fmt.row_bytes;
+      load_cache_row(fmt, row, c.data() + int64_t(j) * r, kpe.data() + int64_t(j) * p.d_r);
     }
     // knope = c · W_UKᵀ, v = c · W_UVᵀ with W_UK viewed as [H·d_n, r] and W_UV as [H·d_v, r].
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_c, int(ld_k), r, 1.0f, c.data(), r,

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/kv_format.h"
 #include "kernels/ref/mla_ref.h"
 
 namespace mla::ref {
@@ -25,17 +26,33 @@ bool is_bf16_or_f32(DType t) {
   return t == DType::kBF16 || t == DType::kF32;
 }
 
+// One cache row [r latent | d_r rope] in FP64: plain rows widened, quantised records through
+// core/kv_format's reference dequantisation (so the oracle sees the cache's stored values).
+void read_row(const MlaDecodeParams& p, const uint8_t* rec, double* row) {
+  const int r = p.d_v, d_r = p.d_qk - p.d_v;
+  if (is_bf16_or_f32(p.kv_dtype)) {
+    for (int c = 0; c < p.d_qk; ++c) row[c] = load(p.kv_dtype, rec, c);
+    return;
+  }
+  std::vector<float> tmp(p.d_qk);
+  dequantize_kv_row(*kv_cache_dtype_of(p.kv_dtype), r, d_r, rec, p.kv_global_scale, tmp.data());
+  for (int c = 0; c < p.d_qk; ++c) row[c] = tmp[c];
+}
+
 }  // namespace
 
 void mla_decode(const MlaDecodeParams& p) {
-  MLA_CHECK((is_bf16_or_f32(p.q_dtype) || p.q_dtype == DType::kF64) && is_bf16_or_f32(p.kv_dtype),
-            "mla_decode ref reads bf16, f32 (or f64) q and bf16 or f32 kv_cache, got {} and {}",
-            dtype_name(p.q_dtype), dtype_name(p.kv_dtype));
+  MLA_CHECK(
+      (is_bf16_or_f32(p.q_dtype) || p.q_dtype == DType::kF64) &&
+          (is_bf16_or_f32(p.kv_dtype) || kv_cache_dtype_of(p.kv_dtype).has_value()),
+      "mla_decode ref reads bf16, f32 (or f64) q and a bf16, f32 or quantised cache, got {} and {}",
+      dtype_name(p.q_dtype), dtype_name(p.kv_dtype));
+  const int64_t row_bytes = kv_row_bytes(p);
   const double scale = p.softmax_scale;
   const double kInf = std::numeric_limits<double>::infinity();
   std::vector<double> q(p.d_qk);   // [d_qk] one query head, widened
   std::vector<double> score;       // [n] scaled logits of the visible keys
-  std::vector<int64_t> row;        // [n] element offset of each visible key's cache row
+  std::vector<double> rows;        // [n, d_qk] the visible keys' cache rows, widened
   std::vector<double> acc(p.d_v);  // [d_v]
 
   for (int b = 0; b < p.b; ++b) {
@@ -45,13 +62,15 @@ void mla_decode(const MlaDecodeParams& p) {
       // Keys 0 .. n-1 are visible; n <= 0 means an empty row. Only these rows are ever read, so
       // poisoned slots past cache_seqlens and unused table entries never reach the arithmetic.
       const int n = std::max(visible_keys(s_kv, p.s_q, s, p.causal), 0);
-      row.resize(n);
+      rows.resize(size_t(n) * p.d_qk);
       for (int t = 0; t < n; ++t) {
         const int32_t block = table[t / p.page_size];
         MLA_CHECK(block >= 0 && block < p.num_blocks,
                   "block_table[{}][{}] = {} outside [0, {}) for key {} of {}", b, t / p.page_size,
                   block, p.num_blocks, t, s_kv);
-        row[t] = (int64_t(block) * p.page_size + t % p.page_size) * p.d_qk;
+        const int64_t slot = int64_t(block) * p.page_size + t % p.page_size;
+        read_row(p, static_cast<const uint8_t*>(p.kv_cache) + slot * row_bytes,
+                 &rows[size_t(t) * p.d_qk]);
       }
 
       for (int h = 0; h < p.h_q; ++h) {
@@ -62,7 +81,7 @@ void mla_decode(const MlaDecodeParams& p) {
         double max_score = -kInf;
         for (int t = 0; t < n; ++t) {
           double dot = 0.0;
-          for (int c = 0; c < p.d_qk; ++c) dot += q[c] * load(p.kv_dtype, p.kv_cache, row[t] + c);
+          for (int c = 0; c < p.d_qk; ++c) dot += q[c] * rows[size_t(t) * p.d_qk + c];
           score[t] = scale * dot;
           max_score = std::max(max_score, score[t]);
         }
@@ -73,7 +92,7 @@ void mla_decode(const MlaDecodeParams& p) {
         acc.assign(p.d_v, 0.0);
         for (int t = 0; t < n; ++t) {
           const double prob = std::exp(score[t] - max_score) / denom;
-          for (int c = 0; c < p.d_v; ++c) acc[c] += prob * load(p.kv_dtype, p.kv_cache, row[t] + c);
+          for (int c = 0; c < p.d_v; ++c) acc[c] += prob * rows[size_t(t) * p.d_qk + c];
         }
 
         float* out = p.out + qh * p.d_v;                         // [d_v]

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/kv_format.h"
 #include "kernels/ref/mla_ref.h"
 
 namespace mla::ref {
@@ -22,8 +23,11 @@ double load(DType t, const void* base, int64_t i) {
 }  // namespace
 
 void mla_prefill(const MlaPrefillParams& p) {
-  MLA_CHECK(p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF32,
-            "mla_prefill ref reads a bf16 or f32 kv_cache, got {}", dtype_name(p.kv_dtype));
+  const bool plain = p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF32;
+  MLA_CHECK(plain || kv_cache_dtype_of(p.kv_dtype).has_value(),
+            "mla_prefill ref reads a bf16, f32 or quantised kv_cache, got {}",
+            dtype_name(p.kv_dtype));
+  const int64_t row_bytes = kv_row_bytes(p);
   const int d_qk = p.d_n + p.d_r;  // query row width
   const int d_row = p.r + p.d_r;   // cache row width: [c (r) | k_pe (d_r)]
   const double scale = p.softmax_scale;
@@ -36,9 +40,16 @@ void mla_prefill(const MlaPrefillParams& p) {
     const int32_t block = p.block_table[t / p.page_size];
     MLA_CHECK(block >= 0 && block < p.num_blocks, "block_table[{}] = {} outside [0, {}) for key {}",
               t / p.page_size, block, p.num_blocks, t);
-    const int64_t base = (int64_t(block) * p.page_size + t % p.page_size) * d_row;
-    for (int c = 0; c < d_row; ++c)
-      cache[int64_t(t) * d_row + c] = load(p.kv_dtype, p.kv_cache, base + c);
+    const int64_t slot = int64_t(block) * p.page_size + t % p.page_size;
+    const uint8_t* rec = static_cast<const uint8_t*>(p.kv_cache) + slot * row_bytes;
+    if (plain) {
+      for (int c = 0; c < d_row; ++c) cache[int64_t(t) * d_row + c] = load(p.kv_dtype, rec, c);
+    } else {  // the values the record stores (core/kv_format's reference dequantisation)
+      std::vector<float> tmp(d_row);
+      dequantize_kv_row(*kv_cache_dtype_of(p.kv_dtype), p.r, p.d_r, rec, p.kv_global_scale,
+                        tmp.data());
+      std::copy(tmp.begin(), tmp.end(), cache.begin() + int64_t(t) * d_row);
+    }
   }
 
   std::vector<double> k_nope(int64_t(p.s_kv) * p.d_n);  // [s_kv, d_n] of one head

@@ -37,7 +37,7 @@ void run_paths(const PathSpec& spec, const Options& opt, Tally& tally) {
   if (!matches(opt, op, cname, "")) return;
   const int d_n = 32, d_r = 16, d_v = 24, r = 64, s_kv = spec.prior + spec.s_q, H = spec.h_q;
   Rng rng(uint64_t(spec.s_q) * 31 + spec.prior);
-  const PagedCache cache = make_paged_cache(rng, DType::kBF16, {s_kv}, 16, r + d_r, 1.0);
+  const PagedCache cache = make_paged_cache(rng, DType::kBF16, {s_kv}, 16, r, d_r, 1.0);
   std::vector<float> q(size_t(spec.s_q) * H * (d_n + d_r));
   fill_normal(rng, DType::kF32, q.data(), int64_t(q.size()), 1.0);
   std::vector<uint16_t> kv_b(size_t(H) * (d_n + d_v) * r);

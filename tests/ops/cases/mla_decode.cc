@@ -44,8 +44,8 @@ void run_decode_case(const DecodeSpec& spec, const Options& opt, Tally& tally) {
   if (!wanted) return;
   Rng rng(spec.seed * 7919 + uint64_t(spec.work()));
   const auto seqlens = make_seqlens(rng, spec.b, spec.s_kv, spec.varlen);
-  const PagedCache cache =
-      make_paged_cache(rng, spec.kv_dtype, seqlens, spec.page_size, spec.d_qk, 1.0);
+  const PagedCache cache = make_paged_cache(rng, spec.kv_dtype, seqlens, spec.page_size, spec.d_v,
+                                            spec.d_qk - spec.d_v, 1.0);
   const int64_t nq = int64_t(spec.b) * spec.s_q * spec.h_q;
   std::vector<uint8_t> q(size_t(nq) * spec.d_qk * (spec.q_dtype == DType::kF32 ? 4 : 2));
   fill_normal(rng, spec.q_dtype, q.data(), nq * spec.d_qk, 1.0);
@@ -62,6 +62,7 @@ void run_decode_case(const DecodeSpec& spec, const Options& opt, Tally& tally) {
   p.q_dtype = spec.q_dtype;
   p.q = q.data();
   p.kv_dtype = spec.kv_dtype;
+  p.kv_global_scale = cache.global_scale;
   p.kv_cache = cache.data.data();
   p.block_table = cache.block_table.data();
   p.cache_seqlens = cache.seqlens.data();
@@ -160,6 +161,15 @@ void add_mla_decode_cases(std::vector<OpCase>& cases, const Options& opt) {
   add({2, 1, 0, 16, 64, false, false}, 576, 512, DType::kBF16, DType::kBF16);
   add({1, 1, 65, 1, 64, false, false}, 576, 512, DType::kBF16, DType::kF32);
   add({2, 5, 200, 6, 16, true, true}, 80, 64, DType::kBF16, DType::kBF16);
+  // Quantised caches (core/kv_format.h): the reference reads the same records, so the rule is
+  // as tight as for BF16; dims include a latent that is not a multiple of the scale blocks.
+  for (DType kt : {DType::kF8E4M3, DType::kI8, DType::kE2M1}) {
+    add({1, 1, 140, 16, 64, false, false}, 576, 512, DType::kBF16, kt);
+    add({3, 2, 140, 3, 16, true, true}, 576, 512, DType::kF32, kt);
+    add({2, 4, 20, 16, 16, false, true}, 576, 512, DType::kBF16, kt);
+    add({2, 1, 77, 5, 16, false, false}, 200, 136, DType::kF32, kt);
+    if (!opt.quick) add({1, 1, 4096, 128, 64, false, false}, 576, 512, DType::kBF16, kt);
+  }
   for (const auto& s : specs)
     cases.push_back(
         {"mla_decode", s.name(), [s](const Options& o, Tally& t) { run_decode_case(s, o, t); }});

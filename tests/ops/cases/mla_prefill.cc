@@ -40,7 +40,7 @@ void run_prefill_case(const PrefillSpec& spec, const Options& opt, Tally& tally)
   Rng rng(uint64_t(spec.s_q) * 131 + spec.prior * 7 + spec.h_q);
   const int d_qk = spec.d_n + spec.d_r;
   const PagedCache cache =
-      make_paged_cache(rng, spec.kv_dtype, {spec.s_kv()}, spec.page_size, spec.r + spec.d_r, 1.0);
+      make_paged_cache(rng, spec.kv_dtype, {spec.s_kv()}, spec.page_size, spec.r, spec.d_r, 1.0);
   std::vector<float> q(size_t(spec.s_q) * spec.h_q * d_qk);
   fill_normal(rng, DType::kF32, q.data(), int64_t(q.size()), 1.0);
   const auto w_uk =
@@ -60,6 +60,7 @@ void run_prefill_case(const PrefillSpec& spec, const Options& opt, Tally& tally)
   p.num_blocks = cache.num_blocks;
   p.q = q.data();
   p.kv_dtype = spec.kv_dtype;
+  p.kv_global_scale = cache.global_scale;
   p.kv_cache = cache.data.data();
   p.block_table = cache.block_table.data();
   p.w_uk = w_uk.data();
@@ -135,6 +136,10 @@ void add_mla_prefill_cases(std::vector<OpCase>& cases, const Options& opt) {
   add({33, 0, 40, 64, true}, 64, 32, 64, 256, DType::kBF16);  // MiniCPM3 dims, no prior context
   add({5, 3, 2, 16, true}, 17, 6, 9, 33, DType::kBF16);
   if (!opt.quick) add({300, 600, 16, 64, true}, 128, 64, 128, 512, DType::kBF16);  // > one chunk
+  for (DType kt : {DType::kF8E4M3, DType::kI8, DType::kE2M1}) {
+    add({7, 45, 3, 16, true}, 128, 64, 128, 512, kt);
+    add({9, 70, 5, 16, true}, 16, 8, 24, 40, kt);
+  }
   for (const auto& s : specs)
     cases.push_back(
         {"mla_prefill", s.name(), [s](const Options& o, Tally& t) { run_prefill_case(s, o, t); }});

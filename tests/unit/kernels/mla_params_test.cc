@@ -49,7 +49,13 @@ TEST(ValidateDecode, RejectsWhatKernelsWouldTrust) {
   expect_error([](DecodeFixture& f) { f.p.h_q = 0; }, "h_q");
   expect_error([](DecodeFixture& f) { f.p.d_v = 600; }, "d_v");
   expect_error([](DecodeFixture& f) { f.p.page_size = 0; }, "page_size");
-  expect_error([](DecodeFixture& f) { f.p.kv_dtype = DType::kF8E4M3; }, "kv_cache dtype");
+  expect_error([](DecodeFixture& f) { f.p.kv_dtype = DType::kI32; }, "kv_cache dtype");
+  expect_error(
+      [](DecodeFixture& f) {
+        f.p.kv_dtype = DType::kE2M1;
+        f.p.kv_global_scale = 0.0f;
+      },
+      "kv_global_scale");
   expect_error([](DecodeFixture& f) { f.p.q_dtype = DType::kI32; }, "q dtype");
   expect_error([](DecodeFixture& f) { f.seqlens[1] = -1; }, "cache_seqlens");
   expect_error([](DecodeFixture& f) { f.seqlens[0] = 33; }, "block table has 2 columns");
