@@ -76,6 +76,7 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
     pp.num_blocks = p.num_blocks;
     pp.q = p.q;
     pp.kv_dtype = p.kv_dtype;
+    pp.kv_global_scale = p.kv_global_scale;
     pp.kv_cache = p.kv_cache;
     pp.block_table = p.block_table;
     pp.w_uk = w.w_uk.data();
@@ -117,6 +118,7 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
   dp.q_dtype = ref ? DType::kF64 : DType::kF32;
   dp.q = ref ? static_cast<const void*>(q_abs64.data()) : q_abs.data();
   dp.kv_dtype = p.kv_dtype;
+  dp.kv_global_scale = p.kv_global_scale;
   dp.kv_cache = p.kv_cache;
   dp.block_table = p.block_table;
   dp.cache_seqlens = &seqlen;

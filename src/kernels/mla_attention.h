@@ -32,9 +32,10 @@ inline constexpr int kDefaultPrefillAbsorptionThreshold = 256;
 
 struct MlaAttentionParams {
   int s_q = 0, d_r = 64;
-  const float* q = nullptr;  // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
-  DType kv_dtype = DType::kBF16;
-  const void* kv_cache = nullptr;  // [num_blocks, page_size, r + d_r]
+  const float* q = nullptr;        // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
+  DType kv_dtype = DType::kBF16;   // as in MlaDecodeParams: plain rows or quantised records
+  float kv_global_scale = 1.0f;    // nvfp4 only
+  const void* kv_cache = nullptr;  // [num_blocks, page_size, row bytes]
   int page_size = 64, num_blocks = 0;
   const int32_t* block_table = nullptr;  // [ceil(s_kv / page_size)]
   int s_kv = 0;

@@ -22,8 +22,10 @@ struct VecScalar {
   static VecScalar exp(VecScalar x) { return {std::exp(x.v)}; }
 };
 
+// a·b + c with two roundings: std::fma is a slow library call on CPUs without FMA, the very CPUs
+// this variant exists for.
 inline VecScalar fma(VecScalar a, VecScalar b, VecScalar c) {
-  return {std::fma(a.v, b.v, c.v)};
+  return {a.v * b.v + c.v};
 }
 inline VecScalar operator+(VecScalar a, VecScalar b) {
   return {a.v + b.v};

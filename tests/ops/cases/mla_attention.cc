@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "../harness.h"
-#include "../mla_problem.h"
+#include "kernels/mla_problem.h"
 #include "kernels/mla_attention.h"
 #include "kernels/mla_verify.h"
 

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "../harness.h"
-#include "../mla_problem.h"
+#include "kernels/mla_problem.h"
 
 namespace mla::ops {
 namespace {

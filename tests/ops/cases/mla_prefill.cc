@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "../harness.h"
-#include "../mla_problem.h"
+#include "kernels/mla_problem.h"
 
 namespace mla::ops {
 namespace {

@@ -1,12 +1,12 @@
 // Construction of seeded paged caches.
-#include "mla_problem.h"
+#include "kernels/mla_problem.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-namespace mla::ops {
+namespace mla {
 
 std::vector<int32_t> make_seqlens(Rng& rng, int b, int s_kv, bool varlen) {
   std::vector<int32_t> s(b, s_kv);
@@ -83,4 +83,4 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
   return c;
 }
 
-}  // namespace mla::ops
+}  // namespace mla

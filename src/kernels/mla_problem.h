@@ -1,6 +1,6 @@
-// Seeded MLA inputs for the harness, the benchmarks and the CLI tests: a paged latent cache in
-// any storage format, with a permuted block table, poison (NaN bytes) in every unused slot and
-// garbage in every unused table entry.
+// Seeded MLA inputs for the ops harness, the benchmarks (`mla bench`, bench/) and the tests: a
+// paged latent cache in any storage format, with a permuted block table, poison (NaN bytes) in
+// every unused slot and garbage in every unused table entry.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include "core/kv_format.h"
 #include "core/rng.h"
 
-namespace mla::ops {
+namespace mla {
 
 struct PagedCache {
   int page_size = 64, num_blocks = 0, max_blocks = 0, latent_dim = 512, rope_dim = 64;
@@ -32,4 +32,4 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
 // sequence when b > 2.
 std::vector<int32_t> make_seqlens(Rng& rng, int b, int s_kv, bool varlen);
 
-}  // namespace mla::ops
+}  // namespace mla

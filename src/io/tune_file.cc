@@ -1,0 +1,68 @@
+// Reading and writing the tuning file (JSON).
+#include "io/tune_file.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace mla {
+
+std::string tune_file_path() {
+  if (const char* p = std::getenv("MLA_TUNE_FILE"); p && *p) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/mla/tune.json";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/mla/tune.json";
+  return ".mla-tune.json";
+}
+
+Result<TuneData> read_tune_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return not_found(path + ": no tuning file");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return data_loss(path + ": not a JSON object");
+  TuneData d;
+  auto it = j.find("prefill_absorption_threshold");
+  if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < 0 ||
+      it->get<int64_t>() > (1 << 24))
+    return data_loss(path +
+                     ": field \"prefill_absorption_threshold\" must be an integer in [0, 2^24]");
+  d.prefill_absorption_threshold = int(it->get<int64_t>());
+  if (auto m = j.find("measured_on"); m != j.end() && m->is_string())
+    d.measured_on = m->get<std::string>();
+  return d;
+}
+
+Status write_tune_file(const std::string& path, const TuneData& data) {
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) return io_error(path + ": cannot create its directory: " + ec.message());
+  const nlohmann::json j = {{"prefill_absorption_threshold", data.prefill_absorption_threshold},
+                            {"measured_on", data.measured_on}};
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return io_error(tmp + ": cannot write");
+    out << j.dump(2) << "\n";
+    if (!out.flush()) return io_error(tmp + ": write failed");
+  }
+  std::filesystem::rename(tmp, p, ec);
+  if (ec) return io_error(path + ": cannot rename the temporary file: " + ec.message());
+  return {};
+}
+
+std::optional<int> tuned_prefill_absorption_threshold() {
+  static const std::optional<int> value = []() -> std::optional<int> {
+    auto d = read_tune_file(tune_file_path());
+    if (!d.ok()) return std::nullopt;
+    return d->prefill_absorption_threshold;
+  }();
+  return value;
+}
+
+}  // namespace mla
