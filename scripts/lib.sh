@@ -4,7 +4,8 @@ set -euo pipefail
 
 MLA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MLA_APT_PACKAGES=(cmake g++ ccache libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-                  libbenchmark-dev libopenblas-dev libpcre2-dev pkg-config python3 clang-format)
+                  libbenchmark-dev libopenblas-dev libpcre2-dev libxxhash-dev pkg-config python3
+                  clang-format)
 
 mla_install_deps() {
   local missing=()
