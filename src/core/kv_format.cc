@@ -113,9 +113,13 @@ int64_t kv_row_bytes(DType latent_dtype, int latent_dim, int rope_dim) {
 
 namespace {
 
+// Largest |x| of a block, or NaN when the block holds a NaN or an infinity.
 float block_amax(const float* x, int n) {
   float a = 0.0f;
-  for (int i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
+  for (int i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return NAN;
+    a = std::max(a, std::fabs(x[i]));
+  }
   return a;
 }
 
@@ -158,10 +162,10 @@ void quantize_kv_row(KvCacheDtype dtype, int latent_dim, int rope_dim, const flo
       for (int b0 = 0, blk = 0; b0 < r; b0 += kFp8ScaleBlock, ++blk) {
         const int n = std::min(kFp8ScaleBlock, r - b0);
         const float amax = block_amax(row + b0, n);
-        const float scale = amax / (fp8 ? kFp8E4M3Max : 127.0f);
+        const float scale = amax / (fp8 ? kFp8E4M3Max : 127.0f);  // NaN for a non-finite block
         put_f32(scales + 4 * blk, scale);
         for (int i = 0; i < n; ++i) {
-          const float x = scale > 0.0f ? row[b0 + i] / scale : 0.0f;
+          const float x = scale > 0.0f ? row[b0 + i] / scale : 0.0f;  // codes 0 when NaN or 0
           latent[b0 + i] = fp8 ? f32_to_fp8_e4m3(x)
                                : uint8_t(int8_t(std::clamp(std::nearbyint(x), -127.0f, 127.0f)));
         }
@@ -171,7 +175,8 @@ void quantize_kv_row(KvCacheDtype dtype, int latent_dim, int rope_dim, const flo
     case KvCacheDtype::kNVFP4:
       for (int b0 = 0, blk = 0; b0 < r; b0 += kNvfp4ScaleBlock, ++blk) {
         const int n = std::min(kNvfp4ScaleBlock, r - b0);
-        const uint8_t s = nvfp4_block_scale(block_amax(row + b0, n), global_scale);
+        const float amax = block_amax(row + b0, n);
+        const uint8_t s = std::isnan(amax) ? 0x7f : nvfp4_block_scale(amax, global_scale);
         scales[blk] = s;
         const float step = fp8_e4m3_to_f32(s) * global_scale;
         for (int i = 0; i < n; ++i) {

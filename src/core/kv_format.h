@@ -73,9 +73,11 @@ int64_t kv_row_bytes(DType latent_dtype, int latent_dim, int rope_dim);
 //   nvfp4:    per 16 values, block scale s = e4m3(amax / (6 · g)) rounded up to the next e4m3
 //             code when rounding to nearest would clip the block's amax, code = e2m1(x / (s · g));
 //             g is the layer's FP32 global scale, fixed for the life of the cache.
-// An all-zero block stores scale 0 and codes 0. Dequantised values are defined as the FP32
-// products code · scale (nvfp4: (code · s) · g, the first product exact), which every reader
-// computes identically. RoPE values are stored as BF16 (round to nearest even).
+// An all-zero block stores scale 0 and codes 0. A block holding a NaN or an infinity stores a NaN
+// scale (FP32 NaN; e4m3 0x7F) and codes 0, so the whole block reads back NaN: a non-finite value
+// is never turned into a finite one, nor does it spread beyond its block. Dequantised values are
+// defined as the FP32 products code · scale (nvfp4: (code · s) · g, the first product exact), which
+// every reader computes identically. RoPE values are stored as BF16 (round to nearest even).
 //
 // The default NVFP4 global scale: block scale codes then equal the block amax (rounded up),
 // and values up to ±448 are representable, the range of the FP8 format.

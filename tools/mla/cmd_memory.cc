@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cache/cache_capacity.h"
 #include "cache/memory_estimate.h"
 #include "commands.h"
 #include "model/model_config.h"
@@ -29,7 +30,15 @@ struct MemoryOptions {
   int64_t layers = 0;  // 0: the model's num_hidden_layers
   int64_t page_size = 64;
   bool json = false;
-  std::string kv_dtype;  // the engine's cache format, reported on its own as well
+  std::string kv_dtype;            // the engine's cache format, reported on its own as well
+  uint64_t kv_cache_bytes = 0;     // a KV budget: how much fits in it
+  double kv_cache_fraction = 0.0;  // or this fraction of MemAvailable
+};
+
+// What a KV budget holds in one cache format: pages of page_size tokens in every layer.
+struct CapacityRow {
+  std::string kv_dtype;
+  int64_t blocks = 0, tokens = 0, sequences = 0;  // sequences of --context tokens
 };
 
 // 1234567 → "1,234,567".
@@ -112,7 +121,7 @@ const KvLayoutEstimate* selected_layout(const KvMemoryEstimate& est, const std::
 }
 
 void print_json(const std::string& source, const ModelConfig& m, const KvMemoryEstimate& est,
-                const std::string& kv_dtype) {
+                const std::string& kv_dtype, uint64_t budget, const std::vector<CapacityRow>& cap) {
   const KvMemoryQuery& q = est.query;
   nlohmann::ordered_json layouts = nlohmann::ordered_json::array();
   for (const KvLayoutEstimate& e : est.layouts)
@@ -148,6 +157,16 @@ void print_json(const std::string& source, const ModelConfig& m, const KvMemoryE
     doc["bytes_per_sequence"] = e->bytes_per_sequence;
     doc["total_bytes"] = e->total_bytes;
   }
+  if (budget > 0) {
+    doc["kv_cache_bytes"] = budget;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const CapacityRow& c : cap)
+      rows.push_back({{"kv_dtype", c.kv_dtype},
+                      {"blocks", c.blocks},
+                      {"tokens", c.tokens},
+                      {"sequences", c.sequences}});
+    doc["capacity"] = std::move(rows);
+  }
   fmt::print("{}\n", doc.dump(2));
 }
 
@@ -174,15 +193,45 @@ int run_memory(const MemoryOptions& o) {
   Result<KvMemoryEstimate> est = estimate_kv_memory(q);
   if (!est.ok()) return fail(est.status());
 
+  // Capacity of a budget, per MLA format (or the selected one).
+  std::vector<CapacityRow> capacity;
+  uint64_t budget = o.kv_cache_bytes;
+  if (o.kv_cache_fraction > 0) {
+    Result<uint64_t> b = budget_from_available_fraction(o.kv_cache_fraction);
+    if (!b.ok()) return fail(b.status());
+    budget = *b;
+  }
+  if (budget > 0) {
+    for (KvCacheDtype d : kAllKvCacheDtypes) {
+      const std::string name(kv_cache_dtype_name(d));
+      if (!o.kv_dtype.empty() && name != o.kv_dtype) continue;
+      const int64_t rec = kv_bytes_per_token(d, m.kv_lora_rank, m.qk_rope_head_dim);
+      Result<int32_t> blocks =
+          num_blocks_for_budget(budget, rec, q.dims.num_layers, int(o.page_size));
+      if (!blocks.ok()) return fail(blocks.status());
+      const int64_t pages_per_seq = (o.context + o.page_size - 1) / o.page_size;
+      capacity.push_back({name, *blocks, int64_t(*blocks) * o.page_size, *blocks / pages_per_seq});
+    }
+  }
+
   const std::string source = o.model.empty() ? "preset " + preset : o.model;
   if (o.json) {
-    print_json(source, m, *est, o.kv_dtype);
+    print_json(source, m, *est, o.kv_dtype, budget, capacity);
   } else {
     print_table(source, m, *est);
     if (const KvLayoutEstimate* e = selected_layout(*est, o.kv_dtype))
       fmt::print("\nkv_dtype {}: {} bytes per token and layer, {} per sequence, {} in all.\n",
                  o.kv_dtype, grouped(e->bytes_per_token_layer), binary_units(e->bytes_per_sequence),
                  binary_units(e->total_bytes));
+    if (!capacity.empty()) {
+      fmt::print("\nA KV budget of {} ({} bytes) holds, with {} layers and pages of {} tokens:\n",
+                 binary_units(int64_t(budget)), grouped(int64_t(budget)), q.dims.num_layers,
+                 o.page_size);
+      for (const CapacityRow& c : capacity)
+        fmt::print("  {:<9} {:>12} pages  {:>14} tokens  {:>8} sequences of {} tokens\n",
+                   c.kv_dtype, grouped(c.blocks), grouped(c.tokens), grouped(c.sequences),
+                   grouped(o.context));
+    }
   }
   std::fflush(stdout);
   return 0;
@@ -235,6 +284,13 @@ void register_memory(CLI::App& app, int* exit_code) {
          "--kv-dtype", opts->kv_dtype,
          "Cache format to report on its own (all are in the table): bf16, fp8_e4m3, int8, nvfp4")
       ->check(CLI::IsMember(formats));
+  CLI::Option* bytes = cmd->add_option(
+      "--kv-cache-bytes", opts->kv_cache_bytes,
+      "A KV cache budget in bytes: report the pages, tokens and sequences it holds");
+  CLI::Option* fraction = cmd->add_option("--kv-cache-fraction", opts->kv_cache_fraction,
+                                          "The budget as a fraction of MemAvailable (0, 1]")
+                              ->check(CLI::Range(1e-9, 1.0));
+  bytes->excludes(fraction);
   cmd->add_flag("--json", opts->json, "Print one JSON object instead of the table");
   cmd->callback([opts, exit_code] { *exit_code = run_memory(*opts); });
 }
