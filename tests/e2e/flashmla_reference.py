@@ -5,6 +5,11 @@
 #   flashmla_reference.py generate OUTDIR [--precision fp32|fp64]
 #   flashmla_reference.py check IN EXPECTED ACTUAL
 #   flashmla_reference.py live BINARY
+# Quantised caches (fp8_e4m3, int8, nvfp4; kv_records.py writes and reads the records): the inputs
+# hold U8 records, the expected outputs are the reference run on the values those records represent
+# (so the same pass rule applies), and `check` also reports, as information, what the format costs:
+# the records against the FP32 values they were made from, and the attention on them against the
+# attention on the BF16-rounded cache.
 # Goldens in tests/data/attention were made with numpy==2.2.6 (pip install numpy==2.2.6) on
 # Python 3.11; other numpy versions may change the last bits of the FP32 reference (BLAS summation
 # order), which the pass rule absorbs, but not the inputs (Generator/PCG64 streams are stable).
@@ -20,6 +25,8 @@ try:
     import numpy as np
 except ImportError:  # the CTest entry must not fail on a machine without numpy
     np = None
+else:
+    import kv_records  # beside this file (needs numpy)
 
 # ---------------------------------------------------------------------------------------------
 # safetensors: u64 little-endian header length N, N bytes of JSON, then the data section.
@@ -167,9 +174,35 @@ CASES = [
 ]
 
 
-def make_inputs(case, seed):
-    name, b, s_q, h_q, seqlens, causal, page_size, d_qk, d_v, q_dt, kv_dt = case
-    rng = np.random.default_rng(seed)
+# Quantised caches (kv_records.py): the same FlashMLA-style layout, but the cache holds U8 records
+# (metadata kv_dtype, and kv_global_scale for nvfp4 where given; absent means 1/6) and unused slots
+# are 0xFF bytes, which read as NaN scales and codes in every format. The latent is drawn with
+# varied magnitudes per 16 values (so scale blocks differ, some are all zero, some tiny enough for
+# subnormal e4m3 codes and scales) and a few outliers. The r136 cases have d_v 136 = 128 + 8 and
+# d_qk 200, so the last scale block is partial and the nvfp4 rope section needs its 2-byte
+# alignment (scales end at byte 77).
+QUANT_CASES = [
+    # name, b, s_q, h_q, cache_seqlens, causal, page_size, d_qk, d_v, kv_dtype, kv_global_scale
+    ("fp8_b2_sq4_h3_s20_140_causal_p16", 2, 4, 3, [20, 140], True, 16, 576, 512, "fp8_e4m3", None),
+    ("fp8_b2_sq1_h16_s65_0_p64", 2, 1, 16, [65, 0], False, 64, 576, 512, "fp8_e4m3", None),
+    ("int8_b3_sq2_h3_s0_20_33_p64", 3, 2, 3, [0, 20, 33], False, 64, 576, 512, "int8", None),
+    ("int8_b1_sq2_h16_s140_causal_p16", 1, 2, 16, [140], True, 16, 576, 512, "int8", None),
+    ("nvfp4_b2_sq1_h16_s140_20_p64", 2, 1, 16, [140, 20], False, 64, 576, 512, "nvfp4", None),
+    ("nvfp4_g005_b3_sq2_h3_s0_20_140_causal_p16", 3, 2, 3, [0, 20, 140], True, 16, 576, 512, "nvfp4", "0.05"),
+    ("fp8_r136_b2_sq2_h3_s20_140_causal_p16", 2, 2, 3, [20, 140], True, 16, 200, 136, "fp8_e4m3", None),
+    ("int8_r136_b1_sq1_h16_s65_p64", 1, 1, 16, [65], False, 64, 200, 136, "int8", None),
+    # causal with s_kv 3 < s_q 4: the first row of sequence 0 sees no key
+    ("nvfp4_r136_b3_sq4_h3_s3_0_33_causal_p16", 3, 4, 3, [3, 0, 33], True, 16, 200, 136, "nvfp4", "0.3"),
+]
+QUANT_SEED_BASE = 2000
+
+# Magnitudes of the latent per group of 16 values (one nvfp4 block, an eighth of an fp8 block).
+_GROUP_FACTORS = [1.0] * 8 + [0.25, 4.0, 1e-4, 0.0]
+
+
+def _paged_layout(rng, seqlens, page_size):
+    """Permuted pages, garbage in unused block-table columns; returns (block_table, used, num_blocks)."""
+    b = len(seqlens)
     pages_needed = [(s + page_size - 1) // page_size for s in seqlens]
     max_blocks = max(pages_needed) + 1  # at least one unused column per row, for garbage
     num_blocks = sum(pages_needed) + 1  # one spare page nobody references
@@ -184,6 +217,18 @@ def make_inputs(case, seed):
         block_table[i, n:] = rng.choice(GARBAGE_ENTRIES, size=max_blocks - n)
         for t in range(s):
             used[block_table[i, t // page_size], t % page_size] = True
+    return block_table, used, num_blocks
+
+
+def _base_meta(name, d_qk, d_v, causal):
+    scale = float(np.float32(d_qk**-0.5))  # FlashMLA's default; exact in the FP32 the CLI keeps
+    return {"softmax_scale": repr(scale), "causal": "true" if causal else "false", "d_v": str(d_v), "case": name}
+
+
+def make_inputs(case, seed):
+    name, b, s_q, h_q, seqlens, causal, page_size, d_qk, d_v, q_dt, kv_dt = case
+    rng = np.random.default_rng(seed)
+    block_table, used, num_blocks = _paged_layout(rng, seqlens, page_size)
     q = rng.standard_normal((b, s_q, h_q, d_qk), dtype=np.float32)
     kv = rng.standard_normal((num_blocks, page_size, d_qk), dtype=np.float32)
     if q_dt == "BF16":
@@ -191,8 +236,7 @@ def make_inputs(case, seed):
     if kv_dt == "BF16":
         kv = round_to_bf16(kv)
     kv[~used] = np.nan  # a kernel that reads past cache_seqlens poisons its output
-    scale = float(np.float32(d_qk**-0.5))  # FlashMLA's default; exact in the FP32 the CLI keeps
-    meta = {"softmax_scale": repr(scale), "causal": "true" if causal else "false", "d_v": str(d_v), "case": name}
+    meta = _base_meta(name, d_qk, d_v, causal)
     tensors = [
         ("q", q_dt, q),
         ("kv_cache", kv_dt, kv),
@@ -202,19 +246,84 @@ def make_inputs(case, seed):
     return tensors, meta
 
 
+def global_scale_of(meta):
+    """The FP32 nvfp4 global scale the CLI uses: metadata kv_global_scale (a decimal string, read as
+    a double and narrowed to FP32) or kNvfp4DefaultGlobalScale."""
+    if "kv_global_scale" in meta:
+        return np.float32(float(meta["kv_global_scale"]))
+    return kv_records.NVFP4_DEFAULT_GLOBAL_SCALE
+
+
+def make_quant_inputs(case, seed):
+    """Returns (tensors, meta, source, used): source is the FP32 cache [num_blocks, page_size, d_qk]
+    the records were made from (NaN in unused slots), used marks the slots that hold tokens."""
+    name, b, s_q, h_q, seqlens, causal, page_size, d_qk, d_v, fmt, g_text = case
+    d_r = d_qk - d_v
+    rng = np.random.default_rng(seed)
+    block_table, used, num_blocks = _paged_layout(rng, seqlens, page_size)
+    q = round_to_bf16(rng.standard_normal((b, s_q, h_q, d_qk), dtype=np.float32))
+    src = rng.standard_normal((num_blocks, page_size, d_qk), dtype=np.float32)
+    groups = -(-d_v // 16)
+    factor = rng.choice(np.array(_GROUP_FACTORS, dtype=np.float32), size=(num_blocks, page_size, groups))
+    src[..., :d_v] *= np.repeat(factor, 16, axis=-1)[..., :d_v]
+    src[..., :d_v][rng.random((num_blocks, page_size)) < 0.03] = 0.0  # whole latent zero
+    outlier = rng.random((num_blocks, page_size)) < 0.05
+    where = rng.integers(0, d_v, size=(num_blocks, page_size))
+    src[outlier, where[outlier]] *= np.float32(16.0)
+    meta = _base_meta(name, d_qk, d_v, causal)
+    meta["kv_dtype"] = fmt
+    if g_text is not None:
+        meta["kv_global_scale"] = g_text
+    meta["seed"] = str(seed)
+    g = global_scale_of(meta)
+    rec_bytes = kv_records.record_layout(fmt, d_v, d_r)["record_bytes"]
+    records = kv_records.quantise_rows(fmt, d_v, d_r, src.reshape(-1, d_qk), g).reshape(num_blocks, page_size, rec_bytes)
+    records[~used] = 0xFF  # NaN scales and codes: a kernel that reads past cache_seqlens poisons its output
+    src[~used] = np.nan
+    tensors = [
+        ("q", "BF16", q),
+        ("kv_cache", "U8", records),
+        ("block_table", "I32", block_table),
+        ("cache_seqlens", "I32", np.asarray(seqlens, dtype=np.int32)),
+    ]
+    return tensors, meta, src, used
+
+
+def cache_values(tensors, meta):
+    """The cache as float values [num_blocks, page_size, d_qk]: BF16/F32 rows as read, quantised
+    records dequantised (d_v = r latent values, d_r = d_qk - d_v rope values per record)."""
+    kv = tensors["kv_cache"]
+    fmt = meta.get("kv_dtype", "bf16")
+    if fmt in ("bf16", "f32"):
+        return kv
+    d_qk = tensors["q"].shape[3]
+    d_v = int(meta.get("d_v", 512))
+    num_blocks, page_size, rec = kv.shape
+    rows = kv_records.dequantise_records(fmt, d_v, d_qk - d_v, kv.reshape(-1, rec), global_scale_of(meta))
+    return rows.reshape(num_blocks, page_size, d_qk)
+
+
 def reference_from_file(path, precision):
     t, meta = read_safetensors(path)
-    return reference_decode(t["q"], t["kv_cache"], t["block_table"], t["cache_seqlens"],
+    return reference_decode(t["q"], cache_values(t, meta), t["block_table"], t["cache_seqlens"],
                             float(meta["softmax_scale"]), meta["causal"] == "true", int(meta.get("d_v", 512)),
                             precision)
 
 
+def all_cases():
+    """(name, seed, maker) for every golden: the plain grid then the quantised one."""
+    plain = [(c[0], 1000 + k, lambda c=c, s=1000 + k: make_inputs(c, s)) for k, c in enumerate(CASES)]
+    quant = [(c[0], QUANT_SEED_BASE + k, lambda c=c, s=QUANT_SEED_BASE + k: make_quant_inputs(c, s)[:2])
+             for k, c in enumerate(QUANT_CASES)]
+    return plain + quant
+
+
 def generate(outdir, precision="fp32"):
+    kv_records.self_test()
     os.makedirs(outdir, exist_ok=True)
     names = []
-    for k, case in enumerate(CASES):
-        name = case[0]
-        tensors, meta = make_inputs(case, seed=1000 + k)
+    for name, _, maker in all_cases():
+        tensors, meta = maker()
         in_path = os.path.join(outdir, f"{name}.safetensors")
         write_safetensors(in_path, tensors, meta)
         # Read back, so the expected output is computed from exactly the stored bits.
@@ -230,6 +339,52 @@ def generate(outdir, precision="fp32"):
                           {"precision": precision, "case": name, "lse_base": "e"})
         names.append(name)
     return names
+
+
+def quant_report(in_path):
+    """Information (not pass/fail) about a quantised golden: whether this quantiser reproduces its
+    records byte for byte, the records' error against the FP32 values they were made from, and the
+    cost of the format on the attention (reference on the dequantised cache vs on the BF16 cache).
+    Empty for a plain cache or a case this script does not know."""
+    t, meta = read_safetensors(in_path)
+    fmt = meta.get("kv_dtype", "bf16")
+    if fmt not in kv_records.FORMATS:
+        return []
+    cases = {c[0]: (k, c) for k, c in enumerate(QUANT_CASES)}
+    if meta.get("case") not in cases:
+        return [f"info: {fmt} cache of an unknown case {meta.get('case')!r}: no source to compare with"]
+    k, case = cases[meta["case"]]
+    tensors, _, src, used = make_quant_inputs(case, int(meta.get("seed", QUANT_SEED_BASE + k)))
+    lines = []
+    same = np.array_equal(dict((n, a) for n, _, a in tensors)["kv_cache"], t["kv_cache"])
+    lines.append(f"info: {meta['case']}: {fmt} records {'reproduce' if same else 'DO NOT reproduce'} "
+                 f"byte for byte from the case's seed")
+    d_v = int(meta.get("d_v", 512))
+    deq = cache_values(t, meta)
+    x, y = src[used].astype(np.float64), deq[used].astype(np.float64)  # [tokens, d_qk]
+    lat_err = np.abs(x[:, :d_v] - y[:, :d_v])
+    amax = kv_records.block_amax(fmt, d_v, src[used]).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel_block = np.where(amax > 0, lat_err / amax, 0.0)
+        rope_rel = np.where(x[:, d_v:] != 0, np.abs(x[:, d_v:] - y[:, d_v:]) / np.abs(x[:, d_v:]), 0.0)
+    # Blocks with a tiny amax (the 1e-4 groups) sit at the bottom of the e4m3 block-scale range
+    # in nvfp4, where the error relative to the block can reach 100%: reported apart.
+    tiny = amax < 1e-2
+    worst = lambda a: f"{a.max():.4g}" if a.size else "-"
+    lines.append(f"info: latent vs FP32 source over {x.shape[0]} tokens: max |err| {lat_err.max():.4g}, "
+                 f"|err|/block amax max {worst(rel_block[~tiny])} mean {rel_block[~tiny].mean():.3g} "
+                 f"(blocks with amax < 1e-2: max {worst(rel_block[tiny & (amax > 0)])}); "
+                 f"rope (BF16) max rel err {worst(rope_rel)}")
+    args = (t["block_table"], t["cache_seqlens"], float(meta["softmax_scale"]), meta["causal"] == "true", d_v, "fp64")
+    out_q, lse_q = reference_decode(t["q"], deq, *args)
+    out_b, lse_b = reference_decode(t["q"], round_to_bf16(np.nan_to_num(src)), *args)
+    fin = np.isfinite(lse_b)
+    a, bb = out_b.astype(np.float64).ravel(), out_q.astype(np.float64).ravel()
+    cos = float(a @ bb) / math.sqrt(float(a @ a) * float(bb @ bb)) if float(a @ a) and float(bb @ bb) else 1.0
+    lines.append(f"info: attention on the {fmt} cache vs on the BF16 cache (fp64 reference): out max |diff| "
+                 f"{np.abs(a - bb).max():.4g} (max |out| {np.abs(a).max():.3g}), cosine {cos:.7f}, "
+                 f"lse max |diff| {np.abs(lse_b[fin] - lse_q[fin]).max() if fin.any() else 0.0:.4g}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,6 +492,8 @@ def live(binary):
         for name in names:
             in_path = os.path.join(tmp, name + ".safetensors")
             expected = os.path.join(tmp, name + ".expected.safetensors")
+            for line in quant_report(in_path):
+                print(line)
             for args in runs:
                 label = f"{name} {' '.join(args)}"
                 actual = os.path.join(tmp, name + ".actual.safetensors")
@@ -345,7 +502,9 @@ def live(binary):
                 r = subprocess.run([binary, "attention", "--in", in_path, "--out", actual] + args,
                                    capture_output=True, text=True)
                 if r.returncode != 0:
-                    if "does not support" in r.stderr + r.stdout:
+                    # Only an explicitly named variant may decline (ISA missing, input it does not
+                    # take); --backend must pick one that runs.
+                    if args[0] == "--variant" and "does not support" in r.stderr + r.stdout:
                         skipped += 1
                         print(f"SKIP {label}: {(r.stderr or r.stdout).strip()}")
                         continue
@@ -387,9 +546,11 @@ def main(argv):
         problems = check(*args)
         if problems:
             print(f"FAIL {args[2]} against {args[1]}:\n  " + "\n  ".join(problems))
-            return 1
-        print(f"PASS {args[2]}")
-        return 0
+        else:
+            print(f"PASS {args[2]}")
+        for line in quant_report(args[0]):
+            print(line)
+        return 1 if problems else 0
     if cmd == "live" and len(args) == 1:
         return live(args[0])
     print(usage, file=sys.stderr)

@@ -276,8 +276,15 @@ class AttentionGolden : public testing::TestWithParam<std::string> {
 };
 
 TEST_F(AttentionCli, GoldensArePresent) {
-  // tests/e2e/flashmla_reference.py generate writes 12 cases; fewer means a file went missing.
-  EXPECT_GE(golden_cases().size(), 12u) << "in " << kGoldenDir;
+  // tests/e2e/flashmla_reference.py generate writes 12 plain cases and 9 quantised ones (3 per
+  // format, named by a format prefix); fewer means a file went missing.
+  const std::vector<std::string> names = golden_cases();
+  EXPECT_GE(names.size(), 21u) << "in " << kGoldenDir;
+  for (const std::string prefix : {"fp8_", "int8_", "nvfp4_"}) {
+    const auto n = std::count_if(names.begin(), names.end(),
+                                 [&](const std::string& s) { return s.rfind(prefix, 0) == 0; });
+    EXPECT_GE(n, 3) << prefix << "* goldens in " << kGoldenDir;
+  }
 }
 
 TEST_P(AttentionGolden, MatchesNumpyReference) {
@@ -302,8 +309,8 @@ TEST_P(AttentionGolden, MatchesNumpyReference) {
     if (r.exit_code != 0 && flags[0] == "--variant" &&
         r.out.find("does not support") != std::string::npos) {
       std::cout << "  declined: " << name << " " << label << ": " << r.out;
-      continue;  // only an explicit variant may decline (ISA missing, or F32 query on the BF16-dot
-                 // kernel)
+      continue;  // only an explicit variant may decline (ISA missing, an F32 query or a quantised
+                 // cache on the BF16-dot kernel)
     }
     ASSERT_EQ(r.exit_code, 0) << name << " " << label << ": " << r.out;
     std::map<std::string, F32Tensor> got;
@@ -368,7 +375,10 @@ bool names_word(const std::string& text, const std::string& word) {
 // Runs the problem (written to a file) and expects a clean failure whose message names the file,
 // `field`, and shows `detail` (the offending value, looked for outside the path, which may hold
 // digits) so that an unrelated error that merely mentions the field does not pass.
-void expect_rejected(const Problem& p, const std::string& field, const std::string& detail) {
+// With whole_words, each detail must stand as a word (so "fp4" is not found in "nvfp4"); several
+// details must all be shown.
+void expect_rejected_showing(const Problem& p, const std::string& field,
+                             const std::vector<std::string>& details, bool whole_words = false) {
   ScratchDir dir;
   const std::string in = dir.file("input.safetensors"), out = dir.file("out.safetensors");
   write_safetensors(in, p.tensors, p.metadata);
@@ -379,9 +389,16 @@ void expect_rejected(const Problem& p, const std::string& field, const std::stri
   EXPECT_TRUE(names_word(r.out, field)) << "message does not name " << field << ": " << r.out;
   std::string rest = r.out;
   for (size_t at; (at = rest.find(in)) != std::string::npos;) rest.erase(at, in.size());
-  EXPECT_NE(rest.find(detail), std::string::npos)
-      << "message does not show " << detail << ": " << r.out;
+  for (const std::string& detail : details) {
+    const bool shown =
+        whole_words ? names_word(rest, detail) : rest.find(detail) != std::string::npos;
+    EXPECT_TRUE(shown) << "message does not show " << detail << ": " << r.out;
+  }
   EXPECT_FALSE(fs::exists(out)) << "an output was written for a rejected input";
+}
+
+void expect_rejected(const Problem& p, const std::string& field, const std::string& detail) {
+  expect_rejected_showing(p, field, {detail});
 }
 
 TEST_F(AttentionCli, ValidSmallProblemRuns) {
@@ -501,6 +518,256 @@ TEST_F(AttentionCli, GpuBackendFails) {
   EXPECT_NE(r.out.find("--backend"), std::string::npos) << r.out;
   EXPECT_TRUE(names_word(r.out, "gpu")) << r.out;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// ---- quantised caches (kv_dtype fp8_e4m3 / int8 / nvfp4) ------------------------------------
+// Records written by hand from the documented layout (spec/mla.md §1, core/kv_format.h), not by
+// the engine's quantiser: [latent | scales | rope | padding], each section aligned to its element
+// size, the record padded to 16 bytes. The problem is Problem::valid()'s with d_v = r = 5 (odd:
+// nvfp4's last byte holds one code) and d_r = 3, so fp8/int8 records are 5 + 3 pad + 4 + 6 → 32
+// bytes and nvfp4 ones 3 + 1 + 6 → 16. Each record's values are exact products code · scale.
+
+struct QuantFormat {
+  const char* name;
+  const char* global_scale;  // nvfp4 metadata kv_global_scale, or nullptr (default 1/6)
+};
+
+constexpr int kQR = 5, kQDr = 3, kQDqk = kQR + kQDr;
+
+int64_t align_up(int64_t n, int64_t a) {
+  return (n + a - 1) / a * a;
+}
+
+struct QuantLayout {
+  int64_t scale_offset, rope_offset, record_bytes;
+};
+
+QuantLayout quant_layout(const std::string& fmt, int r, int d_r) {
+  const bool fp4 = fmt == "nvfp4";
+  const int64_t latent = fp4 ? (r + 1) / 2 : r;
+  const int64_t scale_elem = fp4 ? 1 : 4, n_scales = fp4 ? (r + 15) / 16 : (r + 127) / 128;
+  const int64_t scale_off = align_up(latent, scale_elem);
+  const int64_t rope_off = align_up(scale_off + n_scales * scale_elem, 2);
+  return {scale_off, rope_off, align_up(rope_off + 2 * d_r, 16)};
+}
+
+float bf16_value(uint16_t bits) {
+  const uint32_t u = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// One token's record and the values it represents (r latent then d_r rope), for token t.
+void quant_record(const std::string& fmt, float g, int t, uint8_t* rec, float* values) {
+  // (code, value) pairs, hand-decoded: e4m3 S.EEEE.MMM bias 7 (0x04 and 0x83 are subnormal).
+  static const std::pair<uint8_t, float> kE4m3[] = {
+      {0x38, 1.0f}, {0xB8, -1.0f}, {0x40, 2.0f},       {0x30, 0.5f},  {0x00, 0.0f},
+      {0x44, 3.0f}, {0x4C, 6.0f},  {0x04, 0.0078125f}, {0xC2, -2.5f}, {0x83, -0.005859375f}};
+  static const int8_t kI8[] = {3, -7, 127, -127, 0, 64, -1, 100};
+  static const float kE2m1[16] = {0,     0.5f,  1,  1.5f,  2,  3,  4,  6,
+                                  -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  static const uint16_t kRope[] = {0x3F00, 0xBFA0, 0x4000, 0x3E80, 0xC040, 0x0000, 0x3FC0};
+  const QuantLayout L = quant_layout(fmt, kQR, kQDr);
+  std::memset(rec, 0, size_t(L.record_bytes));
+  if (fmt == "fp8_e4m3" || fmt == "int8") {
+    const float scale = t % 2 ? 0.5f : 0.03125f;
+    std::memcpy(rec + L.scale_offset, &scale, 4);
+    for (int i = 0; i < kQR; ++i) {
+      if (fmt == "fp8_e4m3") {
+        const auto& [code, v] = kE4m3[(3 * t + 2 * i) % 10];
+        rec[i] = code;
+        values[i] = v * scale;
+      } else {
+        const int8_t code = kI8[(3 * t + 5 * i) % 8];
+        rec[i] = uint8_t(code);
+        values[i] = float(code) * scale;
+      }
+    }
+  } else {
+    static const uint8_t kScaleCode[] = {0x38, 0x30, 0x44};  // 1.0, 0.5, 3.0
+    static const float kScale[] = {1.0f, 0.5f, 3.0f};
+    rec[L.scale_offset] = kScaleCode[t % 3];
+    for (int i = 0; i < kQR; ++i) {
+      const int code = (5 * t + 7 * i + 1) % 16;
+      rec[i / 2] |= uint8_t(code << (4 * (i % 2)));  // low nibble first
+      values[i] = (kE2m1[code] * kScale[t % 3]) * g;
+    }
+  }
+  for (int j = 0; j < kQDr; ++j) {
+    const uint16_t bits = kRope[(t + 2 * j) % 7];
+    std::memcpy(rec + L.rope_offset + 2 * j, &bits, 2);
+    values[kQR + j] = bf16_value(bits);
+  }
+}
+
+struct QuantProblem {
+  Problem problem;
+  std::vector<double> out, lse;  // expected, in double
+};
+
+QuantProblem quant_problem(const QuantFormat& f) {
+  const std::string fmt = f.name;
+  const float g = f.global_scale ? float(std::strtod(f.global_scale, nullptr)) : 1.0f / 6.0f;
+  const int64_t rec_bytes = quant_layout(fmt, kQR, kQDr).record_bytes;
+  // Two pages of 4 slots, 5 keys through block_table {1, 0}: keys 0-3 in page 1, key 4 in slot 0
+  // of page 0; slots 1-3 of page 0 are 0xFF (NaN scales and codes), never to be read.
+  std::vector<uint8_t> cache(size_t(2 * 4 * rec_bytes), 0xFF);
+  std::vector<std::vector<float>> keys(5, std::vector<float>(kQDqk));
+  for (int t = 0; t < 5; ++t) {
+    const int page = t < 4 ? 1 : 0, slot = t % 4;
+    quant_record(fmt, g, t, cache.data() + (page * 4 + slot) * rec_bytes, keys[size_t(t)].data());
+  }
+  const int h_q = 2;
+  std::vector<float> q(size_t(h_q * kQDqk));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = float(int(i % 7) - 3) * 0.375f;
+  const double scale = 0.35;
+  QuantProblem qp;
+  for (int h = 0; h < h_q; ++h) {
+    std::vector<double> s(5);
+    double m = -INFINITY;
+    for (int t = 0; t < 5; ++t) {
+      double dot = 0;
+      for (int c = 0; c < kQDqk; ++c)
+        dot += double(q[size_t(h * kQDqk + c)]) * keys[size_t(t)][size_t(c)];
+      s[size_t(t)] = dot * double(float(scale));
+      m = std::max(m, s[size_t(t)]);
+    }
+    double denom = 0;
+    for (double& v : s) denom += (v = std::exp(v - m));
+    for (int c = 0; c < kQR; ++c) {
+      double o = 0;
+      for (int t = 0; t < 5; ++t) o += s[size_t(t)] * keys[size_t(t)][size_t(c)];
+      qp.out.push_back(o / denom);
+    }
+    qp.lse.push_back(m + std::log(denom));
+  }
+  Problem& p = qp.problem;
+  p.tensors = {raw("q", "F32", {1, 1, h_q, kQDqk}, q),
+               raw("kv_cache", "U8", {2, 4, rec_bytes}, cache),
+               raw("block_table", "I32", {1, 2}, std::vector<int32_t>{1, 0}),
+               raw("cache_seqlens", "I32", {1}, std::vector<int32_t>{5})};
+  p.metadata = {{"softmax_scale", "0.35"},
+                {"causal", "false"},
+                {"d_v", std::to_string(kQR)},
+                {"kv_dtype", fmt}};
+  if (f.global_scale) p.metadata["kv_global_scale"] = f.global_scale;
+  return qp;
+}
+
+// "fp8_e4m3", "nvfp4_g0_5", "nvfp4_default_g": test names and gtest's printout of the parameter.
+std::string quant_format_label(const QuantFormat& f) {
+  std::string s = f.name;
+  if (s != "nvfp4") return s;
+  if (!f.global_scale) return s + "_default_g";
+  s += "_g";
+  for (const char* c = f.global_scale; *c; ++c)
+    s += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+  return s;
+}
+
+void PrintTo(const QuantFormat& f, std::ostream* os) {
+  *os << quant_format_label(f);
+}
+
+class AttentionQuantised : public testing::TestWithParam<QuantFormat> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(mla_binary())) << mla_binary() << " is not built";
+  }
+};
+
+TEST_P(AttentionQuantised, HandBuiltRecordsMatchDoubleReference) {
+  const QuantProblem qp = quant_problem(GetParam());
+  ScratchDir dir;
+  const std::string in = dir.file("input.safetensors");
+  write_safetensors(in, qp.problem.tensors, qp.problem.metadata);
+  F32Tensor want_out{{1, 1, 2, kQR}, {}}, want_lse{{1, 2, 1}, {}};
+  for (double v : qp.out) want_out.data.push_back(float(v));
+  for (double v : qp.lse) want_lse.data.push_back(float(v));
+  std::vector<std::vector<std::string>> runs = {{"--backend", "cpu"}, {"--backend", "ref"}};
+  for (const std::string& v : cpu_variants(in, dir.file("discover.safetensors")))
+    runs.push_back({"--variant", v});
+  int checked = 0;
+  for (const auto& flags : runs) {
+    const std::string label = flags[0] + " " + flags[1];
+    const std::string out = dir.file("out.safetensors");
+    fs::remove(out);
+    const RunResult r = run_mla({"attention", "--in", in, "--out", out, flags[0], flags[1]});
+    if (r.exit_code != 0 && flags[0] == "--variant" &&
+        r.out.find("does not support") != std::string::npos)
+      continue;
+    ASSERT_EQ(r.exit_code, 0) << label << ": " << r.out;
+    std::map<std::string, F32Tensor> got;
+    ASSERT_EQ(read_f32_tensors(out, &got), "") << label;
+    ASSERT_TRUE(got.count("out") && got.count("lse")) << label;
+    // An FP32 query over exact FP32 key values and 8-term dots: FP32 kernels land within ~1e-6.
+    const std::string why = compare("out", want_out, got["out"], 2e-5, 2e-5, 1.0 - 1e-9) +
+                            compare("lse", want_lse, got["lse"], 2e-5, 2e-5, -1.0);
+    EXPECT_EQ(why, "") << GetParam().name << " " << label;
+    ++checked;
+  }
+  EXPECT_GE(checked, 3) << "cpu, ref and at least the scalar variant must run";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, AttentionQuantised,
+    testing::Values(QuantFormat{"fp8_e4m3", nullptr}, QuantFormat{"int8", nullptr},
+                    QuantFormat{"nvfp4", nullptr}, QuantFormat{"nvfp4", "0.5"}),
+    [](const testing::TestParamInfo<QuantFormat>& i) { return quant_format_label(i.param); });
+
+Problem quantised(const char* fmt, const char* global_scale = nullptr) {
+  return quant_problem({fmt, global_scale}).problem;
+}
+
+TEST_F(AttentionCli, U8CacheWithoutKvDtypeFails) {
+  Problem p = quantised("fp8_e4m3");
+  p.metadata.erase("kv_dtype");
+  expect_rejected_showing(p, "kv_cache", {"U8", "kv_dtype"});
+}
+
+TEST_F(AttentionCli, UnknownKvDtypeFails) {
+  Problem p = quantised("nvfp4");
+  p.metadata["kv_dtype"] = "fp4";
+  expect_rejected_showing(p, "kv_dtype", {"fp4"}, /*whole_words=*/true);
+}
+
+TEST_F(AttentionCli, KvDtypeWithFloatCacheFails) {
+  Problem p = Problem::valid();  // F32 rows
+  p.metadata["kv_dtype"] = "int8";
+  expect_rejected_showing(p, "kv_cache", {"F32", "U8"}, /*whole_words=*/true);
+}
+
+TEST_F(AttentionCli, RecordSizeMismatchFails) {
+  // fp8 records of 48 bytes (32 expected); the tensor's bytes match its shape.
+  Problem p = quantised("fp8_e4m3");
+  p["kv_cache"] = raw("kv_cache", "U8", {2, 4, 48}, std::vector<uint8_t>(2 * 4 * 48));
+  expect_rejected_showing(p, "kv_cache", {"48", "32"}, /*whole_words=*/true);
+}
+
+TEST_F(AttentionCli, Fp8SizedRecordsAsNvfp4Fail) {
+  // The records of another format: 32-byte fp8 records named nvfp4 (16 bytes at r 5, d_r 3).
+  Problem p = quantised("fp8_e4m3");
+  p.metadata["kv_dtype"] = "nvfp4";
+  expect_rejected_showing(p, "kv_cache", {"32", "16"}, /*whole_words=*/true);
+}
+
+TEST_F(AttentionCli, Nvfp4GlobalScaleZeroFails) {
+  expect_rejected_showing(quantised("nvfp4", "0"), "kv_global_scale", {"0"}, /*whole_words=*/true);
+}
+
+TEST_F(AttentionCli, Nvfp4GlobalScaleNanFails) {
+  expect_rejected_showing(quantised("nvfp4", "nan"), "kv_global_scale", {"nan"},
+                          /*whole_words=*/true);
+}
+
+TEST_F(AttentionCli, Nvfp4GlobalScaleNegativeFails) {
+  expect_rejected_showing(quantised("nvfp4", "-0.5"), "kv_global_scale", {"-0.5"});
+}
+
+TEST_F(AttentionCli, Nvfp4GlobalScaleInfFails) {
+  expect_rejected_showing(quantised("nvfp4", "inf"), "kv_global_scale", {"inf"},
+                          /*whole_words=*/true);
 }
 
 }  // namespace
