@@ -41,7 +41,7 @@ bool on_isa(const P& p) {
 // absorbed query goes to the FP32 variants instead of being rounded silently.
 bool bf16dot_decode(const MlaDecodeParams& p) {
   return cpu_supports(CpuIsa::kAvx512Bf16) && p.kv_dtype == DType::kBF16 &&
-         p.q_dtype == DType::kBF16;
+         p.q_dtype == DType::kBF16 && p.d_qk % 2 == 0;
 }
 
 void ref_decode(const MlaDecodeParams& p, ThreadPool&) {

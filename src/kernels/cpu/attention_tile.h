@@ -109,12 +109,54 @@ void softmax_tile(float* S, int R, const int* limit, int n_valid, float scale, R
   }
 }
 
-// O[i] = O[i]·corr[i] + Σ_{t<n} P[i][t] · v[t] over d_v_pad channels.
-//   P [R][kTile];  v [n][v_stride] fp32 rows (at least d_v_pad readable floats each);
+// The same online-softmax step with rows as vector lanes, for the absorbed decode whose score
+// product leaves S transposed: ST [kTile][ld] (key-major, ld = rows padded to W). No horizontal
+// reductions: running max, sum and correction of W rows live in one vector each.
+//   limit [ld] keys each row may see in this tile, as floats (0 for padding rows);
+//   m, l, corr [ld]. Masked keys become −inf before the max; rows that have seen nothing keep
+//   m = −inf, l = 0 and get corr 0 (their O is still zero).
+template <class V>
+void softmax_tile_rows(float* ST, int ld, int R, const float* limit, int n_valid, float scale,
+                       RowBlockState st, float* corr, float* const* score_rows) {
+  constexpr int W = V::kWidth;
+  const V vscale = V::set1(scale), ninf = V::set1(kNegInf), zero = V::zero();
+  const V lowest = V::set1(-std::numeric_limits<float>::max());
+  for (int r = 0; r < ld; r += W) {
+    const V lim = V::load(limit + r);
+    V mx = ninf;
+    for (int j = 0; j < kTile; ++j) {
+      float* s = ST + int64_t(j) * ld + r;
+      const V x = V::where_lt(V::set1(float(j)), lim, V::load(s) * vscale, ninf);
+      x.store(s);
+      mx = max(mx, x);
+    }
+    if (score_rows)  // checking only: the scaled, masked logits of keys [0, n_valid)
+      for (int i = r; i < std::min(r + W, R); ++i)
+        if (score_rows[i])
+          for (int j = 0; j < n_valid; ++j) score_rows[i][j] = ST[int64_t(j) * ld + i];
+    const V m_old = V::load(st.m + r), m_new = max(m_old, mx);
+    const V m_ref = V::where_lt(m_new, lowest, zero, m_new);  // −inf rows: exp(−inf − 0) = 0
+    const V c = V::exp(m_old - m_ref);
+    V sum = zero;
+    for (int j = 0; j < kTile; ++j) {
+      float* s = ST + int64_t(j) * ld + r;
+      const V p = V::exp(V::load(s) - m_ref);
+      p.store(s);
+      sum = sum + p;
+    }
+    (V::load(st.l + r) * c + sum).store(st.l + r);
+    m_new.store(st.m + r);
+    c.store(corr + r);
+  }
+}
+
+// O[i] = O[i]·corr[i] + Σ_{t<n} P(i, t) · v[t] over d_v_pad channels, P(i, t) at
+// P[i·p_row + t·p_key] (row-major [R][kTile] by default; the decode keeps it [kTile][rows]).
+//   v [n][v_stride] fp32 rows (at least d_v_pad readable floats each);
 //   O [R][ld_o] with d_v_pad a multiple of 4·W. Blocks of 4 rows × 4 vectors of channels.
 template <class V>
 void pv_tile(const float* P, int R, int n, const float* v, int64_t v_stride, int d_v_pad,
-             const float* corr, RowBlockState st) {
+             const float* corr, RowBlockState st, int64_t p_row = kTile, int64_t p_key = 1) {
   constexpr int W = V::kWidth;
   for (int ch = 0; ch < d_v_pad; ch += 4 * W) {
     int i = 0;
@@ -124,13 +166,13 @@ void pv_tile(const float* P, int R, int n, const float* v, int64_t v_stride, int
         const V c = V::set1(corr[i + r]);
         for (int j = 0; j < 4; ++j) acc[r][j] = V::load(st.o + (i + r) * st.ld_o + ch + j * W) * c;
       }
-      const float* p0 = P + int64_t(i) * kTile;
+      const float* p0 = P + int64_t(i) * p_row;
       for (int t = 0; t < n; ++t) {
         const float* vt = v + int64_t(t) * v_stride + ch;
         const V v0 = V::load(vt), v1 = V::load(vt + W), v2 = V::load(vt + 2 * W),
                 v3 = V::load(vt + 3 * W);
         for (int r = 0; r < 4; ++r) {
-          const V a = V::set1(p0[r * kTile + t]);
+          const V a = V::set1(p0[r * p_row + t * p_key]);
           acc[r][0] = fma(a, v0, acc[r][0]);
           acc[r][1] = fma(a, v1, acc[r][1]);
           acc[r][2] = fma(a, v2, acc[r][2]);
@@ -144,10 +186,10 @@ void pv_tile(const float* P, int R, int n, const float* v, int64_t v_stride, int
       V acc[4];
       const V c = V::set1(corr[i]);
       for (int j = 0; j < 4; ++j) acc[j] = V::load(st.o + i * st.ld_o + ch + j * W) * c;
-      const float* pi = P + int64_t(i) * kTile;
+      const float* pi = P + int64_t(i) * p_row;
       for (int t = 0; t < n; ++t) {
         const float* vt = v + int64_t(t) * v_stride + ch;
-        const V a = V::set1(pi[t]);
+        const V a = V::set1(pi[t * p_key]);
         for (int j = 0; j < 4; ++j) acc[j] = fma(a, V::load(vt + j * W), acc[j]);
       }
       for (int j = 0; j < 4; ++j) acc[j].store(st.o + i * st.ld_o + ch + j * W);

@@ -1,8 +1,9 @@
-// Tile policy of the FP32-intermediate absorbed decode: the query and each key tile are widened
-// to FP32 once per work item / tile and shared by every row (head × query) of the block.
-//   q:  [R][d_qk]              widened query rows
+// Tile policy of the FP32-intermediate absorbed decode. Rows (heads × queries) are the vector
+// lanes of the score product, so a key tile needs no transpose: each key value is broadcast
+// against W rows of the transposed query at once, and the scores come out key-major.
+//   qT: [d_qk][ld]             widened query, transposed once per work item (ld = R padded to W)
 //   kr: [kTile][kr_stride]     widened (dequantised) cache rows; the first d_v columns are V
-//   kt: [d_qk][kTile]          the same tile transposed, for the score product
+//   ST: [kTile][ld]            scores, then probabilities (owned by the driver)
 // Include inside the ISA's target region. Internal linkage.
 #pragma once
 
@@ -11,31 +12,58 @@
 namespace mla::cpu {
 namespace {
 
+// ST[j0 + kk][v0 + k·W ...] = Σ_c qT[c][v0 + k·W ...] · key_kk[c] for NK keys × NV vectors of rows.
+template <class V, int NV, int NK>
+inline void score_block_rows_f32(const float* qT, int ld, int d_qk, const float* const* keys,
+                                 float* ST) {
+  constexpr int W = V::kWidth;
+  V acc[NK][NV];
+  for (auto& a : acc)
+    for (auto& x : a) x = V::zero();
+  for (int c = 0; c < d_qk; ++c) {
+    V q[NV];
+    for (int k = 0; k < NV; ++k) q[k] = V::load(qT + int64_t(c) * ld + k * W);
+    for (int kk = 0; kk < NK; ++kk) {
+      const V b = V::set1(keys[kk][c]);
+      for (int k = 0; k < NV; ++k) acc[kk][k] = fma(q[k], b, acc[kk][k]);
+    }
+  }
+  for (int kk = 0; kk < NK; ++kk)
+    for (int k = 0; k < NV; ++k) acc[kk][k].store(ST + int64_t(kk) * ld + k * W);
+}
+
 template <class V>
 struct DecodeTileF32 {
-  AlignedBuffer<float> q, kr, kt;
-  int d_qk = 0, d_v = 0, dv_pad = 0, kr_stride = 0;
+  static constexpr int W = V::kWidth;
+  static constexpr int kKeys = W == 8 ? 2 : 4;  // accumulators NK × 4 fit the register file
+  AlignedBuffer<float> qT, kr;
+  int d_qk = 0, d_v = 0, dv_pad = 0, kr_stride = 0, ld = 0;
 
   int d_v_pad() const { return dv_pad; }
+  static int rows_pad(int R) { return round_up(R, W); }
 
   void begin(const MlaDecodeParams& p) {
     d_qk = p.d_qk;
     d_v = p.d_v;
-    dv_pad = round_up(p.d_v, 4 * V::kWidth);
-    const int stride = std::max(round_up(d_qk, V::kWidth), dv_pad);
+    dv_pad = round_up(p.d_v, 4 * W);
+    const int stride = std::max(round_up(d_qk, W), dv_pad);
     if (stride != kr_stride) kr = AlignedBuffer<float>();  // padding columns must start zeroed
     kr_stride = stride;
-    ensure_scratch(q, size_t(kDecodeRowBlock) * d_qk);
+    ensure_scratch(qT, size_t(d_qk) * rows_pad(kDecodeRowBlock));
     ensure_scratch(kr, size_t(kTile) * kr_stride);
-    ensure_scratch(kt, size_t(d_qk) * kTile);
   }
 
   void prepare_q(const MlaDecodeParams& p, int b, int r0, int R) {
+    ld = rows_pad(R);
     const int eb = p.q_dtype == DType::kF32 ? 4 : 2;
     const uint8_t* src =
         static_cast<const uint8_t*>(p.q) + (int64_t(b) * p.s_q * p.h_q + r0) * d_qk * eb;
-    for (int i = 0; i < R; ++i)
-      load_f32(p.q_dtype, src + int64_t(i) * d_qk * eb, d_qk, q.data() + int64_t(i) * d_qk);
+    std::vector<float> row(d_qk);
+    std::fill(qT.data(), qT.data() + size_t(d_qk) * ld, 0.0f);
+    for (int i = 0; i < R; ++i) {
+      load_f32(p.q_dtype, src + int64_t(i) * d_qk * eb, d_qk, row.data());
+      for (int c = 0; c < d_qk; ++c) qT[int64_t(c) * ld + i] = row[c];
+    }
   }
 
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
@@ -44,17 +72,35 @@ struct DecodeTileF32 {
       float* dst = kr.data() + int64_t(j) * kr_stride;
       load_cache_row(f, cache_row(p, b, t0 + j, f.row_bytes), dst, dst + d_v);
     }
-    for (int c = 0; c < d_qk; ++c) {
-      float* dst = kt.data() + int64_t(c) * kTile;
-      for (int j = 0; j < n; ++j) dst[j] = kr[int64_t(j) * kr_stride + c];
-      std::fill(dst + n, dst + kTile, 0.0f);
+  }
+
+  // ST [kTile][ld]; keys past the tile's n read stale rows, which the softmax masks.
+  void scores(float* ST) {
+    for (int j0 = 0; j0 < kTile; j0 += kKeys) {
+      const float* keys[kKeys];
+      for (int kk = 0; kk < kKeys; ++kk) keys[kk] = kr.data() + int64_t(j0 + kk) * kr_stride;
+      float* out = ST + int64_t(j0) * ld;
+      int v = 0;
+      for (; v + 4 * W <= ld; v += 4 * W)
+        score_block_rows_f32<V, 4, kKeys>(qT.data() + v, ld, d_qk, keys, out + v);
+      switch ((ld - v) / W) {
+        case 3:
+          score_block_rows_f32<V, 3, kKeys>(qT.data() + v, ld, d_qk, keys, out + v);
+          break;
+        case 2:
+          score_block_rows_f32<V, 2, kKeys>(qT.data() + v, ld, d_qk, keys, out + v);
+          break;
+        case 1:
+          score_block_rows_f32<V, 1, kKeys>(qT.data() + v, ld, d_qk, keys, out + v);
+          break;
+        default:
+          break;
+      }
     }
   }
 
-  void scores(int R, float* S) { score_tile<V>(q.data(), d_qk, R, d_qk, kt.data(), S); }
-
-  void pv(const float* P, int R, int n, const float* corr, RowBlockState st) {
-    pv_tile<V>(P, R, n, kr.data(), kr_stride, dv_pad, corr, st);
+  void pv(const float* PT, int R, int n, const float* corr, RowBlockState st) {
+    pv_tile<V>(PT, R, n, kr.data(), kr_stride, dv_pad, corr, st, /*p_row=*/1, /*p_key=*/ld);
   }
 };
 

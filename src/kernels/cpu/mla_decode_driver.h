@@ -37,8 +37,7 @@ inline const uint8_t* cache_row(const MlaDecodeParams& p, int b, int t, int64_t 
 
 // Per-thread buffers of one work item (sized by the row block, not by the context).
 struct DecodeScratch {
-  AlignedBuffer<float> o, s, m, l, corr, lse;
-  std::vector<int> limit;
+  AlignedBuffer<float> o, s, m, l, corr, lse, limit;
   std::vector<float*> score_rows, tile_score_rows;
 };
 
@@ -102,19 +101,19 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
     static thread_local Tile tile;
     static thread_local DecodeScratch sc;
     tile.begin(p);
-    const int ld_o = tile.d_v_pad();
-    RowBlockState st{ensure_scratch(sc.o, size_t(R) * ld_o), ld_o, ensure_scratch(sc.m, R),
-                     ensure_scratch(sc.l, R)};
-    float* corr = ensure_scratch(sc.corr, R);
-    float* lse_rows = ensure_scratch(sc.lse, R);
-    float* S = ensure_scratch(sc.s, size_t(R) * kTile);
-    sc.limit.resize(R);
+    const int ld_o = tile.d_v_pad(), ld = Tile::rows_pad(R);
+    RowBlockState st{ensure_scratch(sc.o, size_t(R) * ld_o), ld_o, ensure_scratch(sc.m, ld),
+                     ensure_scratch(sc.l, ld)};
+    float* corr = ensure_scratch(sc.corr, ld);
+    float* lse_rows = ensure_scratch(sc.lse, ld);
+    float* limit = ensure_scratch(sc.limit, ld);  // keys visible per row in the tile, as floats
+    float* ST = ensure_scratch(sc.s, size_t(kTile) * ld);
     sc.score_rows.assign(R, nullptr);
     sc.tile_score_rows.assign(R, nullptr);
-    int* limit = sc.limit.data();
     std::fill(st.o, st.o + size_t(R) * ld_o, 0.0f);
-    std::fill(st.m, st.m + R, kNegInf);
-    std::fill(st.l, st.l + R, 0.0f);
+    std::fill(st.m, st.m + ld, kNegInf);
+    std::fill(st.l, st.l + ld, 0.0f);
+    std::fill(limit, limit + ld, 0.0f);
     if (p.scores)
       for (int i = 0; i < R; ++i)
         sc.score_rows[i] = p.scores + (int64_t(b) * rows + r0 + i) * p.scores_stride;
@@ -125,17 +124,18 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
       bool any = false;
       for (int i = 0; i < R; ++i) {
         const int s = (r0 + i) / p.h_q;
-        limit[i] = std::clamp(visible_keys(s_kv, p.s_q, s, p.causal) - t0, 0, n);
-        any |= limit[i] > 0;
+        const int lim = std::clamp(visible_keys(s_kv, p.s_q, s, p.causal) - t0, 0, n);
+        limit[i] = float(lim);
+        any |= lim > 0;
       }
       if (!any && !p.scores) continue;
       tile.load_tile(p, b, t0, n);
-      tile.scores(R, S);
+      tile.scores(ST);
       if (p.scores)
         for (int i = 0; i < R; ++i) sc.tile_score_rows[i] = sc.score_rows[i] + t0;
-      softmax_tile<V>(S, R, limit, n, p.softmax_scale, st, corr,
-                      p.scores ? sc.tile_score_rows.data() : nullptr);
-      tile.pv(S, R, n, corr, st);
+      softmax_tile_rows<V>(ST, ld, R, limit, n, p.softmax_scale, st, corr,
+                           p.scores ? sc.tile_score_rows.data() : nullptr);
+      tile.pv(ST, R, n, corr, st);
     }
 
     if (plan.splits[b] == 1) {

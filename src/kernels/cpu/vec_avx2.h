@@ -17,6 +17,10 @@ struct VecAvx2 {
   static VecAvx2 set1(float x) { return {_mm256_set1_ps(x)}; }
   static VecAvx2 load(const float* p) { return {_mm256_loadu_ps(p)}; }
   void store(float* p) const { _mm256_storeu_ps(p, v); }
+  // a < b ? x : y, per lane.
+  static VecAvx2 where_lt(VecAvx2 a, VecAvx2 b, VecAvx2 x, VecAvx2 y) {
+    return {_mm256_blendv_ps(y.v, x.v, _mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ))};
+  }
   float reduce_max() const {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));

@@ -17,6 +17,10 @@ struct VecAvx512 {
   static VecAvx512 set1(float x) { return {_mm512_set1_ps(x)}; }
   static VecAvx512 load(const float* p) { return {_mm512_loadu_ps(p)}; }
   void store(float* p) const { _mm512_storeu_ps(p, v); }
+  // a < b ? x : y, per lane.
+  static VecAvx512 where_lt(VecAvx512 a, VecAvx512 b, VecAvx512 x, VecAvx512 y) {
+    return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ), y.v, x.v)};
+  }
   float reduce_max() const { return _mm512_reduce_max_ps(v); }
   float reduce_add() const { return _mm512_reduce_add_ps(v); }
   static VecAvx512 exp(VecAvx512 x) {

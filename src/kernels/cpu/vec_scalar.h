@@ -16,6 +16,9 @@ struct VecScalar {
   static VecScalar set1(float x) { return {x}; }
   static VecScalar load(const float* p) { return {*p}; }
   void store(float* p) const { *p = v; }
+  static VecScalar where_lt(VecScalar a, VecScalar b, VecScalar x, VecScalar y) {
+    return {a.v < b.v ? x.v : y.v};
+  }
   float reduce_max() const { return v; }
   float reduce_add() const { return v; }
   // exp(x), 0 for -inf.
