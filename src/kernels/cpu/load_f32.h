@@ -43,6 +43,21 @@ struct CacheRowFormat {
   }
 };
 
+// Code → value tables: the per-element conversion functions of core/dtype are exact but branchy;
+// a table lookup is what the tile loop can afford. Built from those functions, so identical.
+struct NarrowFloatTables {
+  float fp8[256];
+  float e2m1[16];
+  NarrowFloatTables() {
+    for (int i = 0; i < 256; ++i) fp8[i] = fp8_e4m3_to_f32(uint8_t(i));
+    for (int i = 0; i < 16; ++i) e2m1[i] = e2m1_to_f32(uint8_t(i));
+  }
+};
+inline const NarrowFloatTables& narrow_tables() {
+  static const NarrowFloatTables t;
+  return t;
+}
+
 inline float read_f32(const uint8_t* p) {
   float v;
   std::memcpy(&v, p, 4);
@@ -68,22 +83,23 @@ inline void load_cache_row(const CacheRowFormat& f, const uint8_t* row, float* l
       for (int b0 = 0; b0 < f.r; b0 += kFp8ScaleBlock) {
         const float s = read_f32(scales + 4 * (b0 / kFp8ScaleBlock));
         const int end = std::min(f.r, b0 + kFp8ScaleBlock);
-        if (f.dtype == DType::kF8E4M3)
-          for (int i = b0; i < end; ++i) latent[i] = fp8_e4m3_to_f32(codes[i]) * s;
-        else
+        if (f.dtype == DType::kF8E4M3) {
+          const float* lut = narrow_tables().fp8;
+          for (int i = b0; i < end; ++i) latent[i] = lut[codes[i]] * s;
+        } else
           for (int i = b0; i < end; ++i) latent[i] = float(int8_t(codes[i])) * s;
       }
       break;
     }
     case DType::kE2M1: {
+      const NarrowFloatTables& lut = narrow_tables();
       const uint8_t* codes = row + f.layout.latent_offset_bytes;
       const uint8_t* scales = row + f.layout.scale_offset_bytes;
       for (int b0 = 0; b0 < f.r; b0 += kNvfp4ScaleBlock) {
-        const float s = fp8_e4m3_to_f32(scales[b0 / kNvfp4ScaleBlock]);
+        const float s = lut.fp8[scales[b0 / kNvfp4ScaleBlock]];
         const int end = std::min(f.r, b0 + kNvfp4ScaleBlock);
         for (int i = b0; i < end; ++i)
-          latent[i] =
-              (e2m1_to_f32(uint8_t(codes[i / 2] >> (4 * (i & 1))) & 0xf) * s) * f.global_scale;
+          latent[i] = (lut.e2m1[(codes[i / 2] >> (4 * (i & 1))) & 0xf] * s) * f.global_scale;
       }
       break;
     }
