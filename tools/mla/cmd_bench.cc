@@ -31,8 +31,8 @@ bench::MachineReport machine(bool quick) {
   return bench::measure_machine(default_thread_pool(), quick);
 }
 
-int run_machine(bool json) {
-  const bench::MachineReport m = machine(false);
+int run_machine(bool json, bool quick) {
+  const bench::MachineReport m = machine(quick);
   if (json) {
     ordered_json j = rates_json(m.all);
     j["single_thread"] = rates_json(m.single);
@@ -237,11 +237,14 @@ void register_bench(CLI::App& app, int* exit_code) {
       app.add_subcommand("bench", "Measure the machine and the MLA kernels against it");
   bench->require_subcommand(1);
 
-  auto machine_json = std::make_shared<bool>(false);
+  auto machine_json = std::make_shared<bool>(false), machine_quick = std::make_shared<bool>(false);
   CLI::App* mach = bench->add_subcommand(
       "machine", "FP32 FMA and BF16 dot peaks, memory bandwidth; 1 and all threads");
   mach->add_flag("--json", *machine_json, "Print JSON");
-  mach->callback([machine_json, exit_code] { *exit_code = run_machine(*machine_json); });
+  mach->add_flag("--quick", *machine_quick, "Shorter probes (less stable figures)");
+  mach->callback([machine_json, machine_quick, exit_code] {
+    *exit_code = run_machine(*machine_json, *machine_quick);
+  });
 
   auto d = std::make_shared<DecodeOptions>();
   CLI::App* dec =

@@ -2,7 +2,6 @@
 // the error paths (bad flag, missing --model file, --model with --preset) exit non-zero with a
 // message. Skipped when the binary has not been built (the test does not build it).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,31 +9,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_run.h"
+
 namespace {
 
-// $MLA_BINARY if set, else the release build's binary.
-std::string mla_binary() {
-  if (const char* env = std::getenv("MLA_BINARY")) return env;
-  return MLA_SOURCE_DIR "/build/release/bin/mla";
-}
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out;  // stdout, or stdout and stderr together when merged
-};
-
+using mla::test::mla_binary;
+using mla::test::RunResult;
 RunResult run(const std::string& args, bool merge_stderr) {
-  const std::string cmd =
-      "'" + mla_binary() + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return mla::test::run_mla(args, merge_stderr);
 }
 
 class MemoryCli : public testing::Test {

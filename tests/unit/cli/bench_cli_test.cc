@@ -1,0 +1,67 @@
+// `mla bench` and `mla tune` end to end on tiny shapes: the JSON other tools read has its keys,
+// figures are positive, selections by flag work, and bad flags fail.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+
+namespace {
+
+using mla::test::run_mla;
+
+TEST(BenchCli, MachineJsonHasTheDocumentedKeys) {
+  const auto r = run_mla("bench machine --quick --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const auto* obj : {&j, &j.at("single_thread")}) {
+    EXPECT_GE(obj->at("threads").get<int>(), 1);
+    EXPECT_GT(obj->at("fp32_fma_gflops").get<double>(), 0.0);
+    EXPECT_GE(obj->at("bf16_dot_gflops").get<double>(), 0.0);  // 0 without AVX512_BF16
+    EXPECT_GT(obj->at("mem_bw_gbps").get<double>(), 0.0);
+  }
+}
+
+TEST(BenchCli, DecodeJsonSelectsCasesByFlag) {
+  const auto r = run_mla(
+      "bench decode --json --b 1,2 --s-q 1 --h-q 16 --s-kv 128 --kv-dtype bf16,int8 --reps 1",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 4u);  // 2 batch sizes × 2 formats
+  for (const auto& c : j) {
+    for (const char* k : {"b", "s_q", "h_q", "s_kv", "kv_dtype", "path", "us_per_call", "gflops",
+                          "gbps", "pct_of_bf16_peak", "pct_of_roofline"})
+      EXPECT_TRUE(c.contains(k)) << k;
+    EXPECT_EQ(c.at("h_q"), 16);
+    EXPECT_EQ(c.at("s_kv"), 128);
+    EXPECT_GT(c.at("us_per_call").get<double>(), 0.0);
+    EXPECT_GT(c.at("gflops").get<double>(), 0.0);
+  }
+}
+
+TEST(BenchCli, TuneWritesTheThresholdFile) {
+  const std::string path = testing::TempDir() + "/mla_tune_test.json";
+  std::filesystem::remove(path);
+  setenv("MLA_TUNE_FILE", path.c_str(), 1);  // never the user's own tuning file
+  const auto t = run_mla("tune --m 8,16 --l 64 --h-q 4", false);
+  unsetenv("MLA_TUNE_FILE");
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_GE(j.at("prefill_absorption_threshold").get<int>(), 7);  // crossover − 1 over M ∈ {8, 16}
+}
+
+TEST(BenchCli, BadFlagsFail) {
+  EXPECT_NE(run_mla("bench decode --kv-dtype fp4 --s-kv 64 --h-q 4", true).exit_code, 0);
+  EXPECT_NE(run_mla("bench decode --s-kv 0", true).exit_code, 0);
+  EXPECT_NE(run_mla("bench nothing", true).exit_code, 0);
+}
+
+}  // namespace
