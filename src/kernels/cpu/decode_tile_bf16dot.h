@@ -49,7 +49,6 @@ inline void score_block_rows_bf16(const uint32_t* qT, int ld, int d_qk2, const u
 
 struct DecodeTileBf16Dot {
   static constexpr int W = 16;
-  static constexpr int kKeys = 4;
   AlignedBuffer<uint32_t> qT;
   AlignedBuffer<uint8_t> zero_row;  // stands in for keys past the tile's n
   AlignedBuffer<float> kr;
@@ -89,27 +88,33 @@ struct DecodeTileBf16Dot {
     }
   }
 
+  // Fewer row vectors take more keys per block: vdpbf16ps needs ~10 independent accumulators.
   void scores(float* ST) {
-    for (int j0 = 0; j0 < kTile; j0 += kKeys) {
-      float* out = ST + int64_t(j0) * ld;
-      const uint8_t* const* keys = rows + j0;
-      int v = 0;
-      for (; v + 4 * W <= ld; v += 4 * W)
-        score_block_rows_bf16<4, kKeys>(qT.data() + v, ld, d_qk2, keys, out + v);
-      switch ((ld - v) / W) {
+    for (int v = 0; v < ld;) {
+      const int nv = std::min(4, (ld - v) / W);
+      switch (nv) {
+        case 4:
+          score_keys<4, 4>(v, ST);
+          break;
         case 3:
-          score_block_rows_bf16<3, kKeys>(qT.data() + v, ld, d_qk2, keys, out + v);
+          score_keys<3, 4>(v, ST);
           break;
         case 2:
-          score_block_rows_bf16<2, kKeys>(qT.data() + v, ld, d_qk2, keys, out + v);
-          break;
-        case 1:
-          score_block_rows_bf16<1, kKeys>(qT.data() + v, ld, d_qk2, keys, out + v);
+          score_keys<2, 4>(v, ST);
           break;
         default:
+          score_keys<1, 8>(v, ST);
           break;
       }
+      v += nv * W;
     }
+  }
+
+  template <int NV, int NK>
+  void score_keys(int v, float* ST) {
+    static_assert(kTile % NK == 0, "key blocks tile the tile");
+    for (int j0 = 0; j0 < kTile; j0 += NK)
+      score_block_rows_bf16<NV, NK>(qT.data() + v, ld, d_qk2, rows + j0, ST + int64_t(j0) * ld + v);
   }
 
   void pv(const float* PT, int R, int n, const float* corr, RowBlockState st) {

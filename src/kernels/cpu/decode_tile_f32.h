@@ -35,7 +35,6 @@ inline void score_block_rows_f32(const float* qT, int ld, int d_qk, const float*
 template <class V>
 struct DecodeTileF32 {
   static constexpr int W = V::kWidth;
-  static constexpr int kKeys = W == 8 ? 2 : 4;  // accumulators NK × 4 fit the register file
   AlignedBuffer<float> qT, kr;
   int d_qk = 0, d_v = 0, dv_pad = 0, kr_stride = 0, ld = 0;
 
@@ -74,28 +73,36 @@ struct DecodeTileF32 {
     }
   }
 
-  // ST [kTile][ld]; keys past the tile's n read stale rows, which the softmax masks.
+  // ST [kTile][ld]; keys past the tile's n read stale rows, which the softmax masks. Fewer row
+  // vectors take more keys per block, so that enough independent accumulators hide FMA latency.
   void scores(float* ST) {
-    for (int j0 = 0; j0 < kTile; j0 += kKeys) {
-      const float* keys[kKeys];
-      for (int kk = 0; kk < kKeys; ++kk) keys[kk] = kr.data() + int64_t(j0 + kk) * kr_stride;
-      float* out = ST + int64_t(j0) * ld;
-      int v = 0;
-      for (; v + 4 * W <= ld; v += 4 * W)
-        score_block_rows_f32<V, 4, kKeys>(qT.data() + v, ld, d_qk, keys, out + v);
-      switch ((ld - v) / W) {
+    for (int v = 0; v < ld;) {
+      const int nv = std::min(4, (ld - v) / W);
+      switch (nv) {
+        case 4:
+          score_keys<4, W == 8 ? 2 : 4>(v, ST);
+          break;
         case 3:
-          score_block_rows_f32<V, 3, kKeys>(qT.data() + v, ld, d_qk, keys, out + v);
+          score_keys<3, W == 8 ? 2 : 4>(v, ST);
           break;
         case 2:
-          score_block_rows_f32<V, 2, kKeys>(qT.data() + v, ld, d_qk, keys, out + v);
-          break;
-        case 1:
-          score_block_rows_f32<V, 1, kKeys>(qT.data() + v, ld, d_qk, keys, out + v);
+          score_keys<2, W == 8 ? 4 : 8>(v, ST);
           break;
         default:
+          score_keys<1, W == 8 ? 8 : 16>(v, ST);
           break;
       }
+      v += nv * W;
+    }
+  }
+
+  template <int NV, int NK>
+  void score_keys(int v, float* ST) {
+    static_assert(kTile % NK == 0, "key blocks tile the tile");
+    for (int j0 = 0; j0 < kTile; j0 += NK) {
+      const float* keys[NK];
+      for (int kk = 0; kk < NK; ++kk) keys[kk] = kr.data() + int64_t(j0 + kk) * kr_stride;
+      score_block_rows_f32<V, NV, NK>(qT.data() + v, ld, d_qk, keys, ST + int64_t(j0) * ld + v);
     }
   }
 
