@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
-#include "kernels/registry.h"
 #include "kernels/mla_problem.h"
+#include "kernels/registry.h"
 
 namespace {
 
@@ -16,8 +16,8 @@ void BM_MlaDecode(benchmark::State& state, const mla::MlaDecodeVariant* v, int b
                   int s_kv) {
   mla::Rng rng(1);
   const int s_q = 1, d_qk = 576, d_v = 512;
-  const auto cache = mla::make_paged_cache(
-      rng, mla::DType::kBF16, std::vector<int32_t>(b, s_kv), 64, d_v, d_qk - d_v, 1.0);
+  const auto cache = mla::make_paged_cache(rng, mla::DType::kBF16, std::vector<int32_t>(b, s_kv),
+                                           64, d_v, d_qk - d_v, 1.0);
   std::vector<uint16_t> q(size_t(b) * s_q * h_q * d_qk);
   for (auto& x : q) x = mla::f32_to_bf16(float(rng.normal()));
   std::vector<float> out(size_t(b) * s_q * h_q * d_v), lse(size_t(b) * h_q * s_q);

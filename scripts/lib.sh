@@ -23,9 +23,9 @@ mla_install_deps() {
 
 # Test oracles from PyPI (pinned; pip keeps its cache). Optional: tests that need them compare
 # against committed goldens when they are missing.
-MLA_PIP_PACKAGES=(numpy==2.2.6)
+MLA_PIP_PACKAGES=(numpy==2.2.6 tokenizers==0.22.1)
 mla_install_pip() {
-  python3 -c "import numpy" 2>/dev/null && return 0
+  python3 -c "import numpy, tokenizers" 2>/dev/null && return 0
   python3 -m pip install -q "${MLA_PIP_PACKAGES[@]}" || echo "warning: pip install failed; live oracle checks will be skipped"
 }
 

@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "../harness.h"
-#include "kernels/mla_problem.h"
 #include "kernels/mla_attention.h"
+#include "kernels/mla_problem.h"
 #include "kernels/mla_verify.h"
 
 namespace mla::ops {

@@ -1,0 +1,115 @@
+// Tokenizer throughput (one thread): encode and decode MB/s on a mixed corpus with the real
+// DeepSeek-V3 tokenizer. bench/tokenizer_bench.py builds the corpus and runs Hugging Face
+// `tokenizers` on it in the same run for the side-by-side table in docs/BENCHMARKS.md.
+//   MLA_TOKENIZER_BENCH_CORPUS  corpus file (UTF-8); required
+//   MLA_TOKENIZER_BENCH_JSON    tokenizer.json (default: ../shared/data/deepseek-v3-tokenizer)
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tokenizer/json_read.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using mla::tok::Tokenizer;
+
+struct Fixture {
+  std::optional<Tokenizer> tok;
+  std::string corpus;
+  std::vector<std::string> paragraphs;  // the corpus cut at blank lines, as separate requests
+  std::string error;
+};
+
+const Fixture& fixture() {
+  static const Fixture f = [] {
+    Fixture f;
+    const char* json = std::getenv("MLA_TOKENIZER_BENCH_JSON");
+    const std::string json_path =
+        json ? json : MLA_SOURCE_DIR "/../shared/data/deepseek-v3-tokenizer/tokenizer.json";
+    const char* corpus = std::getenv("MLA_TOKENIZER_BENCH_CORPUS");
+    if (!corpus) {
+      f.error = "set MLA_TOKENIZER_BENCH_CORPUS (bench/tokenizer_bench.py does)";
+      return f;
+    }
+    mla::Result<Tokenizer> t = Tokenizer::from_file(json_path);
+    mla::Result<std::string> text = mla::tok::read_text_file(corpus);
+    if (!t.ok() || !text.ok()) {
+      f.error = !t.ok() ? t.status().to_string() : text.status().to_string();
+      return f;
+    }
+    f.tok.emplace(std::move(*t));
+    f.corpus = std::move(*text);
+    for (size_t pos = 0; pos < f.corpus.size();) {
+      size_t end = f.corpus.find("\n\n", pos);
+      end = end == std::string::npos ? f.corpus.size() : end + 2;
+      f.paragraphs.push_back(f.corpus.substr(pos, end - pos));
+      pos = end;
+    }
+    return f;
+  }();
+  return f;
+}
+
+void encode_whole(benchmark::State& state, bool special) {
+  const Fixture& f = fixture();
+  if (!f.error.empty()) return state.SkipWithError(f.error.c_str());
+  mla::tok::EncodeOptions o;
+  o.parse_special = special;
+  size_t ids = 0;
+  for (auto _ : state) {
+    mla::Result<std::vector<int32_t>> r = f.tok->encode(f.corpus, o);
+    if (!r.ok()) return state.SkipWithError(r.status().to_string().c_str());
+    ids = r->size();
+    benchmark::DoNotOptimize(r->data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * f.corpus.size()));
+  state.counters["ids"] = static_cast<double>(ids);
+}
+
+void BM_EncodeWhole(benchmark::State& state) {
+  encode_whole(state, false);
+}
+void BM_EncodeWholeSpecial(benchmark::State& state) {
+  encode_whole(state, true);
+}
+
+void BM_EncodeParagraphs(benchmark::State& state) {
+  const Fixture& f = fixture();
+  if (!f.error.empty()) return state.SkipWithError(f.error.c_str());
+  std::vector<int32_t> ids;
+  for (auto _ : state) {
+    for (const std::string& p : f.paragraphs) {
+      ids.clear();
+      mla::Status s = f.tok->encode_append(p, {}, &ids);
+      if (!s.ok()) return state.SkipWithError(s.to_string().c_str());
+      benchmark::DoNotOptimize(ids.data());
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * f.corpus.size()));
+  state.counters["paragraphs"] = static_cast<double>(f.paragraphs.size());
+}
+
+void BM_Decode(benchmark::State& state) {
+  const Fixture& f = fixture();
+  if (!f.error.empty()) return state.SkipWithError(f.error.c_str());
+  const std::vector<int32_t> ids = *f.tok->encode(f.corpus);
+  for (auto _ : state) {
+    mla::Result<std::string> text = f.tok->decode(ids);
+    benchmark::DoNotOptimize(text->data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * f.corpus.size()));
+}
+
+BENCHMARK(BM_EncodeWhole)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EncodeWholeSpecial)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EncodeParagraphs)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Decode)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

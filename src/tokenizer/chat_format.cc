@@ -1,0 +1,326 @@
+// Chat format rendering and recognition (see chat_format.h). The DeepSeek renderings follow
+// spec/deepseek-models.md §8.2; the V3 one is checked against its Jinja template in the tests.
+#include "tokenizer/chat_format.h"
+
+#include <fmt/format.h>
+
+#include "io/safetensors_header.h"
+
+namespace mla::tok {
+namespace {
+
+constexpr const char* kBos = "<｜begin▁of▁sentence｜>";
+constexpr const char* kEos = "<｜end▁of▁sentence｜>";
+constexpr const char* kUser = "<｜User｜>";
+constexpr const char* kAssistant = "<｜Assistant｜>";
+constexpr const char* kKimiDefaultSystem = "You are Kimi, an AI assistant created by Moonshot AI.";
+constexpr const char* kMoonlightDefaultSystem =
+    "You are a helpful assistant provided by Moonshot-AI.";
+
+constexpr std::pair<ChatFormat, const char*> kNames[] = {
+    {ChatFormat::kDeepSeekV3, "deepseek-v3"},
+    {ChatFormat::kDeepSeekR1, "deepseek-r1"},
+    {ChatFormat::kDeepSeekR1Original, "deepseek-r1-original"},
+    {ChatFormat::kDeepSeekV2, "deepseek-v2"},
+    {ChatFormat::kKimiK2, "kimi-k2"},
+    {ChatFormat::kMoonlight, "moonlight"},
+};
+
+struct Out {
+  std::vector<ChatPart> parts;
+  void control(const char* token) { parts.push_back({true, token}); }
+  void text(std::string_view s) {
+    if (s.empty()) return;
+    if (!parts.empty() && !parts.back().control)
+      parts.back().text += s;
+    else
+      parts.push_back({false, std::string(s)});
+  }
+};
+
+Status bad_message(size_t i, const ChatMessage& m, std::string_view why) {
+  return invalid_argument(
+      fmt::format("messages[{}] (role {}): {}", i, io_detail::quote_text(m.role), why));
+}
+
+// Text after the last </think>: R1 drops past reasoning from the history.
+std::string_view after_reasoning(std::string_view s) {
+  const size_t at = s.rfind("</think>");
+  return at == std::string_view::npos ? s : s.substr(at + 8);
+}
+
+Result<std::vector<ChatPart>> render_deepseek(ChatFormat f, std::span<const ChatMessage> msgs,
+                                              const ChatOptions& opts) {
+  const bool r1 = f == ChatFormat::kDeepSeekR1 || f == ChatFormat::kDeepSeekR1Original;
+  Out out;
+  out.control(kBos);
+  // All system messages, joined by a blank line, go first (as the shipped V3 template does).
+  bool first_system = true;
+  for (const ChatMessage& m : msgs) {
+    if (m.role != "system") continue;
+    if (!first_system) out.text("\n\n");
+    out.text(m.content.value_or(""));
+    first_system = false;
+  }
+  bool in_tool_outputs = false;
+  const auto close_outputs = [&] {
+    if (in_tool_outputs) out.control("<｜tool▁outputs▁end｜>");
+  };
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role == "system") continue;
+    if (m.role == "user") {
+      if (!m.content) return bad_message(i, m, "a user message needs content");
+      close_outputs();
+      in_tool_outputs = false;
+      out.control(kUser);
+      out.text(*m.content);
+    } else if (m.role == "assistant") {
+      if (!m.content && m.tool_calls.empty())
+        return bad_message(i, m, "an assistant message needs content or tool_calls");
+      if (!m.content) {
+        close_outputs();
+        in_tool_outputs = false;
+        out.control(kAssistant);
+        out.control("<｜tool▁calls▁begin｜>");
+        for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+          const ToolCall& c = m.tool_calls[k];
+          if (k > 0) out.text("\n");
+          out.control("<｜tool▁call▁begin｜>");
+          out.text(c.type);
+          out.control("<｜tool▁sep｜>");
+          out.text(c.name + "\n```json\n" + c.arguments + "\n```");
+          out.control("<｜tool▁call▁end｜>");
+        }
+        out.control("<｜tool▁calls▁end｜>");
+        out.control(kEos);
+        continue;
+      }
+      const std::string_view content = r1 ? after_reasoning(*m.content) : *m.content;
+      if (in_tool_outputs) {
+        // After tool results the answer follows the outputs' end marker directly.
+        out.control("<｜tool▁outputs▁end｜>");
+        in_tool_outputs = false;
+      } else {
+        out.control(kAssistant);
+      }
+      out.text(content);
+      out.control(kEos);
+    } else if (m.role == "tool") {
+      if (!m.content) return bad_message(i, m, "a tool message needs content");
+      if (in_tool_outputs) {
+        out.text("\n");
+      } else {
+        out.control("<｜tool▁outputs▁begin｜>");
+        in_tool_outputs = true;
+      }
+      out.control("<｜tool▁output▁begin｜>");
+      out.text(*m.content);
+      out.control("<｜tool▁output▁end｜>");
+    } else {
+      return bad_message(i, m, "expected system, user, assistant or tool");
+    }
+  }
+  close_outputs();
+  if (opts.add_generation_prompt && !in_tool_outputs) {
+    out.control(kAssistant);
+    if (f == ChatFormat::kDeepSeekR1) {
+      out.control("<think>");
+      out.text("\n");
+    }
+  }
+  return std::move(out.parts);
+}
+
+Result<std::vector<ChatPart>> render_v2(std::span<const ChatMessage> msgs,
+                                        const ChatOptions& opts) {
+  Out out;
+  out.control(kBos);
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (!m.content || !m.tool_calls.empty())
+      return bad_message(i, m, "deepseek-v2 needs content and has no tool calls");
+    if (m.role == "user") {
+      out.text("User: " + *m.content + "\n\n");
+    } else if (m.role == "assistant") {
+      out.text("Assistant: " + *m.content);
+      out.control(kEos);
+    } else if (m.role == "system") {
+      out.text(*m.content + "\n\n");
+    } else {
+      return bad_message(i, m, "deepseek-v2 takes system, user or assistant");
+    }
+  }
+  if (opts.add_generation_prompt) out.text("Assistant:");
+  return std::move(out.parts);
+}
+
+Result<std::vector<ChatPart>> render_kimi(ChatFormat f, std::span<const ChatMessage> msgs,
+                                          const ChatOptions& opts) {
+  Out out;
+  const auto turn = [&](const char* marker, std::string_view name, std::string_view content) {
+    out.control(marker);
+    out.text(name);
+    out.control("<|im_middle|>");
+    out.text(content);
+    out.control("<|im_end|>");
+  };
+  if (msgs.empty() || msgs[0].role != "system")
+    turn("<|im_system|>", "system",
+         f == ChatFormat::kMoonlight ? kMoonlightDefaultSystem : kKimiDefaultSystem);
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (!m.content || !m.tool_calls.empty())
+      return unimplemented(
+          fmt::format("messages[{}]: {} tool calls are not built in", i, chat_format_name(f)));
+    const char* marker = m.role == "system"      ? "<|im_system|>"
+                         : m.role == "user"      ? "<|im_user|>"
+                         : m.role == "assistant" ? "<|im_assistant|>"
+                                                 : nullptr;
+    if (!marker) return bad_message(i, m, "expected system, user or assistant");
+    turn(marker, m.name.empty() ? m.role : m.name, *m.content);
+  }
+  if (opts.add_generation_prompt) {
+    out.control("<|im_assistant|>");
+    out.text("assistant");
+    out.control("<|im_middle|>");
+  }
+  return std::move(out.parts);
+}
+
+}  // namespace
+
+std::string_view chat_format_name(ChatFormat f) {
+  for (const auto& [fmt_, name] : kNames)
+    if (fmt_ == f) return name;
+  return "?";
+}
+
+std::string chat_format_names() {
+  std::string s;
+  for (const auto& [f, name] : kNames) s += (s.empty() ? "" : ", ") + std::string(name);
+  return s;
+}
+
+Result<ChatFormat> chat_format_from_name(std::string_view name) {
+  for (const auto& [f, n] : kNames)
+    if (name == n) return f;
+  return invalid_argument(fmt::format("unknown chat format {}; expected one of {}",
+                                      io_detail::quote_text(name), chat_format_names()));
+}
+
+Result<ChatFormat> detect_chat_format(std::string_view t) {
+  const auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
+  if (has("<|im_middle|>"))
+    return has("Moonshot-AI") ? ChatFormat::kMoonlight : ChatFormat::kKimiK2;
+  if (has(kAssistant)) {
+    // V3.1's hybrid template closes an empty thought (<｜Assistant｜></think>): not built in.
+    if (!has("<｜Assistant｜></think>") && has("</think>"))
+      return has("<｜Assistant｜><think>") ? ChatFormat::kDeepSeekR1
+                                           : ChatFormat::kDeepSeekR1Original;
+    if (!has("</think>")) return ChatFormat::kDeepSeekV3;
+  } else if (has("User: ") && has("Assistant:")) {
+    return ChatFormat::kDeepSeekV2;
+  }
+  std::string head(t.substr(0, 80));
+  return invalid_argument(
+      fmt::format("chat_template {} is not one of the built-in formats; choose one explicitly "
+                  "(--chat-format NAME) from: {}",
+                  t.empty() ? std::string("(none)") : io_detail::quote_text(head) + "...",
+                  chat_format_names()));
+}
+
+Result<std::vector<ChatPart>> render_chat(ChatFormat f, std::span<const ChatMessage> messages,
+                                          const ChatOptions& opts) {
+  switch (f) {
+    case ChatFormat::kDeepSeekV2:
+      return render_v2(messages, opts);
+    case ChatFormat::kKimiK2:
+    case ChatFormat::kMoonlight:
+      return render_kimi(f, messages, opts);
+    default:
+      return render_deepseek(f, messages, opts);
+  }
+}
+
+std::string chat_text(std::span<const ChatPart> parts) {
+  std::string s;
+  for (const ChatPart& p : parts) s += p.text;
+  return s;
+}
+
+Result<std::vector<int32_t>> encode_chat(const Tokenizer& t, std::span<const ChatPart> parts) {
+  std::vector<int32_t> ids;
+  for (const ChatPart& p : parts) {
+    if (!p.control) {
+      MLA_RETURN_IF_ERROR(t.encode_append(p.text, EncodeOptions{}, &ids));
+      continue;
+    }
+    bool found = false;
+    for (const AddedToken& a : t.added_tokens())
+      if (a.content == p.text) {
+        ids.push_back(a.id);
+        found = true;
+        break;
+      }
+    if (!found)
+      return invalid_argument(
+          fmt::format("the chat format needs the control token {}, which this tokenizer.json lacks "
+                      "(wrong --chat-format for this model?)",
+                      io_detail::quote_text(p.text)));
+  }
+  return ids;
+}
+
+Result<std::vector<ChatMessage>> parse_chat_messages(const Json& j, std::string_view origin,
+                                                     ChatOptions* opts) {
+  const Json* list = &j;
+  if (j.is_object()) {
+    if (!j.contains("messages"))
+      return invalid_argument(fmt::format("{}: expected a \"messages\" list", origin));
+    list = &j["messages"];
+    MLA_ASSIGN_OR_RETURN(
+        opts->add_generation_prompt,
+        get_bool(j, "add_generation_prompt", opts->add_generation_prompt, std::string(origin)));
+  }
+  if (!list->is_array())
+    return invalid_argument(fmt::format("{}: messages: expected a list", origin));
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const Json& m = (*list)[i];
+    const std::string where = fmt::format("{}: messages[{}]", origin, i);
+    if (!m.is_object()) return invalid_argument(where + ": expected an object");
+    ChatMessage msg;
+    MLA_ASSIGN_OR_RETURN(msg.role, get_string(m, "role", where));
+    const auto c = m.find("content");
+    if (c != m.end() && !c->is_null()) {
+      if (!c->is_string())
+        return invalid_argument(
+            fmt::format("{}.content: expected a string or null, got {}", where, json_excerpt(*c)));
+      msg.content = c->get<std::string>();
+    }
+    if (m.contains("name") && m["name"].is_string()) msg.name = m["name"].get<std::string>();
+    if (const auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+      if (!tc->is_array()) return invalid_argument(where + ".tool_calls: expected a list");
+      for (size_t k = 0; k < tc->size(); ++k) {
+        const Json& call = (*tc)[k];
+        const std::string cw = fmt::format("{}.tool_calls[{}]", where, k);
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+          return invalid_argument(cw + ": expected {\"type\", \"function\": {...}}");
+        ToolCall t;
+        if (call.contains("type") && call["type"].is_string())
+          t.type = call["type"].get<std::string>();
+        const Json& fn = call["function"];
+        MLA_ASSIGN_OR_RETURN(t.name, get_string(fn, "name", cw + ".function"));
+        const auto args = fn.find("arguments");
+        if (args == fn.end()) return invalid_argument(cw + ".function: \"arguments\" is missing");
+        t.arguments = args->is_string() ? args->get<std::string>() : args->dump();
+        msg.tool_calls.push_back(std::move(t));
+      }
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace mla::tok

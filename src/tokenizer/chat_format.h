@@ -1,0 +1,77 @@
+// Built-in chat formats (DeepSeek-V3, R1, V2, Kimi-K2, Moonlight) written in C++ instead of
+// running the Jinja template; the right one is recognised from tokenizer_config.json's
+// chat_template text. Rendering keeps control tokens apart from message text, so that text a
+// user typed is always encoded as plain text and only the formatter inserts control ids.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mla/status.h"
+#include "tokenizer/json_read.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mla::tok {
+
+enum class ChatFormat {
+  kDeepSeekV3,          // <｜User｜>/<｜Assistant｜>, system prompt first, tool calls
+  kDeepSeekR1,          // V3 + reasoning dropped from history + generation prompt opens <think>
+  kDeepSeekR1Original,  // the January 2025 R1 template: reasoning dropped, no forced <think>
+  kDeepSeekV2,          // "User: ...\n\nAssistant: ...<｜end▁of▁sentence｜>"
+  kKimiK2,              // <|im_user|>user<|im_middle|>...<|im_end|>, default system prompt
+  kMoonlight,           // Kimi's format with Moonlight-Instruct's default system prompt
+};
+
+// "deepseek-v3", "deepseek-r1", "deepseek-r1-original", "deepseek-v2", "kimi-k2", "moonlight".
+std::string_view chat_format_name(ChatFormat f);
+Result<ChatFormat> chat_format_from_name(std::string_view name);
+// All names, comma-separated, for help and error text.
+std::string chat_format_names();
+
+// Recognises a Jinja chat template by content (the literal markers each family uses). An empty
+// or unrecognised template is an error that lists the names --chat-format accepts.
+Result<ChatFormat> detect_chat_format(std::string_view chat_template);
+
+struct ToolCall {
+  std::string type = "function";
+  std::string name;
+  std::string arguments;  // JSON text, inserted verbatim
+};
+
+struct ChatMessage {
+  std::string role;                    // system, user, assistant, tool
+  std::optional<std::string> content;  // none: an assistant turn made only of tool calls
+  std::vector<ToolCall> tool_calls;
+  std::string name;  // Kimi: shown instead of the role when set
+};
+
+struct ChatOptions {
+  bool add_generation_prompt = true;  // end with the assistant prefix, ready to generate
+};
+
+// A rendered prompt: control parts are added-token texts (encoded to their ids); text parts are
+// template literals and message contents (always encoded as plain text).
+struct ChatPart {
+  bool control = false;
+  std::string text;
+};
+
+Result<std::vector<ChatPart>> render_chat(ChatFormat f, std::span<const ChatMessage> messages,
+                                          const ChatOptions& opts = {});
+
+// The parts joined: the prompt text the Jinja template would produce.
+std::string chat_text(std::span<const ChatPart> parts);
+
+// Ids of a rendered prompt, with exactly one BOS (the format's own; none is added). A control
+// part the tokenizer lacks as an added token is an error naming it.
+Result<std::vector<int32_t>> encode_chat(const Tokenizer& t, std::span<const ChatPart> parts);
+
+// Messages from JSON: a list of {"role", "content", "tool_calls"?, "name"?}, or an object
+// {"messages": [...], "add_generation_prompt"?: bool}. `origin` names the file in errors.
+Result<std::vector<ChatMessage>> parse_chat_messages(const Json& j, std::string_view origin,
+                                                     ChatOptions* opts);
+
+}  // namespace mla::tok

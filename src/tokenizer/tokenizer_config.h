@@ -1,0 +1,40 @@
+// A model directory's tokenizer: tokenizer.json plus tokenizer_config.json (BOS/EOS names, whether
+// plain encodes add BOS, the chat template text that chat_format.h recognises).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "mla/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mla::tok {
+
+struct TokenizerConfig {
+  std::optional<std::string> bos_token;  // token text, e.g. "<｜begin▁of▁sentence｜>"
+  std::optional<std::string> eos_token;
+  bool add_bos_token = false;  // plain (non-chat) prompts start with BOS
+  std::string chat_template;   // Jinja source; empty when the model ships none
+};
+
+// bos_token/eos_token may be strings or {"content": ...} objects; chat_template a string or a
+// list of {"name", "template"} (the one named "default" is taken).
+Result<TokenizerConfig> parse_tokenizer_config(std::string_view json, std::string_view origin);
+
+struct LoadedTokenizer {
+  Tokenizer tokenizer;  // with bos_id/eos_id set from the config
+  TokenizerConfig config;
+};
+
+// Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (and DIR/
+// chat_template.jinja when the config has no template). A named BOS/EOS that the tokenizer lacks
+// is an error.
+Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir);
+
+// For the CLI: exactly one of a model directory or a bare tokenizer.json (which brings no config,
+// hence no BOS or chat template).
+Result<LoadedTokenizer> load_tokenizer(const std::string& model_dir,
+                                       const std::string& tokenizer_json);
+
+}  // namespace mla::tok
