@@ -163,12 +163,23 @@ struct ThresholdOptions {
   bool json = false, write = false;
 };
 
-// The smallest swept M from which the decompressed path stays faster; the last M + 1 if never.
-int crossover(const std::vector<std::pair<int, bool>>& decompressed_faster) {
-  int at = decompressed_faster.empty() ? 0 : decompressed_faster.back().first + 1;
-  for (auto it = decompressed_faster.rbegin(); it != decompressed_faster.rend() && it->second; ++it)
-    at = it->first;
-  return at;
+// One swept point: chunk length and the two paths' times.
+struct SweepPoint {
+  int m;
+  double absorbed_s, decompressed_s;
+};
+
+// The largest chunk length that should still take the absorbed path: between the last swept M
+// where absorbed wins and the first M from which decompressed keeps winning, the time difference
+// is interpolated linearly to its zero. All absorbed: the last M; all decompressed: 0.
+int absorbed_up_to(const std::vector<SweepPoint>& pts) {
+  size_t first = pts.size();  // first index of the final run of decompressed wins
+  while (first > 0 && pts[first - 1].decompressed_s < pts[first - 1].absorbed_s) --first;
+  if (first == pts.size()) return pts.empty() ? 0 : pts.back().m;
+  if (first == 0) return 0;
+  const SweepPoint &lo = pts[first - 1], &hi = pts[first];
+  const double d_lo = lo.absorbed_s - lo.decompressed_s, d_hi = hi.absorbed_s - hi.decompressed_s;
+  return int(lo.m + (hi.m - lo.m) * (-d_lo) / (d_hi - d_lo));  // d_lo <= 0 < d_hi
 }
 
 int run_threshold(const ThresholdOptions& o) {
@@ -177,7 +188,7 @@ int run_threshold(const ThresholdOptions& o) {
   int worst = 0;  // the threshold for the engine: the smallest crossover over the contexts
   bool first = true;
   for (int l : o.l) {
-    std::vector<std::pair<int, bool>> faster;
+    std::vector<SweepPoint> pts;
     ordered_json rows = ordered_json::array();
     for (int mm : o.m) {
       fmt::print(stderr, "threshold M={} L={}...\n", mm, l);
@@ -188,14 +199,14 @@ int run_threshold(const ThresholdOptions& o) {
         return 1;
       }
       const double ta = (*rs)[0].t.median_s, td = (*rs)[1].t.median_s;
-      faster.push_back({mm, td < ta});
+      pts.push_back({mm, ta, td});
       rows.push_back({{"m", mm}, {"absorbed_ms", ta * 1e3}, {"decompressed_ms", td * 1e3}});
       if (!o.json)
         fmt::print("L {:>6}  M {:>5}  absorbed {:>10.2f} ms  decompressed {:>10.2f} ms  {}\n", l,
                    mm, ta * 1e3, td * 1e3, td < ta ? "decompressed" : "absorbed");
     }
-    // The engine's rule is "s_q <= threshold → absorbed", so the threshold is crossover − 1.
-    const int threshold = crossover(faster) - 1;
+    // The engine's rule is "s_q <= threshold → absorbed".
+    const int threshold = absorbed_up_to(pts);
     worst = first ? threshold : std::min(worst, threshold);
     first = false;
     per_l.push_back({{"l", l}, {"threshold", threshold}, {"sweep", rows}});
