@@ -55,9 +55,10 @@ TEST(BenchCli, TuneWritesTheThresholdFile) {
   std::ifstream in(path);
   ASSERT_TRUE(in.good()) << path;
   const auto j = nlohmann::json::parse(in);
-  const int t = j.at("prefill_absorption_threshold").get<int>();
-  EXPECT_GE(t, 0);  // within the swept range: 0 (decompressed always) .. 16 (absorbed always)
-  EXPECT_LE(t, 16);
+  const int threshold = j.at("prefill_absorption_threshold").get<int>();
+  EXPECT_GE(threshold,
+            0);  // within the swept range: 0 (decompressed always) .. 16 (absorbed always)
+  EXPECT_LE(threshold, 16);
 }
 
 TEST(BenchCli, BadFlagsFail) {
