@@ -1,9 +1,9 @@
-// One flash-attention step over a tile of kTile keys for a block of R query rows, in FP32:
-// scores S = Q·Kᵀ, online softmax (running max m and sum l per row), O = O·corr + P·V.
-// Shared by the absorbed decode (rows = heads × queries, one K for all) and the decompressed
-// prefill (rows = queries of one head). Templated on the Vec type of the ISA; include inside the
-// ISA's `#pragma GCC target` region. Internal linkage. docs/kernels/mla_decode.md explains the
-// register blocking.
+// One flash-attention step over a tile of kTile keys for a block of R query rows, in FP32, with
+// the rows as vector lanes: scores ST = (Q·Kᵀ)ᵀ key-major, online softmax (running max m and sum
+// l per row), O = O·corr + P·V. Shared by the absorbed decode (rows = heads × queries, one K for
+// all) and the decompressed prefill (rows = queries of one head). Templated on the Vec type of
+// the ISA; include inside the ISA's `#pragma GCC target` region. Internal linkage.
+// docs/kernels/mla_decode.md explains the register blocking.
 #pragma once
 
 #include <algorithm>
@@ -29,84 +29,36 @@ struct RowBlockState {
   float* l;
 };
 
-// S[i][0:kTile] = Σ_c q[i][c] · kt[c][0:kTile] for i < R.
-//   q  [R][q_stride] fp32;  kt [d_qk][kTile] fp32 (keys transposed, columns past the tile's keys
-//   zero);  S [R][kTile].  Blocks of 4 rows × 4 vectors of keys keep 16 accumulators in registers;
-//   each kt load is reused by 4 rows.
-template <class V>
-void score_tile(const float* q, int64_t q_stride, int R, int d_qk, const float* kt, float* S) {
+// ST[j0 + kk][v0 + k·W ...] (+)= Σ_c qT[c][v0 + k·W ...] · key_kk[c] for NK keys × NV vectors
+// of rows: rows are the lanes, each key value is broadcast. kAccumulate adds to ST (a second run
+// over more channels, e.g. the k_pe part of a decompressed key).
+//   qT [d][ld] (rows padded to W);  keys[kk] → d values;  ST [NK][ld] at the block's corner.
+template <class V, int NV, int NK, bool kAccumulate = false>
+inline void score_block_rows_f32(const float* qT, int ld, int d, const float* const* keys,
+                                 float* ST) {
   constexpr int W = V::kWidth;
-  static_assert(kTile % (4 * W) == 0, "a tile holds whole 4-vector column blocks");
-  for (int c0 = 0; c0 < kTile; c0 += 4 * W) {
-    int i = 0;
-    for (; i + 4 <= R; i += 4) {
-      V acc[4][4];
-      for (auto& row : acc)
-        for (auto& a : row) a = V::zero();
-      const float* q0 = q + int64_t(i) * q_stride;
-      for (int c = 0; c < d_qk; ++c) {
-        const float* k = kt + int64_t(c) * kTile + c0;
-        const V k0 = V::load(k), k1 = V::load(k + W), k2 = V::load(k + 2 * W),
-                k3 = V::load(k + 3 * W);
-        for (int r = 0; r < 4; ++r) {
-          const V a = V::set1(q0[r * q_stride + c]);
-          acc[r][0] = fma(a, k0, acc[r][0]);
-          acc[r][1] = fma(a, k1, acc[r][1]);
-          acc[r][2] = fma(a, k2, acc[r][2]);
-          acc[r][3] = fma(a, k3, acc[r][3]);
-        }
-      }
-      for (int r = 0; r < 4; ++r)
-        for (int j = 0; j < 4; ++j) acc[r][j].store(S + int64_t(i + r) * kTile + c0 + j * W);
-    }
-    for (; i < R; ++i) {
-      V acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
-      const float* qi = q + int64_t(i) * q_stride;
-      for (int c = 0; c < d_qk; ++c) {
-        const float* k = kt + int64_t(c) * kTile + c0;
-        const V a = V::set1(qi[c]);
-        for (int j = 0; j < 4; ++j) acc[j] = fma(a, V::load(k + j * W), acc[j]);
-      }
-      for (int j = 0; j < 4; ++j) acc[j].store(S + int64_t(i) * kTile + c0 + j * W);
+  V acc[NK][NV];
+  for (int kk = 0; kk < NK; ++kk)
+    for (int k = 0; k < NV; ++k)
+      acc[kk][k] = kAccumulate ? V::load(ST + int64_t(kk) * ld + k * W) : V::zero();
+  for (int c = 0; c < d; ++c) {
+    V q[NV];
+    for (int k = 0; k < NV; ++k) q[k] = V::load(qT + int64_t(c) * ld + k * W);
+    for (int kk = 0; kk < NK; ++kk) {
+      const V b = V::set1(keys[kk][c]);
+      for (int k = 0; k < NV; ++k) acc[kk][k] = fma(q[k], b, acc[kk][k]);
     }
   }
+  for (int kk = 0; kk < NK; ++kk)
+    for (int k = 0; k < NV; ++k) acc[kk][k].store(ST + int64_t(kk) * ld + k * W);
 }
 
-// Turns raw dot products S [R][kTile] into probabilities P (in place) and updates the running
-// state. limit[i] = keys of this tile row i may see (0..kTile). corr[i] receives the factor the
-// row's O must be scaled by before P·V is added. If score_rows is given, score_rows[i] (may be
-// null per row) receives the scaled logits of keys [0, n_valid), −inf where masked.
-template <class V>
-void softmax_tile(float* S, int R, const int* limit, int n_valid, float scale, RowBlockState st,
-                  float* corr, float* const* score_rows) {
-  constexpr int W = V::kWidth;
-  const V vscale = V::set1(scale);
-  for (int i = 0; i < R; ++i) {
-    float* s = S + int64_t(i) * kTile;
-    const int n = limit[i];
-    for (int j = 0; j < kTile; j += W) (V::load(s + j) * vscale).store(s + j);
-    for (int j = std::max(n, 0); j < kTile; ++j) s[j] = kNegInf;
-    if (score_rows && score_rows[i]) std::copy(s, s + n_valid, score_rows[i]);
-    if (n <= 0) {  // nothing visible in this tile: state unchanged
-      corr[i] = 1.0f;
-      std::fill(s, s + kTile, 0.0f);
-      continue;
-    }
-    V mx = V::set1(kNegInf);
-    for (int j = 0; j < kTile; j += W) mx = max(mx, V::load(s + j));
-    const float m_old = st.m[i];
-    const float m_new = std::max(m_old, mx.reduce_max());
-    const V vm = V::set1(m_new);
-    V sum = V::zero();
-    for (int j = 0; j < kTile; j += W) {
-      const V p = V::exp(V::load(s + j) - vm);
-      p.store(s + j);
-      sum = sum + p;
-    }
-    corr[i] = m_old == kNegInf ? 0.0f : V::exp(V::set1(m_old - m_new)).reduce_max();
-    st.l[i] = st.l[i] * corr[i] + sum.reduce_add();
-    st.m[i] = m_new;
-  }
+// Keys per score block for NV row vectors: enough independent accumulators to hide FMA latency
+// within the register file (16 on AVX2, 32 on AVX-512).
+template <class V, int NV>
+constexpr int keys_per_block() {
+  if constexpr (V::kWidth == 8) return NV >= 3 ? 2 : NV == 2 ? 4 : 8;
+  return NV >= 3 ? 4 : NV == 2 ? 8 : 16;
 }
 
 // The same online-softmax step with rows as vector lanes, for the absorbed decode whose score

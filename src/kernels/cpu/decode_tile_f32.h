@@ -12,26 +12,6 @@
 namespace mla::cpu {
 namespace {
 
-// ST[j0 + kk][v0 + k·W ...] = Σ_c qT[c][v0 + k·W ...] · key_kk[c] for NK keys × NV vectors of rows.
-template <class V, int NV, int NK>
-inline void score_block_rows_f32(const float* qT, int ld, int d_qk, const float* const* keys,
-                                 float* ST) {
-  constexpr int W = V::kWidth;
-  V acc[NK][NV];
-  for (auto& a : acc)
-    for (auto& x : a) x = V::zero();
-  for (int c = 0; c < d_qk; ++c) {
-    V q[NV];
-    for (int k = 0; k < NV; ++k) q[k] = V::load(qT + int64_t(c) * ld + k * W);
-    for (int kk = 0; kk < NK; ++kk) {
-      const V b = V::set1(keys[kk][c]);
-      for (int k = 0; k < NV; ++k) acc[kk][k] = fma(q[k], b, acc[kk][k]);
-    }
-  }
-  for (int kk = 0; kk < NK; ++kk)
-    for (int k = 0; k < NV; ++k) acc[kk][k].store(ST + int64_t(kk) * ld + k * W);
-}
-
 template <class V>
 struct DecodeTileF32 {
   static constexpr int W = V::kWidth;

@@ -14,14 +14,27 @@
 namespace mla::cpu {
 namespace {
 
-constexpr int kPrefillChunk = 256;    // context tokens up-projected at once
-constexpr int kPrefillRowBlock = 64;  // queries of one head per work item
+constexpr int kPrefillChunk = 256;     // context tokens up-projected at once
+constexpr int kPrefillRowBlock = 128;  // queries of one head per work item
 
 struct PrefillScratch {
-  AlignedBuffer<float> kt, s, corr, lse;
-  std::vector<int> limit;
+  AlignedBuffer<float> qT, s, corr, limit, zero;
   std::vector<float*> score_rows;
 };
+
+// ST [kTile][ld] = scores of the head's query block against keys [k_nope (d_n) | k_pe (d_r)],
+// the two parts read from their own buffers: rows are the lanes, each key value is broadcast.
+template <class V, int NV>
+void prefill_score_keys(const float* qT, int ld, int d_n, int d_r, const float* const* knope,
+                        const float* const* kpe, float* ST) {
+  constexpr int NK = keys_per_block<V, NV>();
+  for (int j0 = 0; j0 < kTile; j0 += NK) {
+    float* out = ST + int64_t(j0) * ld;
+    score_block_rows_f32<V, NV, NK>(qT, ld, d_n, knope + j0, out);
+    if (d_r > 0)
+      score_block_rows_f32<V, NV, NK, true>(qT + int64_t(d_n) * ld, ld, d_r, kpe + j0, out);
+  }
+}
 
 template <class V>
 void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
@@ -38,8 +51,11 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
   AlignedBuffer<float> knope(size_t(kPrefillChunk) * ld_k),
       v(size_t(kPrefillChunk) * ld_v + dv_pad);
   std::fill(v.begin(), v.end(), 0.0f);
-  // Online-softmax state per (head, query): o [H][s_q][dv_pad], m and l [H][s_q].
-  AlignedBuffer<float> o(size_t(H) * p.s_q * dv_pad), m(size_t(H) * p.s_q), l(size_t(H) * p.s_q);
+  // Online-softmax state per (head, query): o [H][s_q][dv_pad]; m and l [H][sq_pad], padded to
+  // whole vectors so a row block's lanes past s_q stay inside its head.
+  constexpr int W = V::kWidth;
+  const int sq_pad = round_up(p.s_q, W);
+  AlignedBuffer<float> o(size_t(H) * p.s_q * dv_pad), m(size_t(H) * sq_pad), l(size_t(H) * sq_pad);
   std::fill(o.begin(), o.end(), 0.0f);
   std::fill(m.begin(), m.end(), kNegInf);
   std::fill(l.begin(), l.end(), 0.0f);
@@ -62,47 +78,73 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
     pool.parallel_for(int64_t(H) * row_blocks, [&](int64_t item, int) {
       const int h = int(item / row_blocks), s0 = int(item % row_blocks) * kPrefillRowBlock;
       const int R = std::min(kPrefillRowBlock, p.s_q - s0);
+      const int ld = round_up(R, W);
       static thread_local PrefillScratch sc;
-      float* kt = ensure_scratch(sc.kt, size_t(d_qk) * kTile);
-      float* S = ensure_scratch(sc.s, size_t(R) * kTile);
-      float* corr = ensure_scratch(sc.corr, R);
-      sc.limit.resize(R);
+      float* qT = ensure_scratch(sc.qT, size_t(d_qk) * ld);
+      float* ST = ensure_scratch(sc.s, size_t(kTile) * ld);
+      float* corr = ensure_scratch(sc.corr, ld);
+      float* limit = ensure_scratch(sc.limit, ld);
+      const float* zero = ensure_scratch(sc.zero, size_t(std::max(p.d_n, p.d_r)));  // keys past n
       sc.score_rows.assign(R, nullptr);
+      // qT [d_qk][ld]: the block's queries of head h, transposed (padding lanes zero).
+      std::fill(qT, qT + size_t(d_qk) * ld, 0.0f);
+      for (int i = 0; i < R; ++i) {
+        const float* q = p.q + (int64_t(s0 + i) * H + h) * d_qk;
+        for (int ch = 0; ch < d_qk; ++ch) qT[int64_t(ch) * ld + i] = q[ch];
+      }
+      std::fill(limit, limit + ld, 0.0f);
       const RowBlockState st{o.data() + (int64_t(h) * p.s_q + s0) * dv_pad, dv_pad,
-                             m.data() + int64_t(h) * p.s_q + s0,
-                             l.data() + int64_t(h) * p.s_q + s0};
+                             m.data() + int64_t(h) * sq_pad + s0,
+                             l.data() + int64_t(h) * sq_pad + s0};
+      const float* knope_rows[kTile];
+      const float* kpe_rows[kTile];
       for (int t0 = c0; t0 < c0 + n_c; t0 += kTile) {
         const int n = std::min(kTile, c0 + n_c - t0);
         bool any = false;
         for (int i = 0; i < R; ++i) {
-          sc.limit[i] = std::clamp(visible_keys(p.s_kv, p.s_q, s0 + i, p.causal) - t0, 0, n);
-          any |= sc.limit[i] > 0;
+          const int lim = std::clamp(visible_keys(p.s_kv, p.s_q, s0 + i, p.causal) - t0, 0, n);
+          limit[i] = float(lim);
+          any |= lim > 0;
           if (p.scores)
             sc.score_rows[i] = p.scores + (int64_t(s0 + i) * H + h) * p.scores_stride + t0;
         }
         if (!any && !p.scores) continue;
-        // kt [d_qk][kTile]: this head's k_nope channels, then the shared k_pe channels.
-        for (int ch = 0; ch < d_qk; ++ch) {
-          float* dst = kt + int64_t(ch) * kTile;
-          for (int j = 0; j < n; ++j) {
-            const int64_t tok = t0 - c0 + j;
-            dst[j] = ch < p.d_n ? knope[tok * ld_k + int64_t(h) * p.d_n + ch]
-                                : kpe[tok * p.d_r + ch - p.d_n];
-          }
-          std::fill(dst + n, dst + kTile, 0.0f);
+        for (int j = 0; j < kTile; ++j) {
+          const int64_t tok = t0 - c0 + j;
+          knope_rows[j] = j < n ? knope.data() + tok * ld_k + int64_t(h) * p.d_n : zero;
+          kpe_rows[j] = j < n ? kpe.data() + tok * p.d_r : zero;
         }
-        score_tile<V>(p.q + (int64_t(s0) * H + h) * d_qk, int64_t(H) * d_qk, R, d_qk, kt, S);
-        softmax_tile<V>(S, R, sc.limit.data(), n, p.softmax_scale, st, corr,
-                        p.scores ? sc.score_rows.data() : nullptr);
-        pv_tile<V>(S, R, n, v.data() + int64_t(t0 - c0) * ld_v + int64_t(h) * p.d_v, ld_v, dv_pad,
-                   corr, st);
+        for (int vv = 0; vv < ld;) {
+          const int nv = std::min(4, (ld - vv) / W);
+          const float* q0 = qT + vv;
+          float* out = ST + vv;
+          switch (nv) {
+            case 4:
+              prefill_score_keys<V, 4>(q0, ld, p.d_n, p.d_r, knope_rows, kpe_rows, out);
+              break;
+            case 3:
+              prefill_score_keys<V, 3>(q0, ld, p.d_n, p.d_r, knope_rows, kpe_rows, out);
+              break;
+            case 2:
+              prefill_score_keys<V, 2>(q0, ld, p.d_n, p.d_r, knope_rows, kpe_rows, out);
+              break;
+            default:
+              prefill_score_keys<V, 1>(q0, ld, p.d_n, p.d_r, knope_rows, kpe_rows, out);
+              break;
+          }
+          vv += nv * W;
+        }
+        softmax_tile_rows<V>(ST, ld, R, limit, n, p.softmax_scale, st, corr,
+                             p.scores ? sc.score_rows.data() : nullptr);
+        pv_tile<V>(ST, R, n, v.data() + int64_t(t0 - c0) * ld_v + int64_t(h) * p.d_v, ld_v, dv_pad,
+                   corr, st, /*p_row=*/1, /*p_key=*/ld);
       }
     });
   }
 
   pool.parallel_for(H, [&](int64_t h, int) {
-    const RowBlockState st{o.data() + h * p.s_q * dv_pad, dv_pad, m.data() + h * p.s_q,
-                           l.data() + h * p.s_q};
+    const RowBlockState st{o.data() + h * p.s_q * dv_pad, dv_pad, m.data() + h * sq_pad,
+                           l.data() + h * sq_pad};
     float* lse = p.lse + h * p.s_q;
     finish_rows(p.s_q, p.d_v, st, p.out + h * p.d_v, int64_t(H) * p.d_v, lse);
     for (int s = 0; s < p.s_q; ++s)
