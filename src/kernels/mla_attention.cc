@@ -104,7 +104,12 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
   } else {
     cpu::absorb_query(p.s_q, H, d_n, p.d_r, r, p.q, w.w_uk.data(), q_abs.data());
   }
-  const int pages = (p.s_kv + p.page_size - 1) / p.page_size;
+  // validate() checks the rest; the page count below needs these first.
+  if (p.page_size < 1 || p.s_kv < 0)
+    return invalid_argument(
+        fmt::format("mla_attention: page_size {} and s_kv {} must be positive / non-negative",
+                    p.page_size, p.s_kv));
+  const int pages = int((int64_t(p.s_kv) + p.page_size - 1) / p.page_size);
   const int32_t seqlen = p.s_kv;
   MlaDecodeParams dp;
   dp.b = 1;

@@ -40,6 +40,12 @@ Status check_block_table(const int32_t* row, int s_kv, int page_size, int num_bl
 
 }  // namespace
 
+// Bounds that keep every offset and count the kernels compute in int / int64 exact: keys per
+// sequence (tile arithmetic adds up to a tile), rows of a call, and a row's leading dimension.
+constexpr int64_t kMaxKeys = int64_t(1) << 30;
+constexpr int64_t kMaxRows = int64_t(1) << 24;
+constexpr int64_t kMaxRowWidth = int64_t(1) << 24;
+
 Status validate(const MlaDecodeParams& p) {
   if (p.b < 0 || p.s_q < 1 || p.h_q < 1)
     return invalid_argument(
@@ -50,6 +56,9 @@ Status validate(const MlaDecodeParams& p) {
         fmt::format("mla_decode: need 1 <= d_v <= d_qk (got d_qk={}, d_v={})", p.d_qk, p.d_v));
   if (p.page_size < 1)
     return invalid_argument(fmt::format("mla_decode: page_size {} < 1", p.page_size));
+  if (int64_t(p.s_q) * p.h_q > kMaxRows || int64_t(p.h_q) * p.d_qk > kMaxRowWidth)
+    return invalid_argument(
+        fmt::format("mla_decode: s_q {} × h_q {} (× d_qk {}) is too large", p.s_q, p.h_q, p.d_qk));
   // F64 queries are for the reference only (an oracle that keeps the absorbed query exact); the
   // fast variants' supports() refuse them.
   if (!is_float_storage(p.q_dtype) && p.q_dtype != DType::kF64)
@@ -69,6 +78,8 @@ Status validate(const MlaDecodeParams& p) {
     const int s_kv = p.cache_seqlens[b];
     const std::string where = fmt::format("mla_decode: sequence {}", b);
     if (s_kv < 0) return invalid_argument(fmt::format("{}: cache_seqlens = {} < 0", where, s_kv));
+    if (s_kv > kMaxKeys)
+      return invalid_argument(fmt::format("{}: cache_seqlens = {} > {}", where, s_kv, kMaxKeys));
     MLA_RETURN_IF_ERROR(check_block_table(p.block_table + int64_t(b) * p.max_blocks_per_seq, s_kv,
                                           p.page_size, p.num_blocks, p.max_blocks_per_seq,
                                           where.c_str()));
@@ -88,6 +99,10 @@ Status validate(const MlaPrefillParams& p) {
                     p.s_q, p.h_q, p.d_n, p.d_r, p.d_v, p.r));
   if (p.page_size < 1)
     return invalid_argument(fmt::format("mla_prefill: page_size {} < 1", p.page_size));
+  if (int64_t(p.s_q) * p.h_q > kMaxRows ||
+      int64_t(p.h_q) * std::max(p.d_n + p.d_r, p.d_v) > kMaxRowWidth || p.s_kv > kMaxKeys)
+    return invalid_argument(
+        fmt::format("mla_prefill: s_q {}, h_q {}, s_kv {} are too large", p.s_q, p.h_q, p.s_kv));
   if (!is_cache_storage(p.kv_dtype))
     return invalid_argument(
         fmt::format("mla_prefill: kv_cache dtype {} (need BF16, F32, F8_E4M3, I8 or F4 records)",

@@ -35,6 +35,7 @@ struct PathResult {
   bool bf16_query = false;    // consumed the absorbed query rounded to BF16
   std::vector<float> scores;  // [s_q, H, s_kv]
   std::vector<float> out;     // [s_q, H, d_v]
+  std::vector<float> lse;     // [H, s_q]
 };
 
 // Inputs as stored (BF16 or F32), widened to FP32 exactly.
@@ -49,7 +50,8 @@ std::vector<float> stored(Rng& rng, int64_t n, double sd, DType t) {
 
 }  // namespace
 
-Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
+namespace {
+Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
   if (cfg.heads < 1 || cfg.nope < 1 || cfg.rope < 0 || cfg.latent < 1 || cfg.v_dim < 1 ||
       cfg.seq < 1 || cfg.queries < 1 || cfg.queries > cfg.seq || cfg.page_size < 1)
     return invalid_argument(fmt::format(
@@ -62,8 +64,16 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
         fmt::format("verify: dtype {} (need bf16 or f32)", dtype_name(cfg.dtype)));
   const int H = cfg.heads, d_n = cfg.nope, d_r = cfg.rope, r = cfg.latent, d_v = cfg.v_dim;
   const int s_q = cfg.queries, s_kv = cfg.seq, d_qk = d_n + d_r, d_row = r + d_r;
-  if (int64_t(H) * s_q * s_kv > (int64_t(1) << 28))
-    return invalid_argument("verify: heads × queries × seq above 2^28 scores; pick smaller shapes");
+  // Every path keeps its scores, and the weights are held three times: bound both so the run
+  // fits a workstation (and an allocation failure below is still caught and reported).
+  if (int64_t(H) * s_q * s_kv > (int64_t(1) << 24) ||
+      int64_t(H) * (d_n + d_v) * r > (int64_t(1) << 26) ||
+      int64_t(s_kv) * d_row > (int64_t(1) << 28))
+    return invalid_argument(
+        fmt::format("verify: heads × queries × seq = {} (max 2^24) or heads × (nope + v-dim) × "
+                    "latent = {} (max 2^26) "
+                    "is too large; pick smaller shapes",
+                    int64_t(H) * s_q * s_kv, int64_t(H) * (d_n + d_v) * r));
 
   VerifyReport rep;
   rep.config = cfg;
@@ -123,7 +133,8 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   const DType kv_latent = cfg.kv_dtype ? kv_cache_latent_dtype(*cfg.kv_dtype) : cfg.dtype;
   const CacheImage cache = make_cache(kv_latent);
   const int32_t seqlen = s_kv;
-  const int64_t n_scores = int64_t(s_q) * H * s_kv, n_out = int64_t(s_q) * H * d_v;
+  const int64_t n_scores = int64_t(s_q) * H * s_kv, n_out = int64_t(s_q) * H * d_v,
+                n_lse = int64_t(H) * s_q;
 
   auto decode_params = [&](const CacheImage& c, DType qt, const void* qp, float* o_lat, float* lse,
                            float* sc) {
@@ -155,11 +166,15 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   // The oracle: absorbed attention entirely in FP64 on the values a cache stores.
   std::vector<double> q_abs64(size_t(s_q) * H * d_row);
   ref::absorb_query(s_q, H, d_n, d_r, r, q.data(), w_uk.data(), q_abs64.data());
-  std::vector<float> o_lat(size_t(s_q) * H * r), lse(size_t(H) * s_q);
+  std::vector<float> o_lat(size_t(s_q) * H * r);
   auto run_oracle = [&](const char* name, const CacheImage& c, DType qt, const void* qp) {
-    PathResult res{name, Intermediates::kFp64, false, std::vector<float>(n_scores),
-                   std::vector<float>(n_out)};
-    ref::mla_decode(decode_params(c, qt, qp, o_lat.data(), lse.data(), res.scores.data()));
+    PathResult res{name,
+                   Intermediates::kFp64,
+                   false,
+                   std::vector<float>(n_scores),
+                   std::vector<float>(n_out),
+                   std::vector<float>(n_lse)};
+    ref::mla_decode(decode_params(c, qt, qp, o_lat.data(), res.lse.data(), res.scores.data()));
     std::vector<double> o_lat64(o_lat.begin(), o_lat.end()), out64(n_out);
     ref::unabsorb_output(s_q, H, d_v, r, o_lat64.data(), w_uv.data(), out64.data());
     std::transform(out64.begin(), out64.end(), res.out.begin(), [](double x) { return float(x); });
@@ -207,12 +222,16 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   std::vector<PathResult> absorbed, decompressed;
   for (const auto& v : mla_decode_variants()) {
     if (v.backend == "ref") continue;
-    PathResult pr{v.name, v.compute, false, std::vector<float>(n_scores),
-                  std::vector<float>(n_out)};
-    MlaDecodeParams p =
-        decode_params(cache, DType::kF32, q_abs.data(), o_lat.data(), lse.data(), pr.scores.data());
+    PathResult pr{v.name,
+                  v.compute,
+                  false,
+                  std::vector<float>(n_scores),
+                  std::vector<float>(n_out),
+                  std::vector<float>(n_lse)};
+    MlaDecodeParams p = decode_params(cache, DType::kF32, q_abs.data(), o_lat.data(), pr.lse.data(),
+                                      pr.scores.data());
     if (!v.supports(p)) {  // a BF16-query variant gets the rounded query
-      p = decode_params(cache, DType::kBF16, q_abs16.data(), o_lat.data(), lse.data(),
+      p = decode_params(cache, DType::kBF16, q_abs16.data(), o_lat.data(), pr.lse.data(),
                         pr.scores.data());
       pr.bf16_query = true;
       if (!v.supports(p)) continue;
@@ -223,8 +242,12 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
   }
   for (const auto& v : mla_prefill_variants()) {
     if (v.backend == "ref") continue;
-    PathResult pr{v.name, v.compute, false, std::vector<float>(n_scores),
-                  std::vector<float>(n_out)};
+    PathResult pr{v.name,
+                  v.compute,
+                  false,
+                  std::vector<float>(n_scores),
+                  std::vector<float>(n_out),
+                  std::vector<float>(n_lse)};
     MlaPrefillParams p;
     p.s_q = s_q;
     p.h_q = H;
@@ -245,7 +268,7 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
     p.softmax_scale = scale;
     p.causal = true;
     p.out = pr.out.data();
-    p.lse = lse.data();
+    p.lse = pr.lse.data();
     p.scores = pr.scores.data();
     p.scores_stride = s_kv;
     if (!v.supports(p)) continue;
@@ -282,10 +305,20 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
                   cb,
                   false};
     po.pass = po.stats.pass && !po.stats.got_all_zero;
-    ps.gating = po.gating = gating;
-    ps.note = po.note = gating ? "" : note;
+    // LSE, checked on its own (spec/mla.md §5): FlashMLA's 1e-6 abs or 8.01/65536 rel.
+    VerifyPair pl{a.name,
+                  b.name,
+                  "lse",
+                  intermediates_name(weaker),
+                  compare(a.lse.data(), b.lse.data(), n_lse, flashmla_lse_rule()),
+                  -1.0,
+                  false};
+    pl.pass = pl.stats.pass;
+    ps.gating = po.gating = pl.gating = gating;
+    ps.note = po.note = pl.note = gating ? "" : note;
     rep.pairs.push_back(std::move(ps));
     rep.pairs.push_back(std::move(po));
+    rep.pairs.push_back(std::move(pl));
   };
   // Each kernel against the oracle on the inputs it consumes; the cost of rounding the absorbed
   // query to BF16 (against the FP64-query oracle, and across paths) is reported, not gated.
@@ -311,6 +344,16 @@ Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
              std::all_of(rep.pairs.begin(), rep.pairs.end(),
                          [](const VerifyPair& p) { return p.pass || !p.gating; });
   return rep;
+}
+
+}  // namespace
+
+Result<VerifyReport> run_mla_verify(const VerifyConfig& cfg, ThreadPool& pool) {
+  try {  // std::vector is the adapter here: no exception leaves this function
+    return verify_impl(cfg, pool);
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("verify: not enough memory for these shapes");
+  }
 }
 
 }  // namespace mla

@@ -49,13 +49,17 @@ Result<AlignedBuffer<T>> copy_out(const TensorInfo& t) {
 Result<double> meta_number(const SafetensorsFile& f, const char* key, double fallback) {
   auto it = f.metadata().find(key);
   if (it == f.metadata().end()) return fallback;
-  const char* s = it->second.c_str();
+  const std::string& text = it->second;
+  // Plain decimal only: strtod would also take leading spaces, hex and "inf".
+  const bool plain =
+      !text.empty() && text.find_first_not_of("0123456789+-.eE") == std::string::npos;
   char* end = nullptr;
   errno = 0;
-  const double v = std::strtod(s, &end);
-  if (end == s || *end != '\0' || errno == ERANGE || !std::isfinite(v))
-    return invalid_argument(fmt::format("{}: metadata \"{}\" = \"{}\" is not a finite number",
-                                        f.path(), key, it->second));
+  const double v = plain ? std::strtod(text.c_str(), &end) : 0.0;
+  // Finite as a float too: the kernels take these as float.
+  if (!plain || *end != '\0' || errno == ERANGE || !std::isfinite(float(v)))
+    return invalid_argument(fmt::format(
+        "{}: metadata \"{}\" = \"{}\" is not a finite decimal number", f.path(), key, text));
   return v;
 }
 

@@ -164,10 +164,20 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
     const int ns = plan.splits[b];
     const float* lse_k = part_lse.data() + plan.part_off[b] + r;  // stride rows
     float mx = kNegInf;
-    for (int k = 0; k < ns; ++k) mx = std::max(mx, lse_k[int64_t(k) * rows]);
+    bool nan = false;  // a NaN partial makes the row NaN, as it would without the split
+    for (int k = 0; k < ns; ++k) {
+      const float x = lse_k[int64_t(k) * rows];
+      nan |= std::isnan(x);
+      mx = std::max(mx, x);
+    }
     float* out = p.out + (int64_t(b) * rows + r) * p.d_v;
     const int s = r / p.h_q, h = r % p.h_q;
     float& lse = p.lse[(int64_t(b) * p.h_q + h) * p.s_q + s];
+    if (nan) {
+      std::fill(out, out + p.d_v, std::numeric_limits<float>::quiet_NaN());
+      lse = std::numeric_limits<float>::quiet_NaN();
+      return;
+    }
     if (mx == kNegInf) {
       std::fill(out, out + p.d_v, 0.0f);
       lse = -kNegInf;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "../harness.h"
@@ -17,11 +18,17 @@ struct DecodeSpec {
   int d_qk = 576, d_v = 512;
   DType q_dtype = DType::kBF16, kv_dtype = DType::kBF16;
   uint64_t seed = 1;
+  // NaN placed where results must show it: 1 = in one query row (the last head of the first
+  // query), 2 = in key 0 of sequence 0 (every row of that sequence that sees it). BF16 q and cache.
+  int nan_at = 0;
 
   std::string name() const {
-    return fmt::format("b{}_sq{}_skv{}_h{}_p{}_dqk{}_dv{}{}{}_q{}_kv{}", b, s_q, s_kv, h_q,
+    return fmt::format("b{}_sq{}_skv{}_h{}_p{}_dqk{}_dv{}{}{}_q{}_kv{}{}", b, s_q, s_kv, h_q,
                        page_size, d_qk, d_v, varlen ? "_varlen" : "", causal ? "_causal" : "",
-                       dtype_name(q_dtype), dtype_name(kv_dtype));
+                       dtype_name(q_dtype), dtype_name(kv_dtype),
+                       nan_at == 1   ? "_nanq"
+                       : nan_at == 2 ? "_nankey"
+                                     : "");
   }
   int64_t work() const { return int64_t(b) * s_q * s_kv * h_q; }
 };
@@ -44,11 +51,18 @@ void run_decode_case(const DecodeSpec& spec, const Options& opt, Tally& tally) {
   if (!wanted) return;
   Rng rng(spec.seed * 7919 + uint64_t(spec.work()));
   const auto seqlens = make_seqlens(rng, spec.b, spec.s_kv, spec.varlen);
-  const PagedCache cache = make_paged_cache(rng, spec.kv_dtype, seqlens, spec.page_size, spec.d_v,
-                                            spec.d_qk - spec.d_v, 1.0);
+  PagedCache cache = make_paged_cache(rng, spec.kv_dtype, seqlens, spec.page_size, spec.d_v,
+                                      spec.d_qk - spec.d_v, 1.0);
   const int64_t nq = int64_t(spec.b) * spec.s_q * spec.h_q;
   std::vector<uint8_t> q(size_t(nq) * spec.d_qk * (spec.q_dtype == DType::kF32 ? 4 : 2));
   fill_normal(rng, spec.q_dtype, q.data(), nq * spec.d_qk, 1.0);
+  const uint16_t bf16_nan = 0x7fc0;
+  if (spec.nan_at == 1)  // channel 5 of row (b 0, s 0, h_q − 1)
+    std::memcpy(&q[size_t((spec.h_q - 1) * spec.d_qk + 5) * 2], &bf16_nan, 2);
+  if (spec.nan_at == 2 && cache.seqlens[0] > 0) {  // channel 3 of key 0 of sequence 0
+    const int64_t slot = int64_t(cache.block_table[0]) * spec.page_size;
+    std::memcpy(&cache.data[size_t(slot * cache.row_bytes + 3 * 2)], &bf16_nan, 2);
+  }
 
   MlaDecodeParams p;
   p.b = spec.b;
@@ -170,6 +184,16 @@ void add_mla_decode_cases(std::vector<OpCase>& cases, const Options& opt) {
     add({2, 1, 77, 5, 16, false, false}, 200, 136, DType::kF32, kt);
     if (!opt.quick) add({1, 1, 4096, 128, 64, false, false}, 576, 512, DType::kBF16, kt);
   }
+  // NaN must come out where the reference has it, also through key-range splits and their
+  // LSE merge (the long cases split); page size 1; a split sequence with empty causal rows.
+  for (int nan_at : {1, 2})
+    for (int s_kv : {20, opt.quick ? 300 : 4096}) {
+      DecodeSpec s{1, 2, s_kv, 16, 64, false, true};
+      s.nan_at = nan_at;
+      specs.push_back(s);
+    }
+  specs.push_back({2, 1, 70, 5, 1, true, false});
+  specs.push_back({1, 200, 150, 1, 16, false, true});
   for (const auto& s : specs)
     cases.push_back(
         {"mla_decode", s.name(), [s](const Options& o, Tally& t) { run_decode_case(s, o, t); }});
