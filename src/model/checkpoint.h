@@ -1,0 +1,68 @@
+// Checkpoint: the safetensors files of a Hugging Face model directory, validated and mapped, with
+// one name → (shard, tensor) index. Either `model.safetensors` or `model.safetensors.index.json`
+// plus the shards it lists (spec/reliability.md §1 item 16). Knows nothing about which tensors a
+// model needs: that is ModelWeights (model_weights.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "mla/status.h"
+
+namespace mla {
+
+inline constexpr const char* kSingleCheckpointFile = "model.safetensors";
+inline constexpr const char* kCheckpointIndexFile = "model.safetensors.index.json";
+// An index.json larger than this is refused before reading (V3's, 92k tensors, is ~9 MB).
+inline constexpr uint64_t kMaxCheckpointIndexBytes = uint64_t{64} << 20;
+
+struct CheckpointTensor {
+  uint32_t shard = 0;                // index into Checkpoint::shards()
+  const TensorInfo* info = nullptr;  // owned by that shard; data points into its mapping
+};
+
+struct CheckpointOptions {
+  // Show progress on stderr while mapping when the shards total at least this many bytes
+  // (UINT64_MAX: never). Mapping is lazy, so this mostly measures header validation.
+  uint64_t progress_min_bytes = uint64_t{1} << 30;
+};
+
+class Checkpoint {
+ public:
+  // Opens `dir`'s safetensors files. With an index: weight_map must be an object of tensor name →
+  // plain file name (no '/', not "." or "..", so no path can leave the directory; a shard that is
+  // a symlink must resolve inside the directory too), every listed shard must exist and open,
+  // every tensor of a listed shard must be mapped to that shard, and every mapped tensor must be
+  // in its shard. Files not listed are never opened. Having both model.safetensors and the index
+  // is refused as ambiguous. Errors: not_found (no checkpoint files, a missing shard),
+  // invalid_argument (a malformed index, a bad shard name), data_loss (a shard that disagrees
+  // with the index or fails SafetensorsFile validation), io_error. One line naming the file, the
+  // tensor and the value.
+  static Result<Checkpoint> open(const std::string& dir, const CheckpointOptions& options = {});
+
+  const std::string& dir() const { return dir_; }
+  // Sorted by file name; a single model.safetensors is shard 0.
+  const std::vector<SafetensorsFile>& shards() const { return shards_; }
+  bool indexed() const { return indexed_; }  // opened through index.json
+  // nullptr when absent. O(log n).
+  const CheckpointTensor* find(std::string_view name) const;
+  // Every tensor of every shard, by name.
+  const std::map<std::string, CheckpointTensor, std::less<>>& tensors() const { return tensors_; }
+  // Sum of the shards' file sizes: what is mapped (read-only, paged in on first touch).
+  uint64_t bytes_mapped() const { return bytes_mapped_; }
+
+ private:
+  std::string dir_;
+  bool indexed_ = false;
+  // Moving a vector keeps its buffer, and SafetensorsFile keeps its tensor table in one too, so
+  // the TensorInfo pointers in tensors_ survive moves of the Checkpoint.
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, CheckpointTensor, std::less<>> tensors_;
+  uint64_t bytes_mapped_ = 0;
+};
+
+}  // namespace mla

@@ -1,0 +1,179 @@
+// write_tiny_checkpoint: config.json (tiny_config.cc) → ModelConfig → expected tensors (the same
+// table the loader checks) → random BF16 / block-FP8 data → safetensors shards + index.json.
+#include "model/tiny_checkpoint.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/rng.h"
+#include "io/safetensors.h"
+#include "model/checkpoint.h"
+#include "model/weight_layout.h"
+
+namespace mla {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+uint64_t name_hash(std::string_view s) {  // FNV-1a: a stream per tensor, independent of order
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
+struct Tensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<uint8_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * 2);
+  for (size_t k = 0; k < v.size(); ++k) {
+    const uint16_t h = f32_to_bf16(v[k]);
+    out[2 * k] = uint8_t(h), out[2 * k + 1] = uint8_t(h >> 8);
+  }
+  return out;
+}
+std::vector<uint8_t> to_f32(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * 4);
+  std::memcpy(out.data(), v.data(), out.size());  // little-endian host (x86-64, aarch64)
+  return out;
+}
+
+// Appends the weight and, when FP8, its block scales: scale = amax(block) / 448, stored as
+// weight_scale_inv because dequantisation multiplies by it (§5.3).
+void add_tensor(const ModelConfig& c, const ExpectedTensor& e, bool fp8, uint64_t seed,
+                std::vector<Tensor>* out) {
+  Rng rng(seed ^ name_hash(e.name));
+  int64_t n = 1;
+  for (int64_t d : e.shape) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  const bool embed_in =
+      e.role == WeightRole::kEmbedding && e.name.find("embed_tokens") != std::string::npos;
+  const double std_dev = e.role == WeightRole::kNorm || e.role == WeightRole::kRouterBias ? 0.01
+                         : embed_in                                                       ? 1.0
+                                    : 1.0 / std::sqrt(double(e.shape.back()));
+  const double mean = e.role == WeightRole::kNorm ? 1.0 : 0.0;
+  for (float& x : v) x = float(mean + std_dev * rng.normal());
+  if (e.role == WeightRole::kRouterBias) {
+    out->push_back({e.name, DType::kF32, e.shape, to_f32(v)});
+    return;
+  }
+  if (!fp8 || !e.fp8_in_release) {
+    out->push_back({e.name, DType::kBF16, e.shape, to_bf16(v)});
+    return;
+  }
+  const int64_t rows = e.shape[0], cols = e.shape[1];
+  const int64_t br = c.quantization.weight_block_size[0], bc = c.quantization.weight_block_size[1];
+  const std::vector<int64_t> grid = fp8_scale_shape(c, e.shape);
+  std::vector<float> scale(static_cast<size_t>(grid[0] * grid[1]));
+  std::vector<uint8_t> q(static_cast<size_t>(n));
+  for (int64_t bi = 0; bi < grid[0]; ++bi)
+    for (int64_t bj = 0; bj < grid[1]; ++bj) {
+      const int64_t r1 = std::min(rows, (bi + 1) * br), c1 = std::min(cols, (bj + 1) * bc);
+      float amax = 0;
+      for (int64_t i = bi * br; i < r1; ++i)
+        for (int64_t j = bj * bc; j < c1; ++j) amax = std::max(amax, std::fabs(v[i * cols + j]));
+      const float s = amax > 0 ? amax / kFp8E4M3Max : 1.0f;
+      scale[bi * grid[1] + bj] = s;
+      for (int64_t i = bi * br; i < r1; ++i)
+        for (int64_t j = bj * bc; j < c1; ++j)
+          q[i * cols + j] = f32_to_fp8_e4m3(v[i * cols + j] / s);
+    }
+  out->push_back({e.name, DType::kF8E4M3, e.shape, std::move(q)});
+  out->push_back({fp8_scale_name(e.name), DType::kF32, grid, to_f32(scale)});
+}
+
+Status write_text(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out.good()) return io_error(fmt::format("{}: cannot write", tmp.string()));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec)
+    return io_error(fmt::format("{}: cannot rename into place: {}", path.string(), ec.message()));
+  return Status();
+}
+
+}  // namespace
+
+Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& o,
+                                                 const std::string& out_dir) {
+  MLA_ASSIGN_OR_RETURN(const std::string text, tiny_config_json(o));
+  // Everything below follows from the config as our own parser reads it back, so the config and
+  // the tensors cannot disagree.
+  MLA_ASSIGN_OR_RETURN(ModelConfig c, parse_model_config(text, "make-tiny config.json"));
+  const bool fp8 = c.quantization.quant_method == QuantMethod::kFp8;
+
+  std::vector<Tensor> tensors;
+  for (const ExpectedTensor& e : expected_tensors(c)) add_tensor(c, e, fp8, o.seed, &tensors);
+  for (const ExpectedTensor& e : mtp_tensors(c))
+    add_tensor(c, e, fp8 && e.fp8_in_release, o.seed, &tensors);
+  if (c.model_type == "kimi_k2") {  // K2's unused buffers, inv_freq[k] = theta^(-2k/d_r)
+    const int half = c.qk_rope_head_dim / 2;
+    std::vector<float> inv(static_cast<size_t>(half));
+    for (int k = 0; k < half; ++k)
+      inv[size_t(k)] = float(std::pow(c.rope_theta, -2.0 * k / c.qk_rope_head_dim));
+    for (int i = 0; i < c.num_hidden_layers; ++i)
+      tensors.push_back({fmt::format("model.layers.{}.self_attn.rotary_emb.inv_freq", i),
+                         DType::kBF16,
+                         {half},
+                         to_bf16(inv)});
+  }
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return io_error(fmt::format("{}: cannot create directory: {}", out_dir, ec.message()));
+  const fs::path dir(out_dir);
+  MLA_RETURN_IF_ERROR(write_text(dir / "config.json", text));
+
+  TinyCheckpointInfo info;
+  info.config = c;
+  info.files.push_back("config.json");
+  info.tensors = int64_t(tensors.size());
+  for (const Tensor& t : tensors) info.tensor_bytes += t.bytes.size();
+
+  // Consecutive runs of tensors of about equal bytes per shard.
+  const int shards = std::min<int>(o.shards, int(tensors.size()));
+  std::vector<std::vector<TensorToWrite>> parts(static_cast<size_t>(shards));
+  uint64_t before = 0;
+  for (const Tensor& t : tensors) {
+    const size_t s = std::min<size_t>(size_t(before * shards / info.tensor_bytes), shards - 1);
+    parts[s].push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
+    before += t.bytes.size();
+  }
+  Json weight_map = Json::object();
+  for (int s = 0; s < shards; ++s) {
+    const std::string file = shards == 1
+                                 ? std::string(kSingleCheckpointFile)
+                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards);
+    MLA_RETURN_IF_ERROR(write_safetensors((dir / file).string(), parts[s], {{"format", "pt"}}));
+    for (const TensorToWrite& t : parts[s]) weight_map[t.name] = file;
+    info.files.push_back(file);
+  }
+  const fs::path index = dir / kCheckpointIndexFile, single = dir / kSingleCheckpointFile;
+  if (shards == 1) {
+    fs::remove(index, ec);
+  } else {
+    fs::remove(single, ec);
+    const Json j = {{"metadata", {{"total_size", info.tensor_bytes}}}, {"weight_map", weight_map}};
+    MLA_RETURN_IF_ERROR(write_text(index, j.dump(2) + "\n"));
+    info.files.push_back(kCheckpointIndexFile);
+  }
+  return info;
+}
+
+}  // namespace mla
