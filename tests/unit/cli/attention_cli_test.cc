@@ -1,6 +1,5 @@
 // `mla attention` on the FlashMLA-style goldens (every backend/variant) and on malformed inputs.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,48 +19,17 @@
 #include <string>
 #include <vector>
 
+#include "cli_run.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
 // ---- running the binary -------------------------------------------------------------------
 
-std::string mla_binary() {
-  if (const char* env = std::getenv("MLA_BINARY")) return env;
-  return MLA_SOURCE_DIR "/build/release/bin/mla";
-}
-
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct RunResult {
-  int exit_code = -1;  // 128 + signal when the process was killed, so a crash is never a pass
-  std::string out;     // stdout and stderr together
-};
-
-RunResult run_mla(const std::vector<std::string>& args) {
-  std::string cmd = quoted(mla_binary());
-  for (const std::string& a : args) {
-    cmd += ' ';
-    cmd += quoted(a);
-  }
-  cmd += " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  if (WIFEXITED(status))
-    r.exit_code = WEXITSTATUS(status);
-  else if (WIFSIGNALED(status))
-    r.exit_code = 128 + WTERMSIG(status);
-  return r;
-}
+using mla::test::mla_binary;
+using mla::test::run_mla;
+using mla::test::RunResult;
 
 // A per-test scratch folder, removed afterwards.
 class ScratchDir {

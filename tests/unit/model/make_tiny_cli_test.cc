@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <string>
 
-#include "../cli/cli_run.h"
 #include "checkpoint_test_util.h"
+#include "cli_run.h"
 #include "model/model_weights.h"
 
 namespace mla {

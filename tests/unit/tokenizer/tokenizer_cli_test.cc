@@ -2,7 +2,6 @@
 // files: ids, JSON output, special-token parsing only with --special, streaming, and the error
 // paths (missing source, bad ids, unknown template) exiting non-zero with a message.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,42 +9,23 @@
 #include <fstream>
 #include <string>
 
+#include "cli_run.h"
 #include "tokenizer_test_util.h"
 
 namespace mla::tok {
 namespace {
 
-std::string mla_binary() {
-  if (const char* env = std::getenv("MLA_BINARY")) return env;
-  return MLA_SOURCE_DIR "/build/release/bin/mla";
-}
-
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-};
-
+using test::mla_binary;
+using CliRun = test::RunResult;
 CliRun run(const std::string& args) {
-  CliRun r;
-  std::string cmd = "'";
-  cmd += mla_binary();
-  cmd += "' ";
-  cmd += args;
-  cmd += " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return test::run_mla(args, /*merge_stderr=*/true);
 }
 
 class TokenizerCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(mla_binary())) GTEST_SKIP() << "no binary at " << mla_binary();
+    // CTest sets MLA_BINARY to this build's `mla`: a missing binary is a failure, not a skip.
+    ASSERT_TRUE(std::filesystem::exists(mla_binary())) << "no binary at " << mla_binary();
     if (!std::filesystem::exists(testing_util::v3_json())) GTEST_SKIP() << "no shared V3 files";
   }
   const std::string model = "-m '" + testing_util::v3_dir() + "'";
