@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -32,25 +33,9 @@ using mla::test::run_mla;
 using mla::test::RunResult;
 
 // A per-test scratch folder, removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const testing::TestInfo* t = testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string(t->test_suite_name()) + "_" + t->name();
-    std::replace(name.begin(), name.end(), '/', '_');
-    path_ =
-        fs::temp_directory_path() / ("mla_attention_cli_" + std::to_string(getpid()) + "_" + name);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
+// A scratch directory per test (tests/common/temp_dir.h).
+struct ScratchDir : mla::test::TempDir {
+  ScratchDir() : mla::test::TempDir("mla_attention_cli") {}
 };
 
 // ---- a minimal safetensors reader and writer (the test links only mla_core) ---------------

@@ -12,35 +12,13 @@
 #include <string_view>
 
 #include "io/safetensors.h"
+#include "temp_dir.h"
 
 namespace mla::testing_io {
 
-// A fresh directory under the test temp dir, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "mla_io_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string file(std::string_view name) const { return path_ + "/" + std::string(name); }
-  // Number of entries in the directory (to catch leftover temp files).
-  size_t entry_count() const {
-    size_t n = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(path_)) ++n;
-    return n;
-  }
-
- private:
-  std::string path_;
+// A scratch directory per test (tests/common/temp_dir.h).
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("mla_io") {}
 };
 
 inline std::string le64(uint64_t v) {

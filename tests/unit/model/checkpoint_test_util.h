@@ -17,27 +17,13 @@
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/tiny_checkpoint.h"
+#include "temp_dir.h"
 
 namespace mla::testing_model {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "mla_model_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+// A scratch directory per test (tests/common/temp_dir.h).
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("mla_model") {}
 };
 
 struct TensorData {
