@@ -22,17 +22,11 @@ void BM_MlaDecode(benchmark::State& state, const mla::MlaDecodeVariant* v, int b
   for (auto& x : q) x = mla::f32_to_bf16(float(rng.normal()));
   std::vector<float> out(size_t(b) * s_q * h_q * d_v), lse(size_t(b) * h_q * s_q);
   mla::MlaDecodeParams p;
-  p.b = b;
+  mla::set_decode_cache(cache, p);
   p.s_q = s_q;
   p.h_q = h_q;
-  p.page_size = 64;
-  p.num_blocks = cache.num_blocks;
-  p.max_blocks_per_seq = cache.max_blocks;
   p.q_dtype = mla::DType::kBF16;
   p.q = q.data();
-  p.kv_cache = cache.data.data();
-  p.block_table = cache.block_table.data();
-  p.cache_seqlens = cache.seqlens.data();
   p.softmax_scale = float(1.0 / std::sqrt(192.0));
   p.out = out.data();
   p.lse = lse.data();

@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/kv_format.h"
 #include "core/rng.h"
+#include "kernels/mla_params.h"
 
 namespace mla {
 
@@ -27,6 +28,9 @@ struct PagedCache {
 PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& seqlens,
                             int page_size, int latent_dim, int rope_dim, double sd,
                             float global_scale = kNvfp4DefaultGlobalScale, int extra_blocks = 3);
+
+// Points p's cache fields at c: b, d_qk, d_v, page size, blocks, block table, seqlens, format.
+void set_decode_cache(const PagedCache& c, MlaDecodeParams& p);
 
 // Sequence lengths: all s_kv, or (varlen) spread over [s_kv/2, 3·s_kv/2] with one zero-length
 // sequence when b > 2.

@@ -65,21 +65,11 @@ void run_decode_case(const DecodeSpec& spec, const Options& opt, Tally& tally) {
   }
 
   MlaDecodeParams p;
-  p.b = spec.b;
+  set_decode_cache(cache, p);
   p.s_q = spec.s_q;
   p.h_q = spec.h_q;
-  p.d_qk = spec.d_qk;
-  p.d_v = spec.d_v;
-  p.page_size = spec.page_size;
-  p.num_blocks = cache.num_blocks;
-  p.max_blocks_per_seq = cache.max_blocks;
   p.q_dtype = spec.q_dtype;
   p.q = q.data();
-  p.kv_dtype = spec.kv_dtype;
-  p.kv_global_scale = cache.global_scale;
-  p.kv_cache = cache.data.data();
-  p.block_table = cache.block_table.data();
-  p.cache_seqlens = cache.seqlens.data();
   p.softmax_scale = float(1.0 / std::sqrt(double(spec.d_qk)));  // unit-variance scores
   p.causal = spec.causal;
 
