@@ -30,6 +30,8 @@ std::string_view kv_cache_dtype_name(KvCacheDtype dtype) {
       return "int8";
     case KvCacheDtype::kNVFP4:
       return "nvfp4";
+    case KvCacheDtype::kF32:
+      return "f32";
   }
   MLA_CHECK(false, "bad KvCacheDtype {}", static_cast<int>(dtype));
   return "";
@@ -39,9 +41,11 @@ Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
   std::string valid;
   for (KvCacheDtype d : kAllKvCacheDtypes) {
     if (kv_cache_dtype_name(d) == name) return d;
-    if (!valid.empty()) valid += ", ";
     valid += kv_cache_dtype_name(d);
+    valid += ", ";
   }
+  if (name == "f32") return KvCacheDtype::kF32;
+  valid += "f32";
   return invalid_argument("unknown KV cache dtype \"" + std::string(name) + "\" (expected one of " +
                           valid + ")");
 }
@@ -51,6 +55,13 @@ KvRecordLayout kv_record_layout(KvCacheDtype dtype, int latent_dim, int rope_dim
   const int64_t r = latent_dim;
   KvRecordLayout l;
   l.rope_bytes = 2 * int64_t{rope_dim};
+  if (dtype == KvCacheDtype::kF32) {  // the kernels' plain F32 row: r + d_r floats
+    l.latent_bytes = 4 * r;
+    l.rope_bytes = 4 * int64_t{rope_dim};
+    l.scale_offset_bytes = l.rope_offset_bytes = l.latent_bytes;
+    l.record_bytes = l.latent_bytes + l.rope_bytes;
+    return l;
+  }
   if (dtype == KvCacheDtype::kBF16) {
     l.latent_bytes = 2 * r;
     l.scale_offset_bytes = l.latent_bytes;
@@ -71,6 +82,7 @@ KvRecordLayout kv_record_layout(KvCacheDtype dtype, int latent_dim, int rope_dim
       l.scale_bytes = ceil_div(r, kNvfp4ScaleBlock);  // e4m3
       break;
     case KvCacheDtype::kBF16:
+    case KvCacheDtype::kF32:
       break;
   }
   l.scale_offset_bytes = round_up(l.latent_bytes, scale_align);
@@ -93,6 +105,8 @@ DType kv_cache_latent_dtype(KvCacheDtype dtype) {
       return DType::kI8;
     case KvCacheDtype::kNVFP4:
       return DType::kE2M1;
+    case KvCacheDtype::kF32:
+      return DType::kF32;
   }
   MLA_CHECK(false, "bad KvCacheDtype {}", static_cast<int>(dtype));
   return DType::kBF16;
@@ -101,6 +115,7 @@ DType kv_cache_latent_dtype(KvCacheDtype dtype) {
 std::optional<KvCacheDtype> kv_cache_dtype_of(DType latent_dtype) {
   for (KvCacheDtype d : kAllKvCacheDtypes)
     if (kv_cache_latent_dtype(d) == latent_dtype) return d;
+  if (latent_dtype == DType::kF32) return KvCacheDtype::kF32;
   return std::nullopt;
 }
 
@@ -145,6 +160,10 @@ uint8_t nvfp4_block_scale(float amax, float global_scale) {
 void quantize_kv_row(KvCacheDtype dtype, int latent_dim, int rope_dim, const float* row,
                      float global_scale, uint8_t* record) {
   const KvRecordLayout l = kv_record_layout(dtype, latent_dim, rope_dim);
+  if (dtype == KvCacheDtype::kF32) {
+    std::memcpy(record, row, size_t(l.record_bytes));
+    return;
+  }
   std::memset(record, 0, size_t(l.record_bytes));
   const int r = latent_dim;
   uint8_t* latent = record + l.latent_offset_bytes;
@@ -186,6 +205,8 @@ void quantize_kv_row(KvCacheDtype dtype, int latent_dim, int rope_dim, const flo
         }
       }
       break;
+    case KvCacheDtype::kF32:
+      break;  // returned above
   }
   uint8_t* rope = record + l.rope_offset_bytes;
   for (int i = 0; i < rope_dim; ++i) {
@@ -197,6 +218,10 @@ void quantize_kv_row(KvCacheDtype dtype, int latent_dim, int rope_dim, const flo
 void dequantize_kv_row(KvCacheDtype dtype, int latent_dim, int rope_dim, const uint8_t* record,
                        float global_scale, float* row) {
   const KvRecordLayout l = kv_record_layout(dtype, latent_dim, rope_dim);
+  if (dtype == KvCacheDtype::kF32) {
+    std::memcpy(row, record, size_t(l.record_bytes));
+    return;
+  }
   const int r = latent_dim;
   const uint8_t* latent = record + l.latent_offset_bytes;
   const uint8_t* scales = record + l.scale_offset_bytes;
@@ -219,6 +244,8 @@ void dequantize_kv_row(KvCacheDtype dtype, int latent_dim, int rope_dim, const u
         row[i] = (code * fp8_e4m3_to_f32(scales[i / kNvfp4ScaleBlock])) * global_scale;
         break;
       }
+      case KvCacheDtype::kF32:
+        break;  // returned above
     }
   }
   const uint8_t* rope = record + l.rope_offset_bytes;

@@ -20,15 +20,18 @@ enum class KvCacheDtype {
   kINT8,     // "int8": the same layout, symmetric int8 latent with fp32 scales
   kNVFP4,    // "nvfp4": e2m1 latent with one e4m3 scale per 16 values (plus an fp32 global scale
              // per layer, which is not part of the per-token record)
+  kF32,      // "f32": the row in FP32, rope included (2,304 B at r 512): not a serving format but
+             // the exact one, so that model-level comparisons (tests/e2e/model_oracle.py, the
+             // forward tests) see no cache rounding and can use FP32 arithmetic bounds
 };
 
 inline constexpr KvCacheDtype kAllKvCacheDtypes[] = {KvCacheDtype::kBF16, KvCacheDtype::kFP8E4M3,
                                                      KvCacheDtype::kINT8, KvCacheDtype::kNVFP4};
 
-// "bf16", "fp8_e4m3", "int8", "nvfp4".
+// "bf16", "fp8_e4m3", "int8", "nvfp4", "f32".
 std::string_view kv_cache_dtype_name(KvCacheDtype dtype);
-// The inverse of kv_cache_dtype_name; an unknown name gives invalid_argument listing the valid
-// ones.
+// The inverse of kv_cache_dtype_name (the serving formats and "f32"); an unknown name gives
+// invalid_argument listing the valid ones.
 Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name);
 
 // Values per scale of the quantised latent formats.

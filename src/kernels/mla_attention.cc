@@ -57,6 +57,103 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_
   return w;
 }
 
+namespace {
+
+// The absorbed path for b sequences of s_q queries: fold W_UK into the query, run the decode
+// kernel over the latent cache, unfold W_UV from the latent output.
+struct AbsorbedCall {
+  int b, s_q, d_r;
+  const float* q;  // [b, s_q, h_q, d_n + d_r]
+  DType kv_dtype;
+  float kv_global_scale;
+  const void* kv_cache;
+  int page_size, num_blocks;
+  const int32_t* block_table;  // [b, max_blocks_per_seq]
+  int max_blocks_per_seq;
+  const int32_t* seqlens;  // [b]
+  const MlaAbsorbedWeights* w;
+  float softmax_scale;
+  bool causal;
+  float* out;  // [b, s_q, h_q, d_v]
+  float* lse;  // [b, h_q, s_q]
+};
+
+Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view backend) {
+  const MlaAbsorbedWeights& w = *c.w;
+  const int H = w.h_q, r = w.r, d_n = w.d_n, d_v = w.d_v;
+  const int rows = c.b * c.s_q;  // (sequence, query) pairs: absorb and unabsorb see them alike
+  const int d_abs = r + c.d_r;
+  MLA_ASSIGN_OR_RETURN(auto q_abs,
+                       AlignedBuffer<float>::allocate(size_t(rows) * H * d_abs, "absorbed query"));
+  MLA_ASSIGN_OR_RETURN(auto o_lat,
+                       AlignedBuffer<float>::allocate(size_t(rows) * H * r, "latent output"));
+  // The reference keeps the absorbed query in FP64 (its decode reads F64 queries).
+  const bool ref = backend == "ref";
+  std::vector<double> q_abs64, o_lat64, out64;
+  if (ref) {
+    q_abs64.resize(q_abs.size());
+    ref::absorb_query(rows, H, d_n, c.d_r, r, c.q, w.w_uk.data(), q_abs64.data());
+  } else {
+    cpu::absorb_query(rows, H, d_n, c.d_r, r, c.q, w.w_uk.data(), q_abs.data());
+  }
+  MlaDecodeParams dp;
+  dp.b = c.b;
+  dp.s_q = c.s_q;
+  dp.h_q = H;
+  dp.d_qk = d_abs;
+  dp.d_v = r;
+  dp.page_size = c.page_size;
+  dp.num_blocks = c.num_blocks;
+  dp.max_blocks_per_seq = c.max_blocks_per_seq;
+  dp.q_dtype = ref ? DType::kF64 : DType::kF32;
+  dp.q = ref ? static_cast<const void*>(q_abs64.data()) : q_abs.data();
+  dp.kv_dtype = c.kv_dtype;
+  dp.kv_global_scale = c.kv_global_scale;
+  dp.kv_cache = c.kv_cache;
+  dp.block_table = c.block_table;
+  dp.cache_seqlens = c.seqlens;
+  dp.softmax_scale = c.softmax_scale;
+  dp.causal = c.causal;
+  dp.out = o_lat.data();
+  dp.lse = c.lse;
+  MLA_ASSIGN_OR_RETURN(const MlaDecodeVariant* v, select_variant(dp, backend));
+  MLA_RETURN_IF_ERROR(run_variant(*v, dp, pool));
+  if (ref) {
+    o_lat64.assign(o_lat.begin(), o_lat.end());
+    out64.resize(size_t(rows) * H * d_v);
+    ref::unabsorb_output(rows, H, d_v, r, o_lat64.data(), w.w_uv.data(), out64.data());
+    for (size_t i = 0; i < out64.size(); ++i) c.out[i] = float(out64[i]);
+  } else {
+    cpu::unabsorb_output(rows, H, d_v, r, o_lat.data(), w.w_uv.data(), c.out);
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool, std::string_view backend) {
+  if (!p.w) return invalid_argument("mla_decode_batch: weights are required");
+  if (p.b == 0) return Status();
+  AbsorbedCall c{p.b,
+                 1,
+                 p.d_r,
+                 p.q,
+                 p.kv_dtype,
+                 p.kv_global_scale,
+                 p.kv_cache,
+                 p.page_size,
+                 p.num_blocks,
+                 p.block_table,
+                 p.max_blocks_per_seq,
+                 p.seqlens,
+                 p.w,
+                 p.softmax_scale,
+                 /*causal=*/true,
+                 p.out,
+                 p.lse};
+  return run_absorbed(c, pool, backend);
+}
+
 Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
                               std::string_view backend) {
   if (!p.w) return invalid_argument("mla_attention: weights are required");
@@ -90,20 +187,6 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
     return path;
   }
 
-  const int d_abs = r + p.d_r;
-  MLA_ASSIGN_OR_RETURN(auto q_abs,
-                       AlignedBuffer<float>::allocate(size_t(p.s_q) * H * d_abs, "absorbed query"));
-  MLA_ASSIGN_OR_RETURN(auto o_lat,
-                       AlignedBuffer<float>::allocate(size_t(p.s_q) * H * r, "latent output"));
-  // The reference keeps the absorbed query in FP64 (its decode reads F64 queries).
-  const bool ref = backend == "ref";
-  std::vector<double> q_abs64, o_lat64, out64;
-  if (ref) {
-    q_abs64.resize(q_abs.size());
-    ref::absorb_query(p.s_q, H, d_n, p.d_r, r, p.q, w.w_uk.data(), q_abs64.data());
-  } else {
-    cpu::absorb_query(p.s_q, H, d_n, p.d_r, r, p.q, w.w_uk.data(), q_abs.data());
-  }
   // validate() checks the rest; the page count below needs these first.
   if (p.page_size < 1 || p.s_kv < 0)
     return invalid_argument(
@@ -111,36 +194,11 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
                     p.page_size, p.s_kv));
   const int pages = int((int64_t(p.s_kv) + p.page_size - 1) / p.page_size);
   const int32_t seqlen = p.s_kv;
-  MlaDecodeParams dp;
-  dp.b = 1;
-  dp.s_q = p.s_q;
-  dp.h_q = H;
-  dp.d_qk = d_abs;
-  dp.d_v = r;
-  dp.page_size = p.page_size;
-  dp.num_blocks = p.num_blocks;
-  dp.max_blocks_per_seq = pages;
-  dp.q_dtype = ref ? DType::kF64 : DType::kF32;
-  dp.q = ref ? static_cast<const void*>(q_abs64.data()) : q_abs.data();
-  dp.kv_dtype = p.kv_dtype;
-  dp.kv_global_scale = p.kv_global_scale;
-  dp.kv_cache = p.kv_cache;
-  dp.block_table = p.block_table;
-  dp.cache_seqlens = &seqlen;
-  dp.softmax_scale = p.softmax_scale;
-  dp.causal = p.causal;
-  dp.out = o_lat.data();
-  dp.lse = p.lse;
-  MLA_ASSIGN_OR_RETURN(const MlaDecodeVariant* v, select_variant(dp, backend));
-  MLA_RETURN_IF_ERROR(run_variant(*v, dp, pool));
-  if (ref) {
-    o_lat64.assign(o_lat.begin(), o_lat.end());
-    out64.resize(size_t(p.s_q) * H * d_v);
-    ref::unabsorb_output(p.s_q, H, d_v, r, o_lat64.data(), w.w_uv.data(), out64.data());
-    for (size_t i = 0; i < out64.size(); ++i) p.out[i] = float(out64[i]);
-  } else {
-    cpu::unabsorb_output(p.s_q, H, d_v, r, o_lat.data(), w.w_uv.data(), p.out);
-  }
+  AbsorbedCall c{
+      1,          p.s_q,           p.d_r,        p.q,           p.kv_dtype, p.kv_global_scale,
+      p.kv_cache, p.page_size,     p.num_blocks, p.block_table, pages,      &seqlen,
+      &w,         p.softmax_scale, p.causal,     p.out,         p.lse};
+  MLA_RETURN_IF_ERROR(run_absorbed(c, pool, backend));
   return path;
 }
 

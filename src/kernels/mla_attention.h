@@ -54,4 +54,24 @@ MlaPath choose_mla_path(int s_q, int threshold);
 Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
                               std::string_view backend = "cpu");
 
+// The decode step of b sequences with one new token each (its row already in the cache), as one
+// absorbed-decode kernel call: every cache tile is read once for all heads of its sequence.
+struct MlaDecodeBatchParams {
+  int b = 0, d_r = 64;
+  const float* q = nullptr;        // [b, h_q, d_n + d_r]: q_nope | rotated q_pe
+  DType kv_dtype = DType::kBF16;   // as in MlaDecodeParams
+  float kv_global_scale = 1.0f;    // nvfp4 only
+  const void* kv_cache = nullptr;  // [num_blocks, page_size, row bytes]
+  int page_size = 64, num_blocks = 0;
+  const int32_t* block_table = nullptr;  // [b, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  const int32_t* seqlens = nullptr;  // [b] keys per sequence, the new token included
+  const MlaAbsorbedWeights* w = nullptr;
+  float softmax_scale = 1.0f;
+  float* out = nullptr;  // [b, h_q, d_v] fp32
+  float* lse = nullptr;  // [b, h_q] fp32
+};
+Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool,
+                        std::string_view backend = "cpu");
+
 }  // namespace mla

@@ -1,5 +1,6 @@
 // write_tiny_checkpoint: config.json (tiny_config.cc) → ModelConfig → expected tensors (the same
-// table the loader checks) → random BF16 / block-FP8 data → safetensors shards + index.json.
+// table the loader checks) → random BF16 / block-FP8 data → safetensors shards + index.json;
+// tokenizer.json and tokenizer_config.json from tiny_tokenizer.cc.
 #include "model/tiny_checkpoint.h"
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "core/rng.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
+#include "model/tiny_tokenizer.h"
 #include "model/weight_layout.h"
 
 namespace mla {
@@ -117,6 +119,7 @@ Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& o,
   // the tensors cannot disagree.
   MLA_ASSIGN_OR_RETURN(ModelConfig c, parse_model_config(text, "make-tiny config.json"));
   const bool fp8 = c.quantization.quant_method == QuantMethod::kFp8;
+  MLA_ASSIGN_OR_RETURN(const TinyTokenizerFiles tokenizer, tiny_tokenizer_files(o.family, c));
 
   std::vector<Tensor> tensors;
   for (const ExpectedTensor& e : expected_tensors(c)) add_tensor(c, e, fp8, o.seed, &tensors);
@@ -139,10 +142,12 @@ Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& o,
   if (ec) return io_error(fmt::format("{}: cannot create directory: {}", out_dir, ec.message()));
   const fs::path dir(out_dir);
   MLA_RETURN_IF_ERROR(write_text(dir / "config.json", text));
+  MLA_RETURN_IF_ERROR(write_text(dir / "tokenizer.json", tokenizer.tokenizer_json));
+  MLA_RETURN_IF_ERROR(write_text(dir / "tokenizer_config.json", tokenizer.tokenizer_config_json));
 
   TinyCheckpointInfo info;
   info.config = c;
-  info.files.push_back("config.json");
+  info.files = {"config.json", "tokenizer.json", "tokenizer_config.json"};
   info.tensors = int64_t(tensors.size());
   for (const Tensor& t : tensors) info.tensor_bytes += t.bytes.size();
 

@@ -1,7 +1,8 @@
 // Tiny random checkpoints of each DeepSeek-family model (`mla make-tiny`): config.json with the
 // family's Hugging Face keys and tiny dims, safetensors with the family's exact tensor names and
 // dtypes (block-FP8 + weight_scale_inv like V3 / K2, an MTP layer for V3), for tests, oracles and
-// the default model of scripts/run. Not a converter: weights are random.
+// the default model of scripts/run. A small byte-level BPE tokenizer comes with them
+// (tiny_tokenizer.h). Not a converter: weights are random.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,10 @@ struct TinyCheckpointOptions {
   int layers = 0;     // decoder layers (1..kMaxTinyLayers); 0: the family's default
   uint64_t seed = 0;  // same options and seed → byte-identical files
   int shards = 2;     // 1: model.safetensors; 2..16: model.safetensors.index.json + shards
+  // The released model's dims (model_preset: hidden size, heads, ranks, expert counts and
+  // widths, vocabulary) instead of the tiny ones, with `layers` decoder layers: random weights of
+  // the real shape for benchmarks (V2-Lite with 4 layers is ~3 GB in FP8). Not for CI.
+  bool real_dims = false;
 };
 inline constexpr int kMaxTinyLayers = 64;
 inline constexpr int kMaxTinyShards = 16;
@@ -48,11 +53,12 @@ struct TinyCheckpointInfo {
   uint64_t tensor_bytes = 0;       // sum of tensor data bytes (the index's total_size)
 };
 
-// Creates `out_dir` if needed and writes config.json plus the weights there (each file replaced
-// atomically). Removes a model.safetensors or index.json of the other layout left in `out_dir`,
-// so the directory is never ambiguous. Weights: linear and router N(0, 1/fan_in), embed_tokens
-// N(0, 1), norms 1 + N(0, 0.01), router bias N(0, 0.01) in F32; each tensor from its own stream
-// seeded by (seed, name). Errors: invalid_argument (options), io_error (the OS refused).
+// Creates `out_dir` if needed and writes config.json, tokenizer.json and tokenizer_config.json
+// (model/tiny_tokenizer.h) plus the weights there (each file replaced atomically). Removes a
+// model.safetensors or index.json of the other layout left in `out_dir`, so the directory is
+// never ambiguous. Weights: linear and router N(0, 1/fan_in), embed_tokens N(0, 1), norms
+// 1 + N(0, 0.01), router bias N(0, 0.01) in F32; each tensor from its own stream seeded by
+// (seed, name). Errors: invalid_argument (options), io_error (the OS refused).
 Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& options,
                                                  const std::string& out_dir);
 

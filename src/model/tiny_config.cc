@@ -147,6 +147,27 @@ Json config_json(const Family& f, const TinyCheckpointOptions& o) {
       {"v_head_dim", kV},
       {"vocab_size", kVocab},
   };
+  if (o.real_dims) {
+    auto real = model_preset(f.name);  // every family is a preset
+    if (real.ok()) {
+      const ModelConfig& c = *real;
+      j["hidden_size"] = c.hidden_size;
+      j["intermediate_size"] = c.intermediate_size;
+      j["kv_lora_rank"] = c.kv_lora_rank;
+      j["moe_intermediate_size"] = c.moe_intermediate_size;
+      j["n_routed_experts"] = c.n_routed_experts;
+      j["n_shared_experts"] = c.n_shared_experts;
+      j["num_experts_per_tok"] = c.num_experts_per_tok;
+      j["n_group"] = c.n_group;
+      j["topk_group"] = c.topk_group;
+      j["num_attention_heads"] = j["num_key_value_heads"] = c.num_attention_heads;
+      j["q_lora_rank"] = c.has_q_lora() ? Json(c.q_lora_rank) : Json(nullptr);
+      j["qk_nope_head_dim"] = c.qk_nope_head_dim;
+      j["qk_rope_head_dim"] = c.qk_rope_head_dim;
+      j["v_head_dim"] = c.v_head_dim;
+      j["vocab_size"] = c.vocab_size;
+    }
+  }
   if (f.model_type != std::string_view("deepseek_v2")) j["num_nextn_predict_layers"] = f.nextn;
   if (wants_fp8(f, o.weights))
     j["quantization_config"] = {{"activation_scheme", "dynamic"},

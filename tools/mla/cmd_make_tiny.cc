@@ -20,6 +20,7 @@ struct MakeTinyOptions {
   int layers = 0;
   uint64_t seed = 0;
   int shards = 2;
+  bool real_dims = false;
 };
 
 int run_make_tiny(const MakeTinyOptions& o) {
@@ -29,6 +30,7 @@ int run_make_tiny(const MakeTinyOptions& o) {
   t.layers = o.layers;
   t.seed = o.seed;
   t.shards = o.shards;
+  t.real_dims = o.real_dims;
   Result<TinyCheckpointInfo> info = write_tiny_checkpoint(t, o.out);
   if (!info.ok()) {
     fmt::print(stderr, "error: {}\n", info.status().message());
@@ -71,6 +73,8 @@ void register_make_tiny(CLI::App& app, int* exit_code) {
   cmd->add_option("--shards", opts->shards,
                   "Safetensors files; 1 writes model.safetensors without an index (default 2)")
       ->check(CLI::Range(1, kMaxTinyShards));
+  cmd->add_flag("--real-dims", opts->real_dims,
+                "The released model's dims with --layers layers (GBs: for benchmarks)");
   cmd->callback([opts, exit_code] { *exit_code = run_make_tiny(*opts); });
 }
 

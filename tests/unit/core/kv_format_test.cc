@@ -204,6 +204,8 @@ void check_random_row(KvCacheDtype d, int r, int d_r, const std::vector<float>& 
     const double ax = std::fabs(double(x[i])), err = std::fabs(double(y[i]) - x[i]);
     double bound = 0.0;
     switch (d) {
+      case KvCacheDtype::kF32:  // exact: bound 0
+        break;
       case KvCacheDtype::kBF16:
         // RNE to 8 significant bits: half an ulp is 2^-8 of the binade's lower end ≤ |x|.
         bound = 0x1p-8 * ax;
@@ -365,6 +367,29 @@ TEST(KvFormatEdge, NonFiniteValuesPoisonTheirBlockOnly) {
     EXPECT_TRUE(std::isnan(bad) ? std::isnan(b[0]) : b[0] == bad);
     EXPECT_EQ(b[1], 1.0f);
   }
+}
+
+}  // namespace
+}  // namespace mla
+
+namespace mla {
+namespace {
+
+// The verification format: the kernels' plain F32 row, stored and read back bit for bit.
+TEST(KvFormatF32, IsTheExactPlainRow) {
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kF32, 512, 64), 2304);
+  EXPECT_EQ(kv_row_bytes(DType::kF32, 512, 64), 2304);
+  auto parsed = parse_kv_cache_dtype("f32");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(*parsed, KvCacheDtype::kF32);
+  EXPECT_EQ(kv_cache_latent_dtype(KvCacheDtype::kF32), DType::kF32);
+  std::vector<float> row = {1.0f, -0x1.234568p-7f, 3e-39f, 65504.5f, -0.0f, 7.25f};
+  std::vector<uint8_t> rec(size_t(kv_bytes_per_token(KvCacheDtype::kF32, 4, 2)));
+  quantize_kv_row(KvCacheDtype::kF32, 4, 2, row.data(), 1.0f, rec.data());
+  std::vector<float> back(6);
+  dequantize_kv_row(KvCacheDtype::kF32, 4, 2, rec.data(), 1.0f, back.data());
+  EXPECT_EQ(std::memcmp(back.data(), row.data(), 24), 0);
+  EXPECT_EQ(std::memcmp(rec.data(), row.data(), 24), 0);  // the kernels read it as F32 rows
 }
 
 }  // namespace

@@ -1,0 +1,249 @@
+// Model::forward: embeddings → decoder layers (MLA attention over the paged latent cache, then the
+// dense or MoE FFN) → final norm → lm_head, for a batch of chunks of several sequences.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/mla_attention.h"
+#include "model/model_impl.h"
+
+namespace mla {
+
+void rms_norm(const float* x, const float* w, int64_t n, int dim, float eps, int64_t x_stride,
+              int64_t y_stride, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * x_stride;
+    float* yi = y + i * y_stride;
+    float ss = 0.0f;
+    for (int j = 0; j < dim; ++j) ss += xi[j] * xi[j];
+    const float inv = 1.0f / std::sqrt(ss / float(dim) + eps);
+    for (int j = 0; j < dim; ++j) yi[j] = xi[j] * inv * w[j];
+  }
+}
+
+namespace {
+
+// Where each token of the batch sits: its sequence and absolute position.
+struct TokenPlace {
+  int seq = 0;
+  int64_t pos = 0;
+};
+
+Status check_batch(const Model::Impl& m, const ForwardBatch& b, int page_size) {
+  const ModelConfig& c = m.weights.config;
+  int64_t total = 0;
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    const ForwardSeq& q = b.seqs[s];
+    if (q.n_tokens < 1 || q.start < 0)
+      return invalid_argument(fmt::format("forward: sequence {} has {} tokens from position {}", s,
+                                          q.n_tokens, q.start));
+    const int64_t end = q.start + q.n_tokens;
+    if (end > m.max_context)
+      return invalid_argument(fmt::format(
+          "forward: sequence {} reaches position {}, past the model's context of {} tokens", s,
+          end - 1, m.max_context));
+    if (int64_t(q.block_table.size()) * page_size < end)
+      return invalid_argument(fmt::format(
+          "forward: sequence {}'s block table ({} pages of {}) does not cover {} tokens", s,
+          q.block_table.size(), page_size, end));
+    total += q.n_tokens;
+  }
+  if (total != int64_t(b.tokens.size()))
+    return invalid_argument(
+        fmt::format("forward: {} tokens given, the sequences hold {}", b.tokens.size(), total));
+  for (size_t i = 0; i < b.tokens.size(); ++i)
+    if (b.tokens[i] < 0 || b.tokens[i] >= c.vocab_size)
+      return invalid_argument(fmt::format("forward: token id {} at index {} is outside [0, {})",
+                                          b.tokens[i], i, c.vocab_size));
+  return Status();
+}
+
+// Attention of one layer for every token: out [T, H, d_v].
+//   q [T, H, d_n + d_r] (q_pe rotated); the cache rows of all tokens already written.
+Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch& b,
+                 const std::vector<int64_t>& first_token, KvCacheStorage& cache, int layer,
+                 const float* q, float* out, ThreadPool& pool, ForwardStats* stats) {
+  const ModelConfig& c = m.weights.config;
+  const int H = c.num_attention_heads, d_qk = c.d_qk(), d_v = c.v_head_dim;
+  const DType kv_dtype = kv_cache_latent_dtype(m.options.kv_dtype);
+  const float gscale = kNvfp4DefaultGlobalScale;
+  // Decode tokens (chunks of one) of every sequence go through one batched kernel call.
+  std::vector<int> decode;
+  for (size_t s = 0; s < b.seqs.size(); ++s)
+    if (b.seqs[s].n_tokens == 1) decode.push_back(int(s));
+  if (!decode.empty()) {
+    size_t max_blocks = 0;
+    for (int s : decode) max_blocks = std::max(max_blocks, b.seqs[s].block_table.size());
+    const size_t n = decode.size();
+    std::vector<int32_t> table(n * max_blocks, 0), seqlens(n);
+    std::vector<float> qd(n * H * d_qk), od(n * H * d_v), lse(n * H);
+    for (size_t i = 0; i < n; ++i) {
+      const ForwardSeq& sq = b.seqs[decode[i]];
+      std::copy(sq.block_table.begin(), sq.block_table.end(), table.begin() + i * max_blocks);
+      seqlens[i] = int32_t(sq.start + 1);
+      std::memcpy(&qd[i * H * d_qk], q + first_token[decode[i]] * H * d_qk,
+                  sizeof(float) * H * d_qk);
+    }
+    MlaDecodeBatchParams p;
+    p.b = int(n);
+    p.d_r = c.qk_rope_head_dim;
+    p.q = qd.data();
+    p.kv_dtype = kv_dtype;
+    p.kv_global_scale = gscale;
+    p.kv_cache = cache.layer_base(layer);
+    p.page_size = cache.page_size();
+    p.num_blocks = cache.num_blocks();
+    p.block_table = table.data();
+    p.max_blocks_per_seq = int(max_blocks);
+    p.seqlens = seqlens.data();
+    p.w = &L.absorbed;
+    p.softmax_scale = m.softmax_scale;
+    p.out = od.data();
+    p.lse = lse.data();
+    MLA_RETURN_IF_ERROR(mla_decode_batch(p, pool, m.options.backend));
+    for (size_t i = 0; i < n; ++i)
+      std::memcpy(out + first_token[decode[i]] * H * d_v, &od[i * H * d_v],
+                  sizeof(float) * H * d_v);
+    if (layer == 0) stats->decode_tokens += int(n);
+  }
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    const ForwardSeq& sq = b.seqs[s];
+    if (sq.n_tokens == 1) continue;
+    std::vector<float> lse(size_t(H) * sq.n_tokens);
+    MlaAttentionParams p;
+    p.s_q = sq.n_tokens;
+    p.d_r = c.qk_rope_head_dim;
+    p.q = q + first_token[s] * H * d_qk;
+    p.kv_dtype = kv_dtype;
+    p.kv_global_scale = gscale;
+    p.kv_cache = cache.layer_base(layer);
+    p.page_size = cache.page_size();
+    p.num_blocks = cache.num_blocks();
+    p.block_table = sq.block_table.data();
+    p.s_kv = int(sq.start + sq.n_tokens);
+    p.w = &L.absorbed;
+    p.softmax_scale = m.softmax_scale;
+    p.causal = true;
+    p.prefill_absorption_threshold = m.options.prefill_absorption_threshold;
+    p.out = out + first_token[s] * H * d_v;
+    p.lse = lse.data();
+    MLA_ASSIGN_OR_RETURN(MlaPath path, mla_attention(p, pool, m.options.backend));
+    if (layer == 0)
+      ++(path == MlaPath::kAbsorbed ? stats->absorbed_chunks : stats->decompressed_chunks);
+  }
+  return Status();
+}
+
+// One decoder layer over h [T, D], in place.
+Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
+                     const std::vector<TokenPlace>& place, const std::vector<int64_t>& first_token,
+                     const std::vector<int64_t>& positions, KvCacheStorage& cache, float* h,
+                     ThreadPool& pool, ForwardStats* stats) {
+  const ModelConfig& c = m.weights.config;
+  const LayerRuntime& L = m.layers[size_t(layer)];
+  const std::string& be = m.options.backend;
+  const int64_t T = int64_t(place.size());
+  const int D = c.hidden_size, H = c.num_attention_heads, d_qk = c.d_qk();
+  const int r = c.kv_lora_rank, d_r = c.qk_rope_head_dim, d_n = c.qk_nope_head_dim;
+  const float eps = float(c.rms_norm_eps);
+
+  std::vector<float> x(size_t(T) * D);
+  rms_norm(h, L.input_norm.data(), T, D, eps, D, D, x.data());
+
+  // Query [T, H, d_qk]: q_nope | q_pe per head.
+  std::vector<float> q(size_t(T) * H * d_qk);
+  if (c.has_q_lora()) {
+    std::vector<float> cq(size_t(T) * c.q_lora_rank);
+    MLA_RETURN_IF_ERROR(linear(L.q_a, T, x.data(), cq.data(), pool, be));
+    rms_norm(cq.data(), L.q_a_norm.data(), T, c.q_lora_rank, m.latent_norm_eps, c.q_lora_rank,
+             c.q_lora_rank, cq.data());
+    MLA_RETURN_IF_ERROR(linear(L.q_b, T, cq.data(), q.data(), pool, be));
+  } else {
+    MLA_RETURN_IF_ERROR(linear(L.q_proj, T, x.data(), q.data(), pool, be));
+  }
+  // Latent row [T, r + d_r]: normalised c_kv (the norm covers only the r latent values) | k_pe.
+  std::vector<float> kv(size_t(T) * (r + d_r));
+  MLA_RETURN_IF_ERROR(linear(L.kv_a, T, x.data(), kv.data(), pool, be));
+  rms_norm(kv.data(), L.kv_a_norm.data(), T, r, m.latent_norm_eps, r + d_r, r + d_r, kv.data());
+  MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), 1, r + d_r, r, kv.data()));
+  MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), H, d_qk, d_n, q.data()));
+
+  // The cache stores the normalised latent and the rotated k_pe.
+  const float gscale = kNvfp4DefaultGlobalScale;
+  const int ps = cache.page_size();
+  for (int64_t t = 0; t < T; ++t) {
+    const ForwardSeq& sq = b.seqs[size_t(place[t].seq)];
+    const int64_t pos = place[t].pos;
+    uint8_t* row = cache.row(layer, sq.block_table[size_t(pos / ps)], int(pos % ps));
+    quantize_kv_row(m.options.kv_dtype, r, d_r, &kv[size_t(t) * (r + d_r)], gscale, row);
+  }
+
+  std::vector<float> attn(size_t(T) * H * c.v_head_dim);
+  MLA_RETURN_IF_ERROR(
+      attention(m, L, b, first_token, cache, layer, q.data(), attn.data(), pool, stats));
+  std::vector<float> o(size_t(T) * D);
+  MLA_RETURN_IF_ERROR(linear(L.o_proj, T, attn.data(), o.data(), pool, be));
+  for (size_t i = 0; i < o.size(); ++i) h[i] += o[i];
+
+  rms_norm(h, L.post_norm.data(), T, D, eps, D, D, x.data());
+  std::fill(o.begin(), o.end(), 0.0f);
+  MLA_RETURN_IF_ERROR(run_ffn(m, L, T, x.data(), o.data(), pool));
+  for (size_t i = 0; i < o.size(); ++i) h[i] += o[i];
+  return Status();
+}
+
+}  // namespace
+
+Result<ForwardStats> Model::forward(const ForwardBatch& b, KvCacheStorage& cache, ThreadPool& pool,
+                                    std::vector<float>& logits) {
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.weights.config;
+  if (cache.num_layers() != c.num_hidden_layers ||
+      cache.record_bytes() !=
+          kv_bytes_per_token(m.options.kv_dtype, c.kv_lora_rank, c.qk_rope_head_dim))
+    return invalid_argument("forward: the KV cache was not made for this model (cache_shape)");
+  MLA_RETURN_IF_ERROR(check_batch(m, b, cache.page_size()));
+  const int64_t T = int64_t(b.tokens.size());
+  const int D = c.hidden_size;
+  std::vector<TokenPlace> place;
+  std::vector<int64_t> positions, first_token;
+  place.reserve(size_t(T));
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    first_token.push_back(int64_t(place.size()));
+    for (int i = 0; i < b.seqs[s].n_tokens; ++i) {
+      place.push_back({int(s), b.seqs[s].start + i});
+      positions.push_back(b.seqs[s].start + i);
+    }
+  }
+  std::vector<float> h(size_t(T) * D);
+  for (int64_t t = 0; t < T; ++t)
+    widen_elements(m.embed.dtype, m.embed.data, int64_t(b.tokens[size_t(t)]) * D, D, &h[t * D]);
+
+  ForwardStats stats;
+  if (b.hidden_dump) b.hidden_dump->assign(size_t(c.num_hidden_layers), {});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    MLA_RETURN_IF_ERROR(
+        decoder_layer(m, l, b, place, first_token, positions, cache, h.data(), pool, &stats));
+    if (b.hidden_dump) (*b.hidden_dump)[size_t(l)] = h;
+  }
+
+  // Rows whose logits are wanted, final norm, lm_head.
+  std::vector<int64_t> rows;
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    if (b.all_logits)
+      for (int i = 0; i < b.seqs[s].n_tokens; ++i) rows.push_back(first_token[s] + i);
+    else
+      rows.push_back(first_token[s] + b.seqs[s].n_tokens - 1);
+  }
+  std::vector<float> x(rows.size() * size_t(D));
+  for (size_t i = 0; i < rows.size(); ++i)
+    rms_norm(&h[size_t(rows[i]) * D], m.final_norm.data(), 1, D, float(c.rms_norm_eps), D, D,
+             &x[i * D]);
+  logits.resize(rows.size() * size_t(c.vocab_size));
+  MLA_RETURN_IF_ERROR(
+      linear(m.lm_head, int64_t(rows.size()), x.data(), logits.data(), pool, m.options.backend));
+  return stats;
+}
+
+}  // namespace mla

@@ -1,0 +1,63 @@
+// Model's prepared state (model_runtime.h), shared by the loader and the forward pass only.
+#pragma once
+
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "kernels/linear.h"
+#include "model/model_runtime.h"
+#include "model/moe_routing.h"
+
+namespace mla {
+
+struct MlpLinear {  // SwiGLU: down(silu(gate(x)) ⊙ up(x))
+  LinearWeight gate, up, down;
+  int width = 0;
+};
+
+struct LayerRuntime {
+  std::vector<float> input_norm, post_norm;  // [D]
+  std::vector<float> q_a_norm;               // [r_q] (q_lora only)
+  std::vector<float> kv_a_norm;              // [r]
+  LinearWeight q_proj;                       // plain query: [H·d_qk, D]
+  LinearWeight q_a, q_b;                     // q_lora: [r_q, D], [H·d_qk, r_q]
+  LinearWeight kv_a;                         // [r + d_r, D]
+  LinearWeight o_proj;                       // [D, H·d_v]
+  MlaAbsorbedWeights absorbed;               // kv_b_proj as W_UK / W_UV, FP32
+  bool moe = false;
+  MlpLinear mlp;                   // dense layers
+  LinearWeight router;             // [E, D]
+  std::vector<float> router_bias;  // [E] (noaux_tc), FP32
+  std::vector<MlpLinear> experts;
+  MlpLinear shared;  // width 0 when n_shared_experts is 0
+};
+
+struct Model::Impl {
+  ModelWeights weights;
+  RuntimeOptions options;
+  int64_t max_context = 0;
+  RopeTable rope;
+  float softmax_scale = 1.0f;
+  float latent_norm_eps =
+      1e-6f;  // q_a / kv_a layernorms: the reference's default, not the config's
+  MoeRouting routing;
+  std::vector<LayerRuntime> layers;
+  std::vector<float> final_norm;  // [D]
+  LinearWeight embed, lm_head;    // [vocab, D]
+};
+
+// dst[0, n) = the FP32 values of elements [first, first + n) of a BF16 / F16 / F32 tensor whose
+// data may be unaligned (embedding rows, norm weights).
+void widen_elements(DType t, const uint8_t* data, int64_t first, int64_t n, float* dst);
+
+// y[n, dim] = x · rsqrt(mean(x²) + eps) · w, in FP32 (the reference's RMSNorm at FP32
+// activations). x and y may alias.
+void rms_norm(const float* x, const float* w, int64_t n, int dim, float eps, int64_t x_stride,
+              int64_t y_stride, float* y);
+
+// The FFN of one layer for the rows of x [n, D] (already post-attention-normed): adds into
+// out [n, D].
+Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const float* x, float* out,
+               ThreadPool& pool);
+
+}  // namespace mla

@@ -1,0 +1,233 @@
+// Model::load: the checked weights (model_weights.h) turned into what the forward pass runs on.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/ref/mla_ref.h"
+#include "model/model_impl.h"
+
+namespace mla {
+namespace {
+
+// One element of a plain (non-FP8) tensor at index i; data may be unaligned.
+float element_f32(DType t, const uint8_t* data, int64_t i) {
+  switch (t) {
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, data + 4 * i, 4);
+      return f;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, data + 2 * i, 2);
+      return t == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+    default:
+      return 0.0f;  // the loader admits only the dtypes above for these tensors
+  }
+}
+
+std::vector<float> widen_vector(const WeightRef& w) {
+  std::vector<float> v(size_t(w.weight->numel));
+  widen_elements(w.weight->dtype, w.weight->data, 0, w.weight->numel, v.data());
+  return v;
+}
+
+LinearWeight linear_of(const WeightRef& w, const ModelConfig& c) {
+  LinearWeight l;
+  if (!w.present()) return l;
+  l.dtype = w.weight->dtype;
+  l.data = w.weight->data;
+  l.out = w.weight->shape[0];
+  l.in = w.weight->shape[1];
+  if (w.fp8()) {
+    l.scale_inv = w.scale_inv->data;
+    l.block_rows = c.quantization.weight_block_size[0];
+    l.block_cols = c.quantization.weight_block_size[1];
+  }
+  return l;
+}
+
+// The whole matrix as FP32 ([out, in]), FP8 block scales applied: only for kv_b_proj, which the
+// absorbed path keeps as FP32 W_UK / W_UV anyway.
+std::vector<float> dequantize(const LinearWeight& l) {
+  std::vector<float> v(size_t(l.out * l.in));
+  const int64_t scale_cols = (l.in + l.block_cols - 1) / l.block_cols;
+  for (int64_t i = 0; i < l.out; ++i)
+    for (int64_t j = 0; j < l.in; ++j) {
+      const int64_t k = i * l.in + j;
+      if (l.dtype == DType::kF8E4M3) {
+        float s;
+        std::memcpy(&s, l.scale_inv + 4 * ((i / l.block_rows) * scale_cols + j / l.block_cols), 4);
+        v[size_t(k)] = fp8_e4m3_to_f32(l.data[k]) * s;
+      } else {
+        v[size_t(k)] = element_f32(l.dtype, l.data, k);
+      }
+    }
+  return v;
+}
+
+MlpLinear mlp_of(const MlpWeights& w, const ModelConfig& c) {
+  MlpLinear m;
+  m.gate = linear_of(w.gate_proj, c);
+  m.up = linear_of(w.up_proj, c);
+  m.down = linear_of(w.down_proj, c);
+  m.width = w.gate_proj.present() ? int(m.gate.out) : 0;
+  return m;
+}
+
+RopeConfig rope_config_of(const ModelConfig& c) {
+  RopeConfig r;
+  r.dim = c.qk_rope_head_dim;
+  r.theta = c.rope_theta;
+  r.layout = RopeLayout::kInterleaved;  // DeepSeek checkpoints (deepseek-models.md §3.3)
+  if (c.rope_scaling.type == RopeScalingType::kYarn) {
+    r.scaling.yarn = true;
+    r.scaling.factor = c.rope_scaling.factor;
+    r.scaling.original_max_position = double(c.rope_scaling.original_max_position_embeddings);
+    r.scaling.beta_fast = c.rope_scaling.beta_fast;
+    r.scaling.beta_slow = c.rope_scaling.beta_slow;
+    r.scaling.mscale = c.rope_scaling.mscale;
+    r.scaling.mscale_all_dim = c.rope_scaling.mscale_all_dim;
+  }
+  return r;
+}
+
+Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c) {
+  LayerRuntime L;
+  L.input_norm = widen_vector(w.input_layernorm);
+  L.post_norm = widen_vector(w.post_attention_layernorm);
+  L.kv_a_norm = widen_vector(w.kv_a_layernorm);
+  if (c.has_q_lora()) {
+    L.q_a = linear_of(w.q_a_proj, c);
+    L.q_a_norm = widen_vector(w.q_a_layernorm);
+    L.q_b = linear_of(w.q_b_proj, c);
+  } else {
+    L.q_proj = linear_of(w.q_proj, c);
+  }
+  L.kv_a = linear_of(w.kv_a_proj_with_mqa, c);
+  L.o_proj = linear_of(w.o_proj, c);
+  const std::vector<float> kv_b = dequantize(linear_of(w.kv_b_proj, c));
+  MLA_ASSIGN_OR_RETURN(L.absorbed,
+                       prepare_absorbed_weights(DType::kF32, kv_b.data(), c.num_attention_heads,
+                                                c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank));
+  L.moe = w.moe;
+  if (!w.moe) {
+    L.mlp = mlp_of(w.mlp, c);
+  } else {
+    L.router = linear_of(w.router, c);
+    if (w.router_bias.present()) L.router_bias = widen_vector(w.router_bias);
+    L.experts.reserve(w.experts.size());
+    for (const MlpWeights& e : w.experts) L.experts.push_back(mlp_of(e, c));
+    if (w.shared_experts.gate_proj.present()) L.shared = mlp_of(w.shared_experts, c);
+  }
+  return L;
+}
+
+}  // namespace
+
+void widen_elements(DType t, const uint8_t* data, int64_t first, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = element_f32(t, data, first + i);
+}
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+const ModelConfig& Model::config() const {
+  return impl_->weights.config;
+}
+const RuntimeOptions& Model::options() const {
+  return impl_->options;
+}
+const ModelWeights& Model::weights() const {
+  return impl_->weights;
+}
+int64_t Model::max_context() const {
+  return impl_->max_context;
+}
+float Model::kv_global_scale() const {
+  return kNvfp4DefaultGlobalScale;
+}
+
+namespace {
+int64_t linear_bytes(const LinearWeight& l) {
+  if (!l.data) return 0;
+  int64_t b = l.out * l.in * dtype_bits(l.dtype) / 8;
+  if (l.scale_inv)
+    b += 4 * ((l.out + l.block_rows - 1) / l.block_rows) *
+         ((l.in + l.block_cols - 1) / l.block_cols);
+  return b;
+}
+int64_t mlp_bytes(const MlpLinear& m) {
+  return linear_bytes(m.gate) + linear_bytes(m.up) + linear_bytes(m.down);
+}
+}  // namespace
+
+int64_t Model::active_weight_bytes_per_token() const {
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.weights.config;
+  int64_t total =
+      linear_bytes(m.lm_head) + linear_bytes(m.embed) / std::max<int64_t>(1, m.embed.out);
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const LayerRuntime& L = m.layers[i];
+    const LayerWeights& w = m.weights.layers[i];
+    total += linear_bytes(L.q_proj) + linear_bytes(L.q_a) + linear_bytes(L.q_b) +
+             linear_bytes(L.kv_a) + linear_bytes(L.o_proj) +
+             linear_bytes(linear_of(w.kv_b_proj, c));
+    if (!L.moe) {
+      total += mlp_bytes(L.mlp);
+    } else {
+      total += linear_bytes(L.router) + mlp_bytes(L.shared);
+      if (!L.experts.empty()) total += c.num_experts_per_tok * mlp_bytes(L.experts[0]);
+    }
+  }
+  return total;
+}
+
+KvCacheShape Model::cache_shape(int32_t num_blocks, int page_size) const {
+  const ModelConfig& c = config();
+  KvCacheShape s;
+  s.num_layers = c.num_hidden_layers;
+  s.num_blocks = num_blocks;
+  s.page_size = page_size;
+  s.record_bytes = kv_bytes_per_token(impl_->options.kv_dtype, c.kv_lora_rank, c.qk_rope_head_dim);
+  return s;
+}
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const RuntimeOptions& options) {
+  if (options.backend != "cpu" && options.backend != "ref")
+    return invalid_argument(
+        fmt::format("backend must be \"cpu\" or \"ref\", got \"{}\"", options.backend));
+  if (options.max_context < 0)
+    return invalid_argument(fmt::format("max context {} < 0", options.max_context));
+  auto impl = std::make_unique<Impl>();
+  MLA_ASSIGN_OR_RETURN(impl->weights, load_model_weights(dir));
+  const ModelConfig& c = impl->weights.config;
+  if (c.hidden_act != "silu")
+    return unimplemented(fmt::format("{}/config.json: hidden_act \"{}\" (only silu is supported)",
+                                     dir, c.hidden_act));
+  impl->options = options;
+  impl->max_context = options.max_context > 0
+                          ? options.max_context
+                          : std::min<int64_t>(c.max_position_embeddings, kDefaultMaxContext);
+  if (c.max_position_embeddings > 0)
+    impl->max_context = std::min<int64_t>(impl->max_context, c.max_position_embeddings);
+  const RopeConfig rope = rope_config_of(c);
+  MLA_ASSIGN_OR_RETURN(impl->rope, make_rope_table(rope, impl->max_context));
+  impl->softmax_scale = float(ref::mla_softmax_scale(c.d_qk(), rope.scaling));
+  if (c.is_moe()) {
+    MLA_ASSIGN_OR_RETURN(impl->routing, moe_routing_from_config(c));
+  }
+  impl->layers.reserve(size_t(c.num_hidden_layers));
+  for (const LayerWeights& w : impl->weights.layers) {
+    MLA_ASSIGN_OR_RETURN(LayerRuntime L, prepare_layer(w, c));
+    impl->layers.push_back(std::move(L));
+  }
+  impl->final_norm = widen_vector(impl->weights.norm);
+  impl->embed = linear_of(impl->weights.embed_tokens, c);
+  impl->lm_head = linear_of(impl->weights.lm_head, c);
+  return std::unique_ptr<Model>(new Model(std::move(impl)));
+}
+
+}  // namespace mla

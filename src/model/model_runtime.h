@@ -1,0 +1,97 @@
+// Model: a loaded DeepSeek-family checkpoint ready to run, and its forward pass over a batch of
+// token chunks from any number of sequences (deepseek-models.md §2.1, §3, §6, §7). One
+// config-driven code path for every family: q_lora or plain q_proj, absorbed MLA over the paged
+// latent cache (decode tokens of all sequences in one kernel call; prefill chunks by the
+// absorb/decompress threshold), dense or MoE FFN, final norm, lm_head. Activations are FP32;
+// weights stay in their file dtype and are widened inside the weight products (kernels/linear.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache_storage.h"
+#include "core/kv_format.h"
+#include "core/thread_pool.h"
+#include "kernels/mla_attention.h"
+#include "kernels/rope_table.h"
+#include "mla/status.h"
+#include "model/model_weights.h"
+
+namespace mla {
+
+struct RuntimeOptions {
+  std::string backend = "cpu";  // "cpu" or "ref": the kernels every op runs on
+  KvCacheDtype kv_dtype = KvCacheDtype::kBF16;
+  // Prefill chunks of at most this many tokens take the absorbed path (kernels/mla_attention.h).
+  int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
+  // Longest sequence (prompt + generated) the RoPE table covers; 0: max_position_embeddings,
+  // capped at kDefaultMaxContext to keep the table small on machines that will never get there.
+  int64_t max_context = 0;
+};
+inline constexpr int64_t kDefaultMaxContext = 32768;
+
+// One sequence's part of a forward batch: tokens [start, start + n_tokens) of it, whose cache rows
+// were reserved (SequenceBlocks::append) before the call; forward writes them.
+struct ForwardSeq {
+  std::span<const int32_t> block_table;  // covers positions [0, start + n_tokens)
+  int64_t start = 0;                     // tokens already in the cache
+  int n_tokens = 0;
+};
+
+struct ForwardBatch {
+  std::span<const int32_t> tokens;  // [Σ n_tokens]: each sequence's chunk, in seqs order
+  std::vector<ForwardSeq> seqs;
+  bool all_logits = false;  // logits for every token, else for each sequence's last token
+  // Optional: hidden[l] ← the residual stream after layer l, [Σ n_tokens, D] (for dumps).
+  std::vector<std::vector<float>>* hidden_dump = nullptr;
+};
+
+struct ForwardStats {
+  int absorbed_chunks = 0;      // prefill chunks (n_tokens > 1) on the absorbed path, per layer
+  int decompressed_chunks = 0;  // ... on the decompressed path
+  int decode_tokens = 0;        // n_tokens == 1 rows, batched into one decode call per layer
+};
+
+class Model {
+ public:
+  // load_model_weights(dir) and the per-layer preparation: norms widened to FP32, kv_b_proj split
+  // into W_UK / W_UV (FP32), the RoPE table, the MoE routing rules. Errors as load_model_weights,
+  // plus invalid_argument for options (backend name, context) and configs this path cannot run
+  // (hidden_act other than silu).
+  static Result<std::unique_ptr<Model>> load(const std::string& dir,
+                                             const RuntimeOptions& options = {});
+  ~Model();
+
+  const ModelConfig& config() const;
+  const RuntimeOptions& options() const;
+  const ModelWeights& weights() const;
+  int64_t max_context() const;
+
+  // Weight bytes one decode token must read, in the file's dtypes (FP8 scales included): every
+  // layer's attention projections (kv_b_proj once: W_UK and W_UV), the dense FFN or the router,
+  // K routed experts and the shared experts, lm_head, one embedding row. Divided into the
+  // machine's memory bandwidth it bounds decode tokens/s for one sequence.
+  int64_t active_weight_bytes_per_token() const;
+
+  // The cache this model needs: num_layers, record bytes of options().kv_dtype.
+  KvCacheShape cache_shape(int32_t num_blocks, int page_size) const;
+  // The global scale of an nvfp4 cache (fixed per layer).
+  float kv_global_scale() const;
+
+  // Runs the batch, writing each token's latent cache row and `logits` ([Σ n_tokens, vocab] when
+  // all_logits, else [seqs, vocab]; resized). invalid_argument for a token id outside the vocab,
+  // a position at or past max_context(), a block table too short, n_tokens < 1.
+  Result<ForwardStats> forward(const ForwardBatch& batch, KvCacheStorage& cache, ThreadPool& pool,
+                               std::vector<float>& logits);
+
+  struct Impl;
+
+ private:
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mla

@@ -1,0 +1,238 @@
+// The forward pass on make-tiny checkpoints: paths that must agree with each other (incremental
+// decode vs one-shot prefill, absorbed vs decompressed prefill, chunked vs whole, batched vs
+// alone, cpu vs ref kernels) and bad batches. Agreement with Hugging Face is tests/e2e's job.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cache/sequence_blocks.h"
+#include "model/generator.h"
+#include "model/tiny_checkpoint.h"
+#include "temp_dir.h"
+
+namespace mla {
+namespace {
+
+// Two FP32 evaluation orders of the same model differ by rounding only when the cache is exact
+// (kF32; a BF16 cache turns a 1e-7 difference into a 2^-9 one whenever a latent value sits near
+// a rounding midpoint, so path comparisons run on the F32 cache). Worst case per K-term dot
+// product: K · u · Σ|a·b| with u = 2^-24, K ≤ 320 (the widest product of the tiny models) and
+// Σ|a·b| ≲ 10 for these O(1) activations and N(0, 1/fan_in) weights: ≈ 2e-4 per layer, summed
+// over ≤ 4 layers plus lm_head ≈ 1e-3, relative to max(1, |logit|). Wrong masks, positions or
+// weight slices move logits by O(0.1–1).
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float tol = 1e-3f * std::max(1.0f, std::fabs(b[i]));
+    if (!(std::fabs(a[i] - b[i]) <= tol) && ++bad <= 5)
+      ADD_FAILURE() << what << " [" << i << "]: " << a[i] << " vs " << b[i];
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+class ForwardTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    TinyCheckpointOptions o;
+    o.family = GetParam();
+    o.seed = 7;
+    ASSERT_TRUE(write_tiny_checkpoint(o, dir_.path()).ok());
+  }
+  static RuntimeOptions exact() {
+    RuntimeOptions ro;
+    ro.kv_dtype = KvCacheDtype::kF32;
+    return ro;
+  }
+  std::unique_ptr<Model> load(RuntimeOptions ro = exact()) {
+    auto m = Model::load(dir_.path(), ro);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+  std::vector<int32_t> prompt(int n, int salt = 0) const {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + salt * 11 + 3) % 300));
+    return p;
+  }
+  test::TempDir dir_{"forward"};
+  ThreadPool pool_{2};
+};
+
+// Prompt logits of generated[0..n-1] appended, computed in one shot, against the logits of the
+// incremental decode steps.
+TEST_P(ForwardTest, IncrementalDecodeMatchesOneShotPrefill) {
+  auto m = load();
+  ASSERT_TRUE(m);
+  const int V = int(m->config().vocab_size);
+  GenerateOptions go;
+  go.max_new_tokens = 8;
+  go.ignore_eos = true;
+  go.keep_decode_logits = go.keep_prompt_activations = true;
+  const std::vector<int32_t> p = prompt(17);
+  auto inc = generate(*m, p, go, pool_);
+  ASSERT_TRUE(inc.ok()) << inc.status().message();
+  std::vector<int32_t> full = p;
+  full.insert(full.end(), inc->generated.begin(), inc->generated.end() - 1);
+  GenerateOptions one = go;
+  one.max_new_tokens = 1;
+  auto shot = generate(*m, full, one, pool_);
+  ASSERT_TRUE(shot.ok());
+  std::vector<float> tail(shot->prompt_logits.begin() + int64_t(p.size()) * V,
+                          shot->prompt_logits.end());
+  expect_close(inc->decode_logits, tail, "decode vs one-shot");
+  std::vector<float> head(shot->prompt_logits.begin(),
+                          shot->prompt_logits.begin() + int64_t(p.size()) * V);
+  expect_close(inc->prompt_logits, head, "prompt rows");
+}
+
+TEST_P(ForwardTest, AbsorbedAndDecompressedPrefillAgree) {
+  RuntimeOptions absorbed = exact(), decompressed = exact();
+  absorbed.prefill_absorption_threshold = 1 << 20;
+  decompressed.prefill_absorption_threshold = 0;
+  auto ma = load(absorbed), md = load(decompressed);
+  ASSERT_TRUE(ma && md);
+  GenerateOptions go;
+  go.max_new_tokens = 1;
+  go.keep_prompt_activations = true;
+  auto a = generate(*ma, prompt(40), go, pool_);
+  auto d = generate(*md, prompt(40), go, pool_);
+  ASSERT_TRUE(a.ok() && d.ok());
+  EXPECT_EQ(a->chunks[0].path, MlaPath::kAbsorbed);
+  EXPECT_EQ(d->chunks[0].path, MlaPath::kDecompressed);
+  expect_close(a->prompt_logits, d->prompt_logits, "absorbed vs decompressed");
+}
+
+TEST_P(ForwardTest, ChunkedPrefillMatchesWholeAndRefMatchesCpu) {
+  auto m = load();
+  RuntimeOptions rr = exact();
+  rr.backend = "ref";
+  auto ref = load(rr);
+  ASSERT_TRUE(m && ref);
+  GenerateOptions go;
+  go.max_new_tokens = 4;
+  go.ignore_eos = true;
+  go.keep_prompt_activations = go.keep_decode_logits = true;
+  auto whole = generate(*m, prompt(30), go, pool_);
+  GenerateOptions chunked = go;
+  chunked.prefill_chunk = 7;
+  chunked.page_size = 4;  // chunks and pages that straddle each other
+  auto parts = generate(*m, prompt(30), chunked, pool_);
+  auto slow = generate(*ref, prompt(30), go, pool_);
+  ASSERT_TRUE(whole.ok() && parts.ok() && slow.ok());
+  EXPECT_EQ(parts->chunks.size(), 5u);
+  expect_close(parts->prompt_logits, whole->prompt_logits, "chunked prompt");
+  expect_close(parts->decode_logits, whole->decode_logits, "chunked decode");
+  expect_close(whole->prompt_logits, slow->prompt_logits, "cpu vs ref prompt");
+  expect_close(whole->decode_logits, slow->decode_logits, "cpu vs ref decode");
+}
+
+// Two sequences in one batch (one prefilling, one decoding) against each run alone.
+TEST_P(ForwardTest, BatchedSequencesMatchSeparateRuns) {
+  auto m = load();
+  ASSERT_TRUE(m);
+  const int V = int(m->config().vocab_size);
+  const std::vector<int32_t> a = prompt(12, 1), b = prompt(9, 2);
+  auto pool_ids = BlockPool::create(16, 8);
+  ASSERT_TRUE(pool_ids.ok());
+  auto cache = KvCacheStorage::allocate(m->cache_shape(16, 8));
+  ASSERT_TRUE(cache.ok());
+  SequenceBlocks sa(&*pool_ids, &*cache), sb(&*pool_ids, &*cache);
+  std::vector<float> logits;
+  // Step 1: a's prompt alone.
+  ASSERT_EQ(sa.append(a), PoolOutcome::kOk);
+  ForwardBatch b1;
+  b1.tokens = a;
+  b1.seqs.push_back({sa.block_table(), 0, int(a.size())});
+  ASSERT_TRUE(m->forward(b1, *cache, pool_, logits).ok());
+  const int32_t next_a = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  // Step 2: a decodes one token while b's prompt is prefilled.
+  const int32_t one[1] = {next_a};
+  ASSERT_EQ(sa.append(one), PoolOutcome::kOk);
+  ASSERT_EQ(sb.append(b), PoolOutcome::kOk);
+  std::vector<int32_t> toks = {next_a};
+  toks.insert(toks.end(), b.begin(), b.end());
+  ForwardBatch b2;
+  b2.tokens = toks;
+  b2.seqs.push_back({sa.block_table(), int64_t(a.size()), 1});
+  b2.seqs.push_back({sb.block_table(), 0, int(b.size())});
+  auto st = m->forward(b2, *cache, pool_, logits);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->decode_tokens, 1);
+  std::vector<float> batched_a(logits.begin(), logits.begin() + V);
+  std::vector<float> batched_b(logits.begin() + V, logits.end());
+
+  GenerateOptions go;
+  go.max_new_tokens = 1;
+  go.keep_prompt_activations = true;
+  std::vector<int32_t> a2 = a;
+  a2.push_back(next_a);
+  auto alone_a = generate(*m, a2, go, pool_);
+  auto alone_b = generate(*m, b, go, pool_);
+  ASSERT_TRUE(alone_a.ok() && alone_b.ok());
+  expect_close(batched_a,
+               std::vector<float>(alone_a->prompt_logits.end() - V, alone_a->prompt_logits.end()),
+               "batched a");
+  expect_close(batched_b,
+               std::vector<float>(alone_b->prompt_logits.end() - V, alone_b->prompt_logits.end()),
+               "batched b");
+}
+
+// Serving formats: each quantises the latent differently from the exact cache, so logits move by
+// the format's rounding (BF16 2^-9, FP8 2^-4, INT8 2^-8 · amax, NVFP4 2^-2 relative per latent
+// value) amplified through the layers: no tight bound exists at model level (the kernel harness
+// checks the codecs exactly). What must hold: smaller records, and logits that still follow the
+// exact cache's (cos > 0.9; a codec that scrambled rows would give cos ≈ 0 on random weights).
+TEST_P(ForwardTest, ServingCachesStayNearTheExactCache) {
+  auto exact_model = load();
+  ASSERT_TRUE(exact_model);
+  GenerateOptions go;
+  go.max_new_tokens = 3;
+  go.ignore_eos = true;
+  go.keep_prompt_activations = go.keep_decode_logits = true;
+  auto base = generate(*exact_model, prompt(20), go, pool_);
+  ASSERT_TRUE(base.ok());
+  for (KvCacheDtype kv : kAllKvCacheDtypes) {
+    RuntimeOptions q;
+    q.kv_dtype = kv;
+    auto m = load(q);
+    ASSERT_TRUE(m);
+    auto a = generate(*m, prompt(20), go, pool_);
+    ASSERT_TRUE(a.ok());
+    const std::string name(kv_cache_dtype_name(kv));
+    EXPECT_LT(a->kv_bytes_per_token, base->kv_bytes_per_token) << name;
+    double dot = 0, na = 0, nb = 0;
+    for (size_t i = 0; i < a->prompt_logits.size(); ++i) {
+      dot += double(a->prompt_logits[i]) * base->prompt_logits[i];
+      na += double(a->prompt_logits[i]) * a->prompt_logits[i];
+      nb += double(base->prompt_logits[i]) * base->prompt_logits[i];
+    }
+    EXPECT_GT(dot / std::sqrt(na * nb), 0.9) << name;
+  }
+}
+
+TEST_P(ForwardTest, BadBatchesAreRefused) {
+  auto m = load();
+  ASSERT_TRUE(m);
+  GenerateOptions go;
+  const std::vector<int32_t> bad = {1, 2, int32_t(m->config().vocab_size)};
+  auto r = generate(*m, bad, go, pool_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("outside"), std::string::npos) << r.status().message();
+  go.max_new_tokens = int(m->max_context());
+  r = generate(*m, prompt(4), go, pool_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("context"), std::string::npos);
+  EXPECT_FALSE(generate(*m, std::vector<int32_t>{}, GenerateOptions{}, pool_).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ForwardTest,
+                         ::testing::Values("v2-lite", "v2", "v3", "kimi-k2", "moonlight"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace mla
