@@ -9,6 +9,8 @@
 
 The real DeepSeek-V3 files are read from ../shared/data/deepseek-v3-tokenizer/ (never copied
 here); two small tokenizers trained with `tokenizers` (committed) cover the other components.
+`live` also checks the tokenizer.json that `MLA make-tiny` writes (a DeepSeek and a Kimi family,
+whose added tokens differ).
 """
 import json
 import os
@@ -289,11 +291,27 @@ def run_mla(mla, tokenizer_path, texts, special):
     return [json.loads(line) for line in out.splitlines()]
 
 
+def tiny_tokenizers(mla, out_dir):
+    """The tokenizer.json of tiny v3 and kimi-k2 checkpoints written by `mla make-tiny`."""
+    paths = []
+    for family in ("v3", "kimi-k2"):
+        out = os.path.join(out_dir, family)
+        subprocess.run([mla, "make-tiny", "--family", family, "--layers", "1", "--shards", "1",
+                        "--out", out], capture_output=True, check=True)
+        paths.append(os.path.join(out, "tokenizer.json"))
+    return paths
+
+
 def live(mla, n):
     tk = import_tokenizers()
     if tk is None:
         print("skipped: tokenizers not installed")
         return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        return live_compare(tk, mla, n, tiny_tokenizers(mla, tmp))
+
+
+def live_compare(tk, mla, n, extra_targets):
     seed = int(os.environ.get("MLA_TOKENIZER_SEED", "99"))
     rng = random.Random(seed)
     texts = random_corpus(seed, n)
@@ -301,7 +319,7 @@ def live(mla, n):
     texts += ["".join(rng.choice(texts + HANDWRITTEN) for _ in range(400)) for _ in range(5)]
     failures = 0
     compared = 0
-    targets = [V3_JSON] + [os.path.join(DATA, name) for name in TRAINED]
+    targets = [V3_JSON] + [os.path.join(DATA, name) for name in TRAINED] + extra_targets
     for path in targets:
         if not os.path.exists(path):
             # The shared DeepSeek files live outside the repository; the trained ones must exist.
@@ -316,7 +334,8 @@ def live(mla, n):
             if len(got) != len(want):
                 bad.append(-1)
             compared += len(texts)
-            print(f"{os.path.basename(path)} special={special}: {len(texts)} strings, {len(bad)} mismatches")
+            name = os.path.relpath(path, os.path.dirname(os.path.dirname(path)))
+            print(f"{name} special={special}: {len(texts)} strings, {len(bad)} mismatches")
             for i in bad[:5]:
                 print("  text:", json.dumps(texts[i])[:300])
                 print("  want:", want[i][:40])

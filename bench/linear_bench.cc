@@ -1,0 +1,118 @@
+// Google Benchmark suite of the CPU weight products (kernels/linear.h) on the best ISA variant of
+// this machine: GB/s of weight bytes (data + FP8 scales) for the decode GEMV (memory-bound: compare
+// with the machine's read bandwidth) and GFLOP/s (2·n·out·in) for prefill-sized n, each path
+// (dot: register-blocked dot products; blas: widened panels + OpenBLAS SGEMM) named in the row.
+// Weights rotate over copies totalling ≥ 256 MiB so each call reads them from DRAM, not the L3.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/linear.h"
+
+namespace {
+
+using mla::DType;
+using mla::cpu::LinearPath;
+
+struct WeightSet {
+  std::vector<uint8_t> data, scales;  // `copies` identical [out, in] matrices back to back
+  int64_t bytes = 0, scale_bytes = 0;
+  int copies = 1;
+  mla::LinearWeight w;  // copy 0; copy c is at data + c · bytes
+  mla::LinearWeight at(int c) const {
+    mla::LinearWeight r = w;
+    r.data = data.data() + c * bytes;
+    return r;
+  }
+};
+
+const WeightSet& weights(DType dt, int64_t out, int64_t in) {
+  static std::map<std::tuple<DType, int64_t, int64_t>, std::unique_ptr<WeightSet>> cache;
+  auto& slot = cache[{dt, out, in}];
+  if (slot) return *slot;
+  slot = std::make_unique<WeightSet>();
+  WeightSet& s = *slot;
+  mla::Rng rng(5);
+  const int eb = dt == DType::kF8E4M3 ? 1 : 2;
+  s.bytes = out * in * eb;
+  s.copies = int(std::max<int64_t>(1, (int64_t(256) << 20) / s.bytes));
+  s.data.resize(size_t(s.bytes) * s.copies);
+  for (int64_t k = 0; k < out * in; ++k) {
+    if (dt == DType::kF8E4M3) {
+      s.data[k] = uint8_t(rng.below(0x7F));  // finite codes
+    } else {
+      const uint16_t h = mla::f32_to_bf16(float(rng.normal()));
+      std::memcpy(&s.data[2 * k], &h, 2);
+    }
+  }
+  for (int c = 1; c < s.copies; ++c)
+    std::memcpy(&s.data[c * s.bytes], s.data.data(), size_t(s.bytes));
+  s.w.dtype = dt;
+  s.w.data = s.data.data();
+  s.w.out = out;
+  s.w.in = in;
+  if (dt == DType::kF8E4M3) {
+    s.scale_bytes = ((out + 127) / 128) * ((in + 127) / 128) * 4;
+    s.scales.resize(size_t(s.scale_bytes));
+    for (int64_t c = 0; c < s.scale_bytes / 4; ++c) {
+      const float v = float(1e-3 * (1 + rng.uniform()));
+      std::memcpy(&s.scales[4 * c], &v, 4);
+    }
+    s.w.scale_inv = s.scales.data();
+  }
+  return s;
+}
+
+void BM_Linear(benchmark::State& state, DType dt, int64_t out, int64_t in, int64_t n,
+               LinearPath path) {
+  const WeightSet& ws = weights(dt, out, in);
+  const mla::cpu::LinearCpuVariant* v = nullptr;
+  for (const auto& c : mla::cpu::linear_cpu_variants())
+    if (!v && c.supported()) v = &c;
+  mla::Rng rng(1);
+  std::vector<float> x(size_t(n * in)), y(size_t(n * out));
+  for (auto& e : x) e = float(rng.normal());
+  mla::ThreadPool& pool = mla::default_thread_pool();
+  int c = 0;
+  for (auto _ : state) {
+    v->run(ws.at(c), n, x.data(), y.data(), pool, path);
+    c = (c + 1) % ws.copies;
+  }
+  benchmark::DoNotOptimize(y.data());
+  state.SetLabel(v->name);
+  state.counters["GB/s"] = benchmark::Counter(double(ws.bytes + ws.scale_bytes) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(n) * out * in * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+const bool registered = [] {
+  const std::pair<int64_t, int64_t> shapes[] = {{2048, 2048}, {4096, 2048}};
+  for (DType dt : {DType::kBF16, DType::kF8E4M3})
+    for (auto [out, in] : shapes)
+      for (int64_t n : {1, 4, 16, 64, 512})
+        for (LinearPath p : {LinearPath::kDot, LinearPath::kBlas}) {
+          if (n < 16 && p == LinearPath::kBlas) continue;  // GEMV: the dot path only
+          const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
+                                   std::to_string(out) + "x" + std::to_string(in) + "/n" +
+                                   std::to_string(n) + "/" +
+                                   (p == LinearPath::kDot ? "dot" : "blas");
+          benchmark::RegisterBenchmark(name.c_str(), BM_Linear, dt, out, in, n, p)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
+  return true;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();

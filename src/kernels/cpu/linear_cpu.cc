@@ -1,0 +1,33 @@
+// The CPU weight-product variants, best first, with their run-time ISA checks (baseline code).
+#include "kernels/cpu/linear_cpu.h"
+#include "core/cpu_features.h"
+
+namespace mla::cpu {
+
+namespace {
+
+bool has_avx512() {
+  return cpu_supports(CpuIsa::kAvx512);
+}
+// The AVX2 variant converts FP16 and FP8 with F16C (vcvtph2ps), which every AVX2 + FMA CPU has,
+// but cpu_features does not promise it.
+bool has_avx2() {
+  return cpu_supports(CpuIsa::kAvx2) && __builtin_cpu_supports("f16c");
+}
+bool always() {
+  return true;
+}
+
+constexpr LinearCpuVariant kVariants[] = {
+    {"linear.cpu.avx512", has_avx512, linear_avx512},
+    {"linear.cpu.avx2", has_avx2, linear_avx2},
+    {"linear.cpu.scalar", always, linear_scalar},
+};
+
+}  // namespace
+
+std::span<const LinearCpuVariant> linear_cpu_variants() {
+  return kVariants;
+}
+
+}  // namespace mla::cpu

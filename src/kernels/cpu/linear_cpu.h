@@ -1,0 +1,43 @@
+// Entry points of the CPU weight products (kernels/linear.h), one per ISA variant, and the list
+// the dispatcher and the tests pick from. Callers validate the weight first (validate()).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/thread_pool.h"
+#include "kernels/linear.h"
+
+namespace mla::cpu {
+
+// How the product is computed (docs/BENCHMARKS.md "Weight products (linear)" has the figures):
+//   kDot:  register-blocked dot products of weight rows (widened in registers) with up to 4 rows
+//          of x at a time: W is streamed once for n ≤ 4 (decode); for larger n an L2-sized chunk
+//          of rows is reused for every group of 4 (FP8 / F16 chunks widened once to FP32 first).
+//   kBlas: panels of W widened to FP32 by the pool's threads, then OpenBLAS SGEMM on the calling
+//          thread (OpenBLAS's own threads). Kept for comparison: on Zen 4 it was slower than kDot
+//          at every n measured (8 … 512), so kAuto never picks it.
+//   kAuto: kDot.
+enum class LinearPath { kAuto, kDot, kBlas };
+
+using LinearCpuFn = void (*)(const LinearWeight& w, int64_t n, const float* x, float* y,
+                             ThreadPool& pool, LinearPath path);
+
+// y [n, out] fp32 = x [n, in] fp32 · W_realᵀ, FP32 accumulation; n ≥ 1, w validated.
+void linear_scalar(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+                   LinearPath path);
+void linear_avx2(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+                 LinearPath path);
+void linear_avx512(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+                   LinearPath path);
+
+struct LinearCpuVariant {
+  const char* name;  // "linear.cpu.<isa>"
+  bool (*supported)();
+  LinearCpuFn run;
+};
+
+// Every CPU variant, best first; the first supported one is what backend "cpu" runs.
+std::span<const LinearCpuVariant> linear_cpu_variants();
+
+}  // namespace mla::cpu

@@ -1,0 +1,307 @@
+// The CPU weight product y [n, out] = x [n, in] · W_realᵀ (kernels/linear.h) for one ISA, written
+// once over a traits type L that the ISA translation unit defines:
+//   Vec                 FP32 lanes (vec_<isa>.h): zero, set1, load, reduce_add, fma, *
+//   kW                  lanes per Vec
+//   widen<D, nan>(p)    kW weights of dtype D from p (any alignment) as FP32; FP8 E4M3 comes out
+//                       as value · 2^-8 (E4M3 bits placed in an FP16), NaN for 0x7F / 0xFF
+//                       unless nan = false (the caller has checked the bytes with fp8_nan)
+//   fp8_nan(p, count)   whether any of count E4M3 bytes is a NaN (0x7F / 0xFF)
+//   rows<N>()           W rows per register block next to N rows of x
+// Include after the ISA's `#pragma GCC target` (and linear_cpu.h, scratch.h before it); all of it
+// has internal linkage. Numerics: weights are widened exactly (FP8 · scale rounds once in FP32),
+// products are accumulated in FP32 lanes and summed across lanes at the end of a row.
+#pragma once
+
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/scratch.h"
+
+namespace mla::cpu {
+namespace {
+
+template <DType D>
+constexpr int kLinBytes = D == DType::kF32 ? 4 : (D == DType::kF8E4M3 ? 1 : 2);
+
+// Rows of x handled per pass over a block of W rows (the accumulators live in registers). 4 rows
+// against 4 W rows (16 accumulators) ran ~2× faster per FLOP on Zen 4 than 8 against 2 or 3: GCC
+// feeds x to the FMAs as memory operands, so loads per FMA fall only with more W rows.
+constexpr int kLinGroup = 4;
+// For n > kLinGroup the dot path re-reads a chunk of W once per group of x rows: keep the chunk
+// (as stored, or widened to FP32) in a core's L2 (1 MiB on Zen 4) with room for x beside it.
+constexpr int64_t kLinL2Bytes = 256 << 10;
+// FP8 and F16 chunks are widened to FP32 scratch once per chunk above this many x rows: at
+// out = in = 2048 on one Zen 4 core, FP8 took 1.12 / 3.68 / 7.17 ms at n = 8 / 32 / 64 in
+// registers and 1.23 / 3.46 / 6.41 ms widened (equal at n = 16).
+constexpr int64_t kLinWidenMinRows = 16;
+// BLAS path panel: [kLinPanelRows, ≤ kLinPanelCols] fp32 = 2 MiB. Rows are a multiple of the
+// 128-row FP8 block so a panel never splits a scale row in the common case.
+constexpr int64_t kLinPanelRows = 256, kLinPanelCols = 2048, kLinWidenRows = 16;
+
+// Columns per NaN scan of FP8 rows in the dot path (a multiple of every kW; the scanned bytes are
+// in L1 when the dot loop reads them).
+constexpr int64_t kLinScanCols = 512;
+
+// Portable fp8_nan (and the tails of the vector ones).
+inline bool lin_fp8_nan_scalar(const uint8_t* p, int64_t count) {
+  uint8_t hit = 0;
+  for (int64_t k = 0; k < count; ++k) hit |= uint8_t((p[k] & 0x7F) == 0x7F);
+  return hit != 0;
+}
+
+// weight_scale_inv[i / block_rows][j / block_cols] · 2^8: widen<kF8E4M3> yields value · 2^-8, so
+// the scale carries the 2^8 (exact: a power of two; it would overflow only for a scale above
+// 2^119, which no quantiser writes). The scale grid comes from an mmap'd file: unaligned.
+inline float lin_fp8_scale(const LinearWeight& w, int64_t i, int64_t j) {
+  const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
+  float s;
+  std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
+  return s * 256.0f;
+}
+
+// acc[r][i] += widen(wp[r]) · x[i · ldx ..], one Vec of columns: R widened rows shared by N rows
+// of x, R + N loads for R·N FMAs. FP8 comes without scale (the caller scaled x) and without the
+// NaN mask (the caller scans the bytes).
+template <class L, DType D, int R, int N>
+inline void lin_step(typename L::Vec (&acc)[R][N], const uint8_t* const (&wp)[R], const float* x,
+                     int64_t ldx) {
+  using V = typename L::Vec;
+  V wv[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) wv[r] = L::template widen<D, false>(wp[r]);
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) {
+    const V xv = V::load(x + i * ldx);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][i] = fma(wv[r], xv, acc[r][i]);
+  }
+}
+
+// Weight rows as the dot kernels see them: row r at data + r · in · bytes (the weight itself, or
+// a widened FP32 copy of some of its rows); output r of x row i at y[i · ldy + r].
+struct LinRows {
+  const uint8_t* data;
+  int64_t in, ldy;
+};
+
+// y[i · ldy + o0 + r] = Σ_j x[i][j] · W[o0 + r][j] for r < R, i < N, W as stored (FP8: value ·
+// 2^-8, a NaN byte makes the output NaN).  x [N, in] row stride in
+template <class L, DType D, int R, int N>
+void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y) {
+  using V = typename L::Vec;
+  constexpr int kW = L::kW, kB = kLinBytes<D>;
+  const int64_t in = w.in;
+  const uint8_t* row[R];
+  V acc[R][N];
+  bool nan[R] = {};
+  for (int r = 0; r < R; ++r) {
+    row[r] = w.data + (o0 + r) * in * kB;
+    for (int i = 0; i < N; ++i) acc[r][i] = V::zero();
+  }
+  for (int64_t c0 = 0; c0 < in; c0 += kLinScanCols) {
+    const int64_t c1 = std::min(in, c0 + kLinScanCols);
+    int64_t j = c0;
+    for (; j + kW <= c1; j += kW) {
+      const uint8_t* wp[R];
+      for (int r = 0; r < R; ++r) wp[r] = row[r] + j * kB;
+      lin_step<L, D, R, N>(acc, wp, x + j, in);
+    }
+    if (j < c1) {
+      // Ragged tail (t < kW columns, last segment only): zero-padded copies, so the padding lanes
+      // add 0 · 0 and nothing past the row or x is read.
+      const int64_t t = c1 - j;
+      alignas(64) uint8_t wbuf[R][kW * kB] = {};
+      alignas(64) float xbuf[N][kW] = {};
+      const uint8_t* wp[R];
+      for (int r = 0; r < R; ++r) {
+        std::memcpy(wbuf[r], row[r] + j * kB, size_t(t) * kB);
+        wp[r] = wbuf[r];
+      }
+      for (int i = 0; i < N; ++i) std::memcpy(xbuf[i], x + i * in + j, sizeof(float) * t);
+      lin_step<L, D, R, N>(acc, wp, &xbuf[0][0], kW);
+    }
+    // A NaN weight makes its output NaN for every x: a byte scan instead of a mask per vector,
+    // after the dot loop so that it reads L1 (scanning first stalled on DRAM: −25% at n = 1).
+    if constexpr (D == DType::kF8E4M3)
+      for (int r = 0; r < R; ++r) nan[r] |= L::fp8_nan(row[r] + c0, c1 - c0);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < N; ++i)
+      y[i * w.ldy + o0 + r] =
+          nan[r] ? std::numeric_limits<float>::quiet_NaN() : acc[r][i].reduce_add();
+}
+
+// Rows [r0, r1) against nx ≤ kLinGroup rows of x, in register blocks of L::rows<N>() rows.
+template <class L, DType D, int N>
+void lin_dot_group(const LinRows& w, int64_t r0, int64_t r1, const float* x, float* y) {
+  constexpr int R = L::template rows<N>();
+  int64_t o = r0;
+  for (; o + R <= r1; o += R) lin_dot_rows<L, D, R, N>(w, o, x, y);
+  for (; o < r1; ++o) lin_dot_rows<L, D, 1, N>(w, o, x, y);
+}
+
+template <class L, DType D>
+void lin_dot_group_n(int64_t nx, const LinRows& w, int64_t r0, int64_t r1, const float* x,
+                     float* y) {
+  switch (nx) {
+    case 1:
+      return lin_dot_group<L, D, 1>(w, r0, r1, x, y);
+    case 2:
+      return lin_dot_group<L, D, 2>(w, r0, r1, x, y);
+    case 3:
+      return lin_dot_group<L, D, 3>(w, r0, r1, x, y);
+    default:
+      return lin_dot_group<L, D, 4>(w, r0, r1, x, y);
+  }
+}
+
+template <class L, DType D>
+void lin_widen(const LinearWeight& w, int64_t o0, int64_t rows, int64_t k0, int64_t kc, float* dst);
+
+// W rows [r0, r1) against all n rows of x, kLinGroup rows of x at a time.
+//  - n ≤ kLinGroup (decode): W is read once, as stored. FP8: the scale moves onto x,
+//    xs[i][j] = x[i][j] · scale[row block][j / block_cols] · 2^8, once per scale row, so the
+//    inner loop has no multiply (the product still rounds once, as w · scale would).
+//  - FP8 and F16 with n > kLinWidenMinRows: the rows are widened once into FP32 scratch
+//    (L2-sized; scales and NaNs applied) and every group of x reads that, so the inner loop is
+//    loads and FMAs only. BF16 widens with one shift: faster in registers even at n = 512.
+template <class L, DType D>
+void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
+                   int64_t r1) {
+  static thread_local AlignedBuffer<float> scratch;
+  const LinRows stored{w.data, w.in, w.out};
+  if (D != DType::kF32 && D != DType::kBF16 && n > kLinWidenMinRows) {
+    float* wide = ensure_scratch(scratch, size_t((r1 - r0) * w.in));
+    lin_widen<L, D>(w, r0, r1 - r0, 0, w.in, wide);
+    const LinRows rows{reinterpret_cast<const uint8_t*>(wide), w.in, w.out};
+    for (int64_t i0 = 0; i0 < n; i0 += kLinGroup)
+      lin_dot_group_n<L, DType::kF32>(std::min<int64_t>(kLinGroup, n - i0), rows, 0, r1 - r0,
+                                      x + i0 * w.in, y + i0 * w.out + r0);
+    return;
+  }
+  for (int64_t i0 = 0; i0 < n; i0 += kLinGroup) {
+    const int64_t nx = std::min<int64_t>(kLinGroup, n - i0);
+    const float* xg = x + i0 * w.in;
+    float* yg = y + i0 * w.out;
+    if constexpr (D != DType::kF8E4M3) {
+      lin_dot_group_n<L, D>(nx, stored, r0, r1, xg, yg);
+    } else {
+      float* xs = ensure_scratch(scratch, size_t(kLinGroup * w.in));
+      for (int64_t rs = r0; rs < r1;) {
+        const int64_t re = std::min(r1, (rs / w.block_rows + 1) * w.block_rows);
+        for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {
+          const int64_t c1 = std::min(w.in, c0 + w.block_cols);
+          const float s = lin_fp8_scale(w, rs, c0);
+          for (int64_t i = 0; i < nx; ++i)
+            for (int64_t j = c0; j < c1; ++j) xs[i * w.in + j] = xg[i * w.in + j] * s;
+        }
+        lin_dot_group_n<L, D>(nx, stored, rs, re, xs, yg);
+        rs = re;
+      }
+    }
+  }
+}
+
+// The dot path: threads take chunks of output rows. About 8 chunks per thread even out uneven
+// progress. For n > kLinGroup a chunk's widened FP32 rows must stay in L2 across the x groups.
+// FP8 chunks that are not widened are whole scale rows where they can be (x is scaled once per
+// scale row).
+template <class L, DType D>
+void lin_dot(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool) {
+  int64_t rows = (w.out + 8 * pool.num_threads() - 1) / (8 * pool.num_threads());
+  if (n > kLinGroup) rows = std::min(rows, kLinL2Bytes / (w.in * 4));  // FP32 bytes: the larger
+  const int64_t unit =
+      D == DType::kF8E4M3 && n <= kLinWidenMinRows && w.block_rows <= rows ? w.block_rows : 4;
+  rows = (std::max<int64_t>(rows, unit) + unit - 1) / unit * unit;
+  pool.parallel_for((w.out + rows - 1) / rows, [&](int64_t c, int) {
+    const int64_t r0 = c * rows;
+    lin_dot_chunk<L, D>(w, n, x, y, r0, std::min(w.out, r0 + rows));
+  });
+}
+
+// dst [rows, kc] fp32 = W_real[o0 .., k0 ..].
+template <class L, DType D>
+void lin_widen(const LinearWeight& w, int64_t o0, int64_t rows, int64_t k0, int64_t kc,
+               float* dst) {
+  using V = typename L::Vec;
+  constexpr int kW = L::kW, kB = kLinBytes<D>;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* src = w.data + (o0 + r) * w.in * kB;
+    float* d = dst + r * kc;  // d[j - k0] for j in [k0, k0 + kc)
+    if constexpr (D == DType::kF32) {
+      std::memcpy(d, src + k0 * 4, sizeof(float) * kc);
+      continue;
+    }
+    const int64_t seg = D == DType::kF8E4M3 ? w.block_cols : w.in;
+    for (int64_t c0 = k0; c0 < k0 + kc;) {
+      const int64_t c1 = std::min(k0 + kc, (c0 / seg + 1) * seg);
+      const V sc = V::set1(D == DType::kF8E4M3 ? lin_fp8_scale(w, o0 + r, c0) : 1.0f);
+      auto wide = [&sc](const uint8_t* p) {
+        if constexpr (D == DType::kF8E4M3) return L::template widen<D>(p) * sc;
+        return L::template widen<D>(p);
+      };
+      int64_t j = c0;
+      for (; j + kW <= c1; j += kW) wide(src + j * kB).store(d + j - k0);
+      if (j < c1) {  // ragged tail through a zero-padded copy: nothing past the row is read
+        alignas(64) uint8_t wbuf[kW * kB] = {};
+        alignas(64) float out[kW];
+        std::memcpy(wbuf, src + j * kB, size_t(c1 - j) * kB);
+        wide(wbuf).store(out);
+        std::memcpy(d + j - k0, out, sizeof(float) * (c1 - j));
+      }
+      c0 = c1;
+    }
+  }
+}
+
+// The BLAS path: panels of W widened by the pool's threads, then one SGEMM per panel on the
+// calling thread (OpenBLAS threads it itself; it must not be entered from several threads).
+template <class L, DType D>
+void lin_blas(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool) {
+  static thread_local AlignedBuffer<float> panel;
+  float* p = ensure_scratch(panel, size_t(kLinPanelRows * std::min(w.in, kLinPanelCols)));
+  for (int64_t o0 = 0; o0 < w.out; o0 += kLinPanelRows) {
+    const int64_t rows = std::min(kLinPanelRows, w.out - o0);
+    for (int64_t k0 = 0; k0 < w.in; k0 += kLinPanelCols) {
+      const int64_t kc = std::min(kLinPanelCols, w.in - k0);
+      pool.parallel_for((rows + kLinWidenRows - 1) / kLinWidenRows, [&](int64_t item, int) {
+        const int64_t r0 = item * kLinWidenRows;
+        lin_widen<L, D>(w, o0 + r0, std::min(kLinWidenRows, rows - r0), k0, kc, p + r0 * kc);
+      });
+      // y[:, o0 ..] (+)= x[:, k0 ..] · panelᵀ: [n × kc] · [kc × rows]; column panels after the
+      // first accumulate into y.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows), int(kc), 1.0f, x + k0,
+                  int(w.in), p, int(kc), k0 == 0 ? 0.0f : 1.0f, y + o0, int(w.out));
+    }
+  }
+}
+
+template <class L, DType D>
+void lin_run(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+             LinearPath path) {
+  // SGEMM takes int dimensions; the dot path has no such limit.
+  const bool blas =
+      path == LinearPath::kBlas && n <= INT32_MAX && w.in <= INT32_MAX && w.out <= INT32_MAX;
+  if (blas)
+    lin_blas<L, D>(w, n, x, y, pool);
+  else
+    lin_dot<L, D>(w, n, x, y, pool);
+}
+
+template <class L>
+void run_linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+                LinearPath path) {
+  switch (w.dtype) {
+    case DType::kBF16:
+      return lin_run<L, DType::kBF16>(w, n, x, y, pool, path);
+    case DType::kF16:
+      return lin_run<L, DType::kF16>(w, n, x, y, pool, path);
+    case DType::kF32:
+      return lin_run<L, DType::kF32>(w, n, x, y, pool, path);
+    case DType::kF8E4M3:
+      return lin_run<L, DType::kF8E4M3>(w, n, x, y, pool, path);
+    default:
+      return;  // validate() admits only the four dtypes above
+  }
+}
+
+}  // namespace
+}  // namespace mla::cpu

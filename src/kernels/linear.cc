@@ -1,0 +1,59 @@
+// validate() of a weight and the backend dispatch of linear() (kernels/linear.h).
+#include "kernels/linear.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/ref/linear_ref.h"
+
+namespace mla {
+
+Status validate(const LinearWeight& w) {
+  if (w.dtype != DType::kBF16 && w.dtype != DType::kF16 && w.dtype != DType::kF32 &&
+      w.dtype != DType::kF8E4M3)
+    return invalid_argument("linear weight: dtype " + std::string(dtype_name(w.dtype)) +
+                            " is not one of BF16, F16, F32, F8_E4M3");
+  if (w.out < 1 || w.in < 1)
+    return invalid_argument("linear weight: shape [" + std::to_string(w.out) + ", " +
+                            std::to_string(w.in) + "] must have out >= 1 and in >= 1");
+  // Byte offsets (out · in · 4 at most) must fit in int64_t.
+  if (w.out > std::numeric_limits<int64_t>::max() / 4 / w.in)
+    return invalid_argument("linear weight: shape [" + std::to_string(w.out) + ", " +
+                            std::to_string(w.in) + "] is too large");
+  if (!w.data) return invalid_argument("linear weight: data is null");
+  if (w.dtype == DType::kF8E4M3) {
+    if (!w.scale_inv) return invalid_argument("linear weight: F8_E4M3 without weight_scale_inv");
+    if (w.block_rows < 1 || w.block_cols < 1)
+      return invalid_argument("linear weight: FP8 block size [" + std::to_string(w.block_rows) +
+                              ", " + std::to_string(w.block_cols) + "] must be >= 1");
+  }
+  return Status();
+}
+
+Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+              std::string_view backend) {
+  MLA_RETURN_IF_ERROR(validate(w));
+  if (backend != "cpu" && backend != "ref")
+    return invalid_argument("linear: unknown backend '" + std::string(backend) +
+                            "' (expected cpu or ref)");
+  if (n < 0) return invalid_argument("linear: n = " + std::to_string(n) + " < 0");
+  if (n == 0) return Status();
+  if (!x || !y) return invalid_argument("linear: x or y is null with n = " + std::to_string(n));
+  if (backend == "ref") {
+    std::vector<double> acc(size_t(n * w.out));
+    ref::linear(w, n, x, acc.data());
+    for (size_t i = 0; i < acc.size(); ++i) y[i] = float(acc[i]);
+    return Status();
+  }
+  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
+    if (v.supported()) {
+      v.run(w, n, x, y, pool, cpu::LinearPath::kAuto);
+      break;
+    }
+  return Status();
+}
+
+}  // namespace mla

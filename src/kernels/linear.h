@@ -1,0 +1,38 @@
+// Weight products of the model runtime: y = x · Wᵀ with W in its checkpoint dtype (BF16, F16, F32,
+// or block-FP8 E4M3 with F32 weight_scale_inv), accumulated in FP32. FP8 and BF16 weights are
+// widened in registers (or in a per-thread panel that is reused across many rows of x), never as a
+// widened copy of the whole matrix. The same call serves decode (n = a few rows: a GEMV that
+// streams W once for all rows) and prefill / expert batches (n large: a GEMM).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "mla/status.h"
+
+namespace mla {
+
+struct LinearWeight {
+  DType dtype = DType::kBF16;    // kBF16, kF16, kF32 or kF8E4M3
+  const uint8_t* data = nullptr;  // [out, in] row-major; NOT necessarily aligned (mmap'd file)
+  int64_t out = 0, in = 0;
+  // kF8E4M3 only: F32 [ceil(out / block_rows), ceil(in / block_cols)], not necessarily aligned.
+  // W_real[i][j] = fp8(W[i][j]) · scale_inv[i / block_rows][j / block_cols] (a multiplication;
+  // blocks at a ragged edge use the last scale row / column).
+  const uint8_t* scale_inv = nullptr;
+  int block_rows = 128, block_cols = 128;
+};
+
+// invalid_argument naming what is wrong: dtype, non-positive dims, missing data or scales,
+// a block size < 1.
+Status validate(const LinearWeight& w);
+
+// y[n, out] = x[n, in] · W_realᵀ, fp32 row-major, x and y not aliased. n may be 0.
+// backend "cpu": the best ISA variant of this machine, threads of `pool` over output rows.
+// backend "ref": kernels/ref's plain loop (FP64 accumulation), for checking.
+Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+              std::string_view backend = "cpu");
+
+}  // namespace mla

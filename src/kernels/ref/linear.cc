@@ -1,0 +1,54 @@
+// Reference weight product: dequantise one weight row to FP64, dot it with every row of x in FP64.
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/ref/linear_ref.h"
+
+namespace mla::ref {
+
+double linear_weight(const LinearWeight& w, int64_t i, int64_t j) {
+  const int64_t k = i * w.in + j;  // element index in the [out, in] row-major matrix
+  switch (w.dtype) {
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, w.data + 4 * k, 4);
+      return f;
+    }
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, w.data + 2 * k, 2);
+      return bf16_to_f32(h);
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, w.data + 2 * k, 2);
+      return f16_to_f32(h);
+    }
+    case DType::kF8E4M3: {
+      // Scale grid [ceil(out / block_rows), ceil(in / block_cols)]: integer division already
+      // gives a ragged edge block the last scale row / column.
+      const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
+      float s;
+      std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
+      return double(fp8_e4m3_to_f32(w.data[k])) * double(s);
+    }
+    default:
+      return 0.0;  // validate() admits only the four dtypes above
+  }
+}
+
+void linear(const LinearWeight& w, int64_t n, const float* x, double* y) {
+  std::vector<double> row(size_t(w.in));
+  for (int64_t i = 0; i < w.out; ++i) {
+    for (int64_t j = 0; j < w.in; ++j) row[size_t(j)] = linear_weight(w, i, j);
+    for (int64_t r = 0; r < n; ++r) {
+      const float* xr = x + r * w.in;
+      double s = 0;
+      for (int64_t j = 0; j < w.in; ++j) s += double(xr[j]) * row[size_t(j)];
+      y[r * w.out + i] = s;
+    }
+  }
+}
+
+}  // namespace mla::ref

@@ -1,0 +1,249 @@
+// linear() (kernels/linear.h): every CPU variant and path against the FP64 reference for each
+// weight dtype, on awkward shapes (ragged FP8 scale blocks, in not a multiple of the vector width,
+// n around the register-block and path thresholds), weights at unaligned addresses; FP8 NaN
+// bytes; and the argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/linear.h"
+#include "kernels/ref/linear_ref.h"
+
+namespace mla {
+namespace {
+
+int elem_bytes(DType d) {
+  return d == DType::kF32 ? 4 : (d == DType::kF8E4M3 ? 1 : 2);
+}
+
+// A weight (and FP8 scale grid) in owned storage, `offset` bytes past a malloc'd address, like a
+// tensor inside an mmap'd safetensors file.
+struct TestWeight {
+  std::vector<uint8_t> data, scales;
+  LinearWeight w;
+};
+
+TestWeight make_weight(Rng& rng, DType dt, int64_t out, int64_t in, int offset,
+                       int block_rows = 128, int block_cols = 128) {
+  TestWeight t;
+  const int eb = elem_bytes(dt);
+  t.data.resize(offset + size_t(out * in) * eb);
+  uint8_t* p = t.data.data() + offset;
+  for (int64_t k = 0; k < out * in; ++k) {
+    const float f = float(rng.normal());
+    if (dt == DType::kF32) {
+      std::memcpy(p + 4 * k, &f, 4);
+    } else if (dt == DType::kBF16 || dt == DType::kF16) {
+      const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
+      std::memcpy(p + 2 * k, &h, 2);
+    } else {
+      const uint8_t b = uint8_t(rng.below(254));  // every finite code, subnormals included
+      p[k] = b < 0x7F ? b : uint8_t(b + 1);
+    }
+  }
+  t.w.dtype = dt;
+  t.w.data = p;
+  t.w.out = out;
+  t.w.in = in;
+  if (dt == DType::kF8E4M3) {
+    t.w.block_rows = block_rows;
+    t.w.block_cols = block_cols;
+    const int64_t cells =
+        ((out + block_rows - 1) / block_rows) * ((in + block_cols - 1) / block_cols);
+    t.scales.resize(offset + size_t(cells) * 4);
+    for (int64_t c = 0; c < cells; ++c) {
+      // Not powers of two, so FP8 · scale rounds in FP32; magnitudes 2^-12 .. 2^-4.
+      const float s = float(std::ldexp(1.0 + rng.uniform(), -12 + int(rng.below(8))));
+      std::memcpy(t.scales.data() + offset + 4 * c, &s, 4);
+    }
+    t.w.scale_inv = t.scales.data() + offset;
+  }
+  return t;
+}
+
+// |W|: the sign bit of every element cleared (scales are positive already).
+TestWeight abs_weight(const TestWeight& t) {
+  TestWeight a = t;
+  const size_t off = size_t(t.w.data - t.data.data());
+  a.w.data = a.data.data() + off;
+  if (t.w.scale_inv) a.w.scale_inv = a.scales.data() + (t.w.scale_inv - t.scales.data());
+  const int eb = elem_bytes(t.w.dtype);
+  for (int64_t k = 0; k < t.w.out * t.w.in; ++k) a.data[off + size_t(k) * eb + eb - 1] &= 0x7F;
+  return a;
+}
+
+// The error bound per output y_i = Σ_j x_j·w_j (u = 2^-24): widening is exact except FP8 · scale,
+// which rounds once (u·|w_j|); a product is exact under FMA or rounds once (u) in the scalar
+// variant; any summation tree of `in` terms (lane partials, horizontal sums, SGEMM's blocking and
+// its β = 1 accumulation over column panels) adds at most γ_in = in·u / (1 − in·u) of Σ|x_j·w_j|.
+// Together: |ŷ − y| ≤ γ_(in+2) · Σ_j |x_j·w_j|, plus (in + 2)·2^-149 for products that underflow.
+double bound(int64_t in, double abs_sum) {
+  const double u = std::ldexp(1.0, -24), k = double(in + 2);
+  return k * u / (1 - k * u) * abs_sum + k * std::ldexp(1.0, -149);
+}
+
+// Checks y against the reference; returns the number of mismatches (reports the first few).
+int check(const std::vector<float>& y, const std::vector<double>& want,
+          const std::vector<double>& abs_sum, int64_t in, const std::string& what) {
+  int bad = 0;
+  for (size_t k = 0; k < y.size(); ++k) {
+    const bool ok = std::isnan(want[k]) ? std::isnan(y[k])
+                                        : std::abs(double(y[k]) - want[k]) <= bound(in, abs_sum[k]);
+    if (!ok && ++bad <= 3)
+      ADD_FAILURE() << what << " element " << k << ": got " << y[k] << " want " << want[k]
+                    << " bound " << bound(in, abs_sum[k]);
+  }
+  return bad;
+}
+
+const char* path_name(cpu::LinearPath p) {
+  return p == cpu::LinearPath::kDot ? "dot" : (p == cpu::LinearPath::kBlas ? "blas" : "auto");
+}
+
+struct Shape {
+  int64_t out, in;
+  int block_rows = 128, block_cols = 128;
+};
+
+TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
+  const std::vector<Shape> shapes = {
+      {1, 1},           {5, 17}, {56, 77},  // in below / not a multiple of 8 and 16
+      {576, 300},                           // FP8 scale grid 5 × 3, both edges ragged
+      {130, 260},                           // one row and 4 columns into the next block
+      {300, 2100},                          // BLAS panels: 2 row panels, 2 column panels
+      {50, 70, 16, 24},                     // small blocks: a tail in every segment
+      {33, 2048, 3, 5},                     // blocks smaller than a vector
+  };
+  const std::vector<int64_t> ns = {0, 1, 3, 8, 9, 64, 200};
+  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3};
+  const cpu::LinearPath paths[] = {cpu::LinearPath::kDot, cpu::LinearPath::kBlas,
+                                   cpu::LinearPath::kAuto};
+  ThreadPool pool(3);  // more threads than this machine's cores: chunks interleave
+  Rng rng(42);
+  int case_index = 0;
+  for (const Shape& s : shapes)
+    for (DType dt : dtypes) {
+      const int offset = case_index++ % 4;  // 0..3 bytes off the allocation's alignment
+      const TestWeight t = make_weight(rng, dt, s.out, s.in, offset, s.block_rows, s.block_cols);
+      const TestWeight a = abs_weight(t);
+      ASSERT_TRUE(validate(t.w).ok());
+      for (int64_t n : ns) {
+        std::vector<float> x(size_t(n * s.in)), xa(x.size());
+        for (size_t k = 0; k < x.size(); ++k) xa[k] = std::abs(x[k] = float(rng.normal()));
+        std::vector<double> want(size_t(n * s.out)), abs_sum(want.size());
+        ref::linear(t.w, n, x.data(), want.data());
+        ref::linear(a.w, n, xa.data(), abs_sum.data());
+        if (n > 0) {
+          int nonzero = 0;
+          for (double v : want) nonzero += v != 0;
+          ASSERT_GT(nonzero, 0) << "degenerate case";
+        }
+        const std::string shape = std::string(dtype_name(dt)) + " out " + std::to_string(s.out) +
+                                  " in " + std::to_string(s.in) + " n " + std::to_string(n) +
+                                  " offset " + std::to_string(offset);
+        for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
+          if (!v.supported()) continue;
+          for (cpu::LinearPath p : paths) {
+            std::vector<float> y(want.size(), -12345.0f);
+            v.run(t.w, n, x.data(), y.data(), pool, p);
+            check(y, want, abs_sum, s.in, shape + " " + v.name + " " + path_name(p));
+          }
+        }
+        // The public entry: backend "cpu" within the bound, "ref" is the reference rounded once.
+        std::vector<float> y(want.size(), -12345.0f);
+        ASSERT_TRUE(linear(t.w, n, x.data(), y.data(), pool, "cpu").ok());
+        check(y, want, abs_sum, s.in, shape + " linear(cpu)");
+        ASSERT_TRUE(linear(t.w, n, x.data(), y.data(), pool, "ref").ok());
+        for (size_t k = 0; k < y.size(); ++k) ASSERT_EQ(y[k], float(want[k])) << shape;
+      }
+    }
+}
+
+TEST(Linear, ListsTheVariantsBestFirstWithScalarAlwaysThere) {
+  const auto v = cpu::linear_cpu_variants();
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_STREQ(v[0].name, "linear.cpu.avx512");
+  EXPECT_STREQ(v[2].name, "linear.cpu.scalar");
+  EXPECT_TRUE(v[2].supported());
+  for (const auto& x : v) std::printf("%s: %s\n", x.name, x.supported() ? "supported" : "skipped");
+}
+
+// E4M3 0x7F and 0xFF are NaN: every output that reads one is NaN, whatever the path; the others
+// stay finite. One NaN sits in a full vector, one in the ragged tail of the last column block.
+TEST(Linear, Fp8NanBytesGiveNanOutputs) {
+  Rng rng(7);
+  TestWeight t = make_weight(rng, DType::kF8E4M3, 16, 300, 3);
+  const_cast<uint8_t*>(t.w.data)[3 * 300 + 5] = 0x7F;
+  const_cast<uint8_t*>(t.w.data)[10 * 300 + 290] = 0xFF;
+  ThreadPool pool(2);
+  for (int64_t n : {1, 40}) {
+    std::vector<float> x(size_t(n * 300));
+    for (auto& v : x) v = float(rng.normal());
+    std::vector<double> want(size_t(n * 16));
+    ref::linear(t.w, n, x.data(), want.data());
+    for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
+      if (!v.supported()) continue;
+      for (cpu::LinearPath p : {cpu::LinearPath::kDot, cpu::LinearPath::kBlas}) {
+        std::vector<float> y(want.size());
+        v.run(t.w, n, x.data(), y.data(), pool, p);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t i = 0; i < 16; ++i) {
+            const bool nan_row = i == 3 || i == 10;
+            EXPECT_EQ(std::isnan(want[size_t(r * 16 + i)]), nan_row);
+            EXPECT_EQ(std::isnan(y[size_t(r * 16 + i)]), nan_row)
+                << v.name << " " << path_name(p) << " n " << n << " row " << r << " out " << i;
+          }
+      }
+    }
+  }
+}
+
+TEST(Linear, RejectsBadArguments) {
+  Rng rng(3);
+  const TestWeight good = make_weight(rng, DType::kF8E4M3, 4, 8, 1);
+  ThreadPool pool(1);
+  std::vector<float> x(16), y(8);
+  auto expect_bad = [&](const LinearWeight& w, const char* needle, int64_t n = 2,
+                        std::string_view backend = "cpu") {
+    const Status s = linear(w, n, x.data(), y.data(), pool, backend);
+    EXPECT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.to_string().find(needle), std::string::npos) << s.to_string();
+  };
+  LinearWeight w = good.w;
+  w.dtype = DType::kI8;
+  expect_bad(w, "dtype");
+  w = good.w;
+  w.out = 0;
+  expect_bad(w, "out >= 1");
+  w = good.w;
+  w.in = -3;
+  expect_bad(w, "in >= 1");
+  w = good.w;
+  w.data = nullptr;
+  expect_bad(w, "data is null");
+  w = good.w;
+  w.scale_inv = nullptr;
+  expect_bad(w, "weight_scale_inv");
+  w = good.w;
+  w.block_cols = 0;
+  expect_bad(w, "block size");
+  expect_bad(good.w, "'cuda'", 2, "cuda");
+  expect_bad(good.w, "'cuda'", 0, "cuda");  // named even when there is nothing to do
+  expect_bad(good.w, "n = -1", -1);
+  EXPECT_FALSE(linear(good.w, 2, nullptr, y.data(), pool).ok());
+  // n = 0 is a no-op, null pointers included; a BF16 weight needs no scales.
+  EXPECT_TRUE(linear(good.w, 0, nullptr, nullptr, pool).ok());
+  w = good.w;
+  w.dtype = DType::kBF16;
+  w.scale_inv = nullptr;
+  EXPECT_TRUE(validate(w).ok());
+}
+
+}  // namespace
+}  // namespace mla
