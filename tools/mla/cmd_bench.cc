@@ -1,6 +1,7 @@
 // `mla bench machine | decode | prefill | threshold` and `mla tune`: the machine's measured
-// limits and the MLA kernels and paths against them (src/bench). Progress goes to stderr, the
-// results to stdout (a table, or JSON with --json).
+// limits and the MLA kernels and paths against them (src/bench); `mla bench offline` (the serving
+// engine) is cmd_bench_offline.cc. Progress goes to stderr, the results to stdout (a table, or
+// JSON with --json).
 #include <fmt/format.h>
 
 #include <memory>
@@ -243,6 +244,9 @@ void add_threshold_flags(CLI::App* cmd, ThresholdOptions* o) {
 
 }  // namespace
 
+// `mla bench offline` lives in cmd_bench_offline.cc (it needs the serving engine).
+void register_bench_offline(CLI::App* bench, int* exit_code);
+
 void register_bench(CLI::App& app, int* exit_code) {
   CLI::App* bench =
       app.add_subcommand("bench", "Measure the machine and the MLA kernels against it");
@@ -296,6 +300,8 @@ void register_bench(CLI::App& app, int* exit_code) {
       "threshold", "Sweep M to find where the decompressed path overtakes the absorbed one");
   add_threshold_flags(thr, t.get());
   thr->callback([t, exit_code] { *exit_code = run_threshold(*t); });
+
+  register_bench_offline(bench, exit_code);
 }
 
 void register_tune(CLI::App& app, int* exit_code) {
