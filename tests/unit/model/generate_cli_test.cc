@@ -1,0 +1,132 @@
+// Runs the built `mla generate` ($MLA_BINARY): a make-tiny model of each weight format generates,
+// reports its figures and dumps activations; corrupt or inconsistent checkpoints give one clear
+// error line and a non-zero exit, never a crash.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "checkpoint_test_util.h"
+#include "cli_run.h"
+#include "io/safetensors.h"
+
+namespace mla {
+namespace {
+
+namespace fs = std::filesystem;
+
+class GenerateCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(test::mla_binary())) << test::mla_binary() << " is not built";
+  }
+  std::string make(const std::string& family, const std::string& extra = "") {
+    const std::string out = dir_.file(family + extra.substr(0, 5));
+    const test::RunResult r = test::run_mla(
+        "make-tiny --family " + family + " " + extra + " --seed 3 --out '" + out + "'", true);
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return out;
+  }
+  // Exactly one line on stderr starting with "error:", and a non-zero exit.
+  void expect_one_error_line(const std::string& model, const std::string& needle) {
+    const test::RunResult r =
+        test::run_mla("generate -m '" + model + "' --tokens 1,2,3 -n 2", true);
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_EQ(r.out.rfind("error: ", 0), 0u) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
+  }
+  testing_model::TempDir dir_;
+};
+
+TEST_F(GenerateCli, RunsBf16AndFp8ModelsAndReportsFigures) {
+  for (const std::string extra : {"--bf16", "--fp8"}) {
+    const std::string m = make("v3", extra);
+    const test::RunResult r = test::run_mla(
+        "generate -m '" + m + "' -p 'Hello the world' -n 6 --ignore-eos --json", false);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["generated"].size(), 6u);
+    EXPECT_EQ(j["finish_reason"], "length");
+    EXPECT_EQ(j["chunks"][0]["path"], "absorbed");
+    EXPECT_GT(j["kv_bytes_used"].get<int64_t>(), 0);
+    EXPECT_GT(j["active_weight_bytes_per_token"].get<int64_t>(), 0);
+  }
+}
+
+TEST_F(GenerateCli, StreamsTextAndReportsThePathOfEachChunk) {
+  const std::string m = make("v2-lite");
+  const test::RunResult r =
+      test::run_mla("generate -m '" + m +
+                        "' -p 'The latent cache of attention' -n 4 "
+                        "--ignore-eos --prefill-chunk 3 --prefill-threshold 2",
+                    true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("decompressed path"), std::string::npos) << r.out;  // 3-token chunks
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV cache:"), std::string::npos) << r.out;
+}
+
+TEST_F(GenerateCli, DumpsActivationsForTheOracle) {
+  const std::string m = make("moonlight");
+  const std::string d = dir_.file("dump");
+  const test::RunResult r = test::run_mla(
+      "generate -m '" + m + "' --tokens 5,6,7,8 -n 3 --ignore-eos --dump-activations '" + d + "'",
+      true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto f = SafetensorsFile::open(d + "/activations.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_TRUE(f->find("logits"));
+  EXPECT_EQ(f->find("logits")->shape, (std::vector<int64_t>{4, 320}));
+  EXPECT_EQ(f->find("decode_logits")->shape, (std::vector<int64_t>{2, 320}));
+  EXPECT_EQ(f->find("hidden.0")->shape, (std::vector<int64_t>{4, 192}));
+  EXPECT_EQ(f->find("generated")->shape, (std::vector<int64_t>{3}));
+}
+
+TEST_F(GenerateCli, CorruptCheckpointsGiveOneErrorLine) {
+  {  // a shard cut short
+    const std::string m = make("v3");
+    const fs::path shard = fs::path(m) / "model-00002-of-00002.safetensors";
+    fs::resize_file(shard, fs::file_size(shard) - 100);
+    expect_one_error_line(m, "model-00002-of-00002.safetensors");
+  }
+  {  // a missing FP8 scale: rename it in the index so the weight has none
+    const std::string m = make("kimi-k2");
+    const fs::path idx = fs::path(m) / "model.safetensors.index.json";
+    std::ifstream in(idx);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    in.close();
+    const std::string key = "model.layers.0.self_attn.o_proj.weight_scale_inv";
+    const size_t at = text.find("\"" + key + "\"");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at + 1, key.size(), "model.layers.0.self_attn.o_proj.bogus_scale");
+    std::ofstream(idx) << text;
+    expect_one_error_line(m, "o_proj");
+  }
+  {  // a config that disagrees with the tensors
+    const std::string m = make("v2");
+    const fs::path cfg = fs::path(m) / "config.json";
+    std::ifstream in(cfg);
+    auto j = nlohmann::json::parse(in);
+    in.close();
+    j["kv_lora_rank"] = 64;
+    std::ofstream(cfg) << j.dump();
+    expect_one_error_line(m, "has shape");
+  }
+  {  // a shard name that leaves the directory
+    const std::string m = make("v2-lite");
+    const fs::path idx = fs::path(m) / "model.safetensors.index.json";
+    std::ifstream in(idx);
+    auto j = nlohmann::json::parse(in);
+    in.close();
+    j["weight_map"]["model.norm.weight"] = "../model-00001-of-00002.safetensors";
+    std::ofstream(idx) << j.dump();
+    expect_one_error_line(m, "..");
+  }
+  expect_one_error_line(dir_.file("nothing-here"), "nothing-here");
+}
+
+}  // namespace
+}  // namespace mla
