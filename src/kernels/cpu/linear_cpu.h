@@ -16,7 +16,7 @@ namespace mla::cpu {
 //          of rows is reused for every group of 4 (FP8 / F16 chunks widened once to FP32 first).
 //   kBlas: panels of W widened to FP32 by the pool's threads, then OpenBLAS SGEMM on the calling
 //          thread (OpenBLAS's own threads). Kept for comparison: on Zen 4 it was slower than kDot
-//          at every n measured (8 … 512), so kAuto never picks it.
+//          at every n measured (16, 64, 512), so kAuto never picks it.
 //   kAuto: kDot.
 enum class LinearPath { kAuto, kDot, kBlas };
 
