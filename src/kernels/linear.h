@@ -15,7 +15,7 @@
 namespace mla {
 
 struct LinearWeight {
-  DType dtype = DType::kBF16;    // kBF16, kF16, kF32 or kF8E4M3
+  DType dtype = DType::kBF16;     // kBF16, kF16, kF32 or kF8E4M3
   const uint8_t* data = nullptr;  // [out, in] row-major; NOT necessarily aligned (mmap'd file)
   int64_t out = 0, in = 0;
   // kF8E4M3 only: F32 [ceil(out / block_rows), ceil(in / block_cols)], not necessarily aligned.

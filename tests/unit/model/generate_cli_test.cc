@@ -17,6 +17,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Rewrites a JSON file of a model directory through `edit`.
+template <class Edit>
+void edit_json(const fs::path& path, Edit edit) {
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  in.close();
+  edit(j);
+  std::ofstream(path) << j.dump();
+}
+
 class GenerateCli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -107,22 +117,14 @@ TEST_F(GenerateCli, CorruptCheckpointsGiveOneErrorLine) {
   }
   {  // a config that disagrees with the tensors
     const std::string m = make("v2");
-    const fs::path cfg = fs::path(m) / "config.json";
-    std::ifstream in(cfg);
-    auto j = nlohmann::json::parse(in);
-    in.close();
-    j["kv_lora_rank"] = 64;
-    std::ofstream(cfg) << j.dump();
+    edit_json(fs::path(m) / "config.json", [](nlohmann::json& j) { j["kv_lora_rank"] = 64; });
     expect_one_error_line(m, "has shape");
   }
   {  // a shard name that leaves the directory
     const std::string m = make("v2-lite");
-    const fs::path idx = fs::path(m) / "model.safetensors.index.json";
-    std::ifstream in(idx);
-    auto j = nlohmann::json::parse(in);
-    in.close();
-    j["weight_map"]["model.norm.weight"] = "../model-00001-of-00002.safetensors";
-    std::ofstream(idx) << j.dump();
+    edit_json(fs::path(m) / "model.safetensors.index.json", [](nlohmann::json& j) {
+      j["weight_map"]["model.norm.weight"] = "../model-00001-of-00002.safetensors";
+    });
     expect_one_error_line(m, "..");
   }
   expect_one_error_line(dir_.file("nothing-here"), "nothing-here");
