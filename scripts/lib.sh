@@ -5,11 +5,13 @@ set -euo pipefail
 MLA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MLA_APT_PACKAGES=(cmake g++ ccache libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev
                   libbenchmark-dev libopenblas-dev libpcre2-dev libxxhash-dev pkg-config python3
-                  clang-format)
+                  clang-format libcpp-httplib-dev)
 
+# mla_install_deps [EXTRA_PACKAGE...]: the build's packages plus any extra ones (the tests add
+# the browser that loads the chat page).
 mla_install_deps() {
   local missing=()
-  for p in "${MLA_APT_PACKAGES[@]}"; do
+  for p in "${MLA_APT_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
@@ -25,10 +27,10 @@ mla_install_deps() {
 # against committed goldens when they are missing. transformers' DeepSeek classes are the model
 # runtime's live reference; the torch wheel pulls the CUDA libraries (~3 GB, once), so when that
 # install fails the light packages are still installed on their own.
-MLA_PIP_LIGHT=(numpy==2.2.6 tokenizers==0.22.1)
+MLA_PIP_LIGHT=(numpy==2.2.6 tokenizers==0.23.3 openai==3.51.0)
 MLA_PIP_PACKAGES=("${MLA_PIP_LIGHT[@]}" torch==2.15.0 transformers==5.23.0 safetensors==0.8.0)
 mla_install_pip() {
-  python3 -c "import numpy, tokenizers, torch, transformers, safetensors" 2>/dev/null && return 0
+  python3 -c "import numpy, tokenizers, torch, transformers, safetensors, openai" 2>/dev/null && return 0
   python3 -m pip install -q "${MLA_PIP_PACKAGES[@]}" && return 0
   python3 -m pip install -q "${MLA_PIP_LIGHT[@]}" || true
   echo "warning: pip install failed; live oracle checks will be skipped"

@@ -76,7 +76,9 @@ struct Engine::Impl {
     std::shared_ptr<RequestStream> stream;
     RequestEvent event;
   };
-  void on_token(LiveRequest& r, int32_t token, Clock::time_point now, EngineMetrics* m);
+  // logits: the row token was sampled from ([vocab]), for the request's logprobs.
+  void on_token(LiveRequest& r, int32_t token, std::span<const float> logits, Clock::time_point now,
+                EngineMetrics* m);
   // Ends r with a final event (any reason), releasing its blocks; r is destroyed.
   void finish(LiveRequest& r, FinishReason why, std::string error, RequestEvent event,
               Clock::time_point now, EngineMetrics* m);

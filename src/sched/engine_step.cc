@@ -51,8 +51,8 @@ void Engine::Impl::finish(LiveRequest& r, FinishReason why, std::string error, R
   live.erase(id);
 }
 
-void Engine::Impl::on_token(LiveRequest& r, int32_t token, Clock::time_point now,
-                            EngineMetrics* m) {
+void Engine::Impl::on_token(LiveRequest& r, int32_t token, std::span<const float> logits,
+                            Clock::time_point now, EngineMetrics* m) {
   r.seq.tokens.push_back(token);
   ++r.generated;
   ++m->generation_tokens;
@@ -64,6 +64,7 @@ void Engine::Impl::on_token(LiveRequest& r, int32_t token, Clock::time_point now
 
   RequestEvent ev;
   ev.token_ids.push_back(token);
+  if (r.req.logprobs >= 0) ev.logprobs.push_back(token_logprobs(logits, token, r.req.logprobs));
   FinishReason why = FinishReason::kNone;
   bool stop_string = false;
   if ((!r.req.ignore_eos && contains(eos_ids, token)) || contains(r.req.stop_token_ids, token)) {
@@ -176,7 +177,7 @@ void Engine::Impl::step() {
       finish(r, FinishReason::kError, token.status().message(), {}, now, &m);
       continue;
     }
-    on_token(r, *token, now, &m);
+    on_token(r, *token, row, now, &m);
   }
   commit(m);
 }

@@ -23,6 +23,7 @@ std::string_view finish_reason_name(FinishReason r) {
 
 void RequestOutput::add(const RequestEvent& e) {
   token_ids.insert(token_ids.end(), e.token_ids.begin(), e.token_ids.end());
+  logprobs.insert(logprobs.end(), e.logprobs.begin(), e.logprobs.end());
   text += e.text;
   if (e.finish != FinishReason::kNone) {
     finish = e.finish;
@@ -43,6 +44,9 @@ Status validate(const Request& r, int64_t vocab) {
     if (id < 0 || id >= vocab)
       return invalid_argument(
           fmt::format("request: stop_token_ids holds {}, outside [0, {})", id, vocab));
+  if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
+    return invalid_argument(
+        fmt::format("request: logprobs is {}, must be in [-1, {}]", r.logprobs, kMaxTopLogprobs));
   for (const std::string& s : r.stop)
     if (s.empty()) return invalid_argument("request: a stop string is empty");
   return validate(r.sampling, vocab);

@@ -23,7 +23,12 @@ struct Request {
   // engine with a tokenizer.
   std::vector<std::string> stop;
   bool ignore_eos = false;  // keep going past the model's EOS ids (benchmarks want exact lengths)
+  // Report each generated token's logprob and this many alternatives (0..kMaxTopLogprobs);
+  // -1: no logprobs.
+  int logprobs = -1;
 };
+
+inline constexpr int kMaxTopLogprobs = 20;
 
 enum class FinishReason : uint8_t {
   kNone,       // still running
@@ -47,6 +52,9 @@ struct Usage {
 // the last event has finish != kNone (it may carry no token: cancel, error).
 struct RequestEvent {
   std::vector<int32_t> token_ids;  // new ids (a stop or EOS id included)
+  // Request::logprobs >= 0: one entry per id of token_ids (the model's own distribution,
+  // before temperature and bias, as OpenAI reports it).
+  std::vector<TokenLogprobs> logprobs;
   // New text (engine with a tokenizer): complete UTF-8 only; text that could be the start of a
   // stop string is held back until it is not; a stop string and what follows never appear, nor
   // does the text of an EOS / stop token id.
@@ -59,6 +67,7 @@ struct RequestEvent {
 // Everything a request produced: the events concatenated.
 struct RequestOutput {
   std::vector<int32_t> token_ids;
+  std::vector<TokenLogprobs> logprobs;
   std::string text;
   FinishReason finish = FinishReason::kNone;
   std::string error;

@@ -1,7 +1,7 @@
 // `mla bench machine | decode | prefill | threshold` and `mla tune`: the machine's measured
 // limits and the MLA kernels and paths against them (src/bench); `mla bench offline` (the serving
-// engine) is cmd_bench_offline.cc. Progress goes to stderr, the results to stdout (a table, or
-// JSON with --json).
+// engine) is cmd_bench_offline.cc, `mla bench serve` (an HTTP load generator) cmd_bench_serve.cc.
+// Progress goes to stderr, the results to stdout (a table, or JSON with --json).
 #include <fmt/format.h>
 
 #include <memory>
@@ -244,8 +244,10 @@ void add_threshold_flags(CLI::App* cmd, ThresholdOptions* o) {
 
 }  // namespace
 
-// `mla bench offline` lives in cmd_bench_offline.cc (it needs the serving engine).
+// `mla bench offline` lives in cmd_bench_offline.cc (it needs the serving engine), `mla bench
+// serve` in cmd_bench_serve.cc (an HTTP client).
 void register_bench_offline(CLI::App* bench, int* exit_code);
+void register_bench_serve(CLI::App* bench, int* exit_code);
 
 void register_bench(CLI::App& app, int* exit_code) {
   CLI::App* bench =
@@ -302,6 +304,7 @@ void register_bench(CLI::App& app, int* exit_code) {
   thr->callback([t, exit_code] { *exit_code = run_threshold(*t); });
 
   register_bench_offline(bench, exit_code);
+  register_bench_serve(bench, exit_code);
 }
 
 void register_tune(CLI::App& app, int* exit_code) {

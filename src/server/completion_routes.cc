@@ -1,0 +1,258 @@
+// POST /v1/chat/completions and /v1/completions: parse, admit (429 past the queue limit), submit
+// one engine request per choice, then answer in one JSON object or as a server-sent event stream.
+// Between engine events the handler polls its socket, so a client that leaves (during prefill
+// too) has its requests cancelled and its KV pages freed within one poll interval.
+#include <fmt/format.h>
+
+#include "server/connection_watch.h"
+#include "server/openai_response.h"
+#include "server/server_state.h"
+
+namespace mla::server {
+namespace {
+
+using nlohmann::json;
+
+// How often a waiting handler looks at its socket.
+constexpr std::chrono::milliseconds kPollInterval{20};
+
+ApiError engine_error(const sched::RequestOutput& o) {
+  ApiError e;
+  if (o.finish == sched::FinishReason::kCancelled) {
+    e.status = 503;
+    e.type = "service_unavailable";
+    e.message = "the request was cancelled: the server is shutting down";
+  } else {
+    e.status = 500;
+    e.type = "internal_error";
+    e.message = o.error.empty() ? "the request failed" : o.error;
+  }
+  return e;
+}
+
+bool failed(sched::FinishReason r) {
+  return r == sched::FinishReason::kCancelled || r == sched::FinishReason::kError;
+}
+
+struct Admitted {
+  std::shared_ptr<CompletionJob> job;
+  std::shared_ptr<void> tracking;
+  int fd = -1;
+};
+
+// The next event of the job, or false once the client has gone. The socket is looked at every
+// kPollInterval whether or not events keep coming (a fast decode never lets a wait time out).
+class EventPump {
+ public:
+  explicit EventPump(const Admitted& a) : a_(a), next_check_(Clock::now() + kPollInterval) {}
+  bool next(CompletionJob::Event* ev) {
+    for (;;) {
+      const bool got = a_.job->wait_event(kPollInterval, ev);
+      if (!got || Clock::now() >= next_check_) {
+        if (peer_closed(a_.fd)) return false;
+        next_check_ = Clock::now() + kPollInterval;
+      }
+      if (got) return true;
+    }
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const Admitted& a_;
+  Clock::time_point next_check_;
+};
+
+std::optional<ApiError> submit_all(HttpServer::State& st, const CompletionSpec& spec,
+                                   const std::shared_ptr<CompletionJob>& job) {
+  for (size_t i = 0; i < spec.prompts.size(); ++i) {
+    sched::Request r = spec.request;
+    r.prompt = spec.prompts[i];
+    auto s = st.backend.engine->submit(std::move(r), CompletionJob::callback(job, int(i)));
+    if (!s.ok()) {
+      job->cancel_all();
+      ApiError e = bad_request("", s.status().message());
+      if (s.status().code() == StatusCode::kResourceExhausted) {
+        e.status = 503;
+        e.type = "service_unavailable";
+      }
+      return e;
+    }
+    job->add_stream(std::move(*s));
+  }
+  return std::nullopt;
+}
+
+void answer_whole(const CompletionSpec& spec, const ResponseMeta& meta, Admitted a,
+                  httplib::Response& res) {
+  std::vector<sched::RequestOutput> outputs(spec.prompts.size());
+  size_t done = 0;
+  CompletionJob::Event ev;
+  EventPump pump(a);
+  while (done < outputs.size()) {
+    if (!pump.next(&ev)) {
+      a.job->cancel_all();  // nobody to answer; the pages are freed before the next step
+      res.status = 499;
+      return;
+    }
+    outputs[size_t(ev.choice)].add(ev.event);
+    if (ev.event.finish != sched::FinishReason::kNone) ++done;
+  }
+  for (const sched::RequestOutput& o : outputs)
+    if (failed(o.finish)) return send_error(res, engine_error(o));
+  send_json(res, 200, completion_response(meta, outputs, spec.echo_texts));
+}
+
+// Writes the event stream; false when the client is gone (its requests are then cancelled).
+bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Admitted& a,
+                  httplib::DataSink& sink) {
+  static constexpr std::string_view kDone = "data: [DONE]\n\n";
+  auto send = [&](const json& j) {
+    const std::string s = "data: " + dump_json(j) + "\n\n";
+    return sink.write(s.data(), s.size());
+  };
+  const size_t n = spec.prompts.size();
+  const bool chat = spec.endpoint == Endpoint::kChat;
+  std::vector<sched::Usage> usage(n);
+  std::vector<int64_t> offsets(n, 0);  // legacy logprobs text_offset
+  for (size_t i = 0; i < n; ++i) {
+    ChunkContent c;
+    c.role = chat;  // the first delta carries the role only
+    if (i < spec.echo_texts.size()) c.text = spec.echo_texts[i];
+    offsets[i] = int64_t(c.text.size());
+    if ((c.role || !c.text.empty()) && !send(stream_chunk(meta, int(i), c, spec.include_usage)))
+      return false;
+  }
+  size_t done = 0;
+  CompletionJob::Event ev;
+  EventPump pump(a);
+  while (done < n) {
+    if (!pump.next(&ev)) return false;
+    const sched::RequestEvent& e = ev.event;
+    const size_t i = size_t(ev.choice);
+    usage[i] = e.usage;
+    if (failed(e.finish)) {
+      sched::RequestOutput o;
+      o.add(e);
+      a.job->cancel_all();
+      // The status is sent already: one error event, then the end (serving.md §4.3).
+      return send(error_json(engine_error(o))) && sink.write(kDone.data(), kDone.size());
+    }
+    ChunkContent c;
+    c.text = e.text;
+    if (meta.logprobs != LogprobsStyle::kNone && !e.logprobs.empty()) {
+      c.logprobs = logprobs_json(meta, e.token_ids, e.logprobs, offsets[i]);
+      for (const json& t : meta.logprobs == LogprobsStyle::kLegacy ? c.logprobs["tokens"] : json())
+        offsets[i] += int64_t(t.get<std::string>().size());
+    }
+    const bool final = e.finish != sched::FinishReason::kNone;
+    if (!c.text.empty() || !c.logprobs.is_null()) {
+      if (!send(stream_chunk(meta, int(i), c, spec.include_usage))) return false;
+    }
+    if (final) {
+      ChunkContent f;
+      f.finish = finish_reason_json(e.finish);
+      if (!send(stream_chunk(meta, int(i), f, spec.include_usage))) return false;
+      ++done;
+    }
+  }
+  if (spec.include_usage && !send(usage_chunk(meta, usage))) return false;
+  return sink.write(kDone.data(), kDone.size());
+}
+
+void handle_completion(const std::shared_ptr<HttpServer::State>& state, Endpoint endpoint,
+                       const httplib::Request& req, httplib::Response& res) {
+  HttpServer::State& st = *state;
+  json body;
+  if (auto e = parse_json_object(req.body, &body)) return send_error(res, *e);
+  auto spec = std::make_shared<CompletionSpec>();
+  if (auto e = parse_completion_request(endpoint, body, st.backend.model, spec.get()))
+    return send_error(res, *e);
+
+  const int64_t limit = st.backend.engine->scheduler_options().max_num_seqs + st.options.max_queue;
+  if (st.in_flight.load() + int64_t(spec->prompts.size()) > limit) {
+    ApiError e;
+    e.status = 429;
+    e.type = "rate_limit_error";
+    e.code = "queue_full";
+    e.message = fmt::format(
+        "the server is at capacity ({} requests running or queued); retry "
+        "later",
+        limit);
+    res.set_header("Retry-After", "1");
+    return send_error(res, e);
+  }
+  Admitted a;
+  a.job = std::make_shared<CompletionJob>();
+  a.tracking = st.track(a.job);
+  if (auto e = submit_all(st, *spec, a.job)) return send_error(res, *e);
+  a.fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  const tok::Tokenizer* tk =
+      st.backend.model.tokenizer ? &st.backend.model.tokenizer->tokenizer : nullptr;
+  const ResponseMeta meta = make_response_meta(*spec, st.backend.model.name, tk);
+  if (!spec->stream) return answer_whole(*spec, meta, std::move(a), res);
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider("text/event-stream",
+                                   [spec, meta, a](size_t, httplib::DataSink& sink) {
+                                     if (!write_stream(*spec, meta, a, sink)) {
+                                       a.job->cancel_all();
+                                       return false;
+                                     }
+                                     sink.done();
+                                     return true;
+                                   });
+}
+
+}  // namespace
+
+sched::EventCallback CompletionJob::callback(const std::shared_ptr<CompletionJob>& job,
+                                             int choice) {
+  return [weak = std::weak_ptr<CompletionJob>(job), choice](const sched::RequestEvent& e) {
+    std::shared_ptr<CompletionJob> j = weak.lock();
+    if (!j) return;
+    {
+      std::lock_guard lock(j->mu_);
+      j->events_.push_back({choice, e});
+    }
+    j->cv_.notify_one();
+  };
+}
+
+void CompletionJob::add_stream(std::shared_ptr<sched::RequestStream> s) {
+  std::lock_guard lock(mu_);
+  streams_.push_back(std::move(s));
+}
+
+bool CompletionJob::wait_event(std::chrono::milliseconds timeout, Event* out) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+  *out = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void CompletionJob::cancel_all() {
+  std::vector<std::shared_ptr<sched::RequestStream>> streams;
+  {
+    std::lock_guard lock(mu_);
+    streams = streams_;
+  }
+  for (auto& s : streams) s->cancel();  // finished streams ignore it
+}
+
+CompletionJob::~CompletionJob() {
+  cancel_all();
+}
+
+void add_completion_routes(const std::shared_ptr<HttpServer::State>& state) {
+  std::weak_ptr<HttpServer::State> weak = state;
+  state->http.Post("/v1/chat/completions", [weak](const httplib::Request& q, httplib::Response& r) {
+    if (auto s = weak.lock()) handle_completion(s, Endpoint::kChat, q, r);
+  });
+  state->http.Post("/v1/completions", [weak](const httplib::Request& q, httplib::Response& r) {
+    if (auto s = weak.lock()) handle_completion(s, Endpoint::kCompletions, q, r);
+  });
+}
+
+}  // namespace mla::server

@@ -1,0 +1,81 @@
+#include "server/connection_watch.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace mla::server {
+namespace {
+
+// Address text and port of a socket address, in the form the HTTP library reports them.
+bool endpoint_of(const sockaddr_storage& ss, std::string* addr, int* port) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    if (!inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf)) return false;
+    *port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    if (!inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf)) return false;
+    *port = ntohs(a->sin6_port);
+  } else {
+    return false;
+  }
+  *addr = buf;
+  return true;
+}
+
+bool matches(int fd, const std::string& local_addr, int local_port, const std::string& remote_addr,
+             int remote_port) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  std::string addr;
+  int port = -1;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
+  if (!endpoint_of(ss, &addr, &port) || port != remote_port || addr != remote_addr) return false;
+  len = sizeof ss;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
+  return endpoint_of(ss, &addr, &port) && port == local_port &&
+         (local_addr.empty() || addr == local_addr);
+}
+
+}  // namespace
+
+int find_connection_fd(const std::string& local_addr, int local_port,
+                       const std::string& remote_addr, int remote_port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = std::atoi(e->d_name);
+    struct stat st {};
+    if (fd == dirfd(dir) || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (matches(fd, local_addr, local_port, remote_addr, remote_port)) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+bool peer_closed(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, short(POLLIN | POLLRDHUP), 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;
+  if (p.revents & POLLIN) {
+    char c;
+    return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;  // 0: orderly shutdown, no more data
+  }
+  return false;
+}
+
+}  // namespace mla::server

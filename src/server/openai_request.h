@@ -1,0 +1,67 @@
+// The request side of the OpenAI API: a JSON body of /v1/chat/completions or /v1/completions
+// checked field by field (serving.md §4.1-4.2, reliability.md §4 items 37-43) and turned into the
+// engine's Request plus what the response needs (stream, usage, logprobs style, echo). Every
+// refusal names the field; unknown fields are ignored, never rejected.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sched/request.h"
+#include "server/api_error.h"
+#include "tokenizer/chat_format.h"
+#include "tokenizer/tokenizer_config.h"
+
+namespace mla::server {
+
+enum class Endpoint { kChat, kCompletions };
+enum class LogprobsStyle {
+  kNone,
+  kChat,    // choices[].logprobs.content[] = {token, logprob, bytes, top_logprobs[]}
+  kLegacy,  // completions: {tokens, token_logprobs, top_logprobs[{tok: lp}], text_offset}
+};
+
+// What requests are checked against.
+struct ServedModel {
+  std::string name;                                 // the id clients must send as `model`
+  const tok::LoadedTokenizer* tokenizer = nullptr;  // none: token-id prompts only
+  std::optional<tok::ChatFormat> chat_format;       // none: /v1/chat/completions is refused
+  int64_t vocab = 0;                                // logits width: every token id must be below it
+  int64_t max_context = 0;                          // prompt + completion tokens, the model's limit
+  int64_t max_total_tokens = 0;  // prompt + completion tokens one request's KV pages can hold
+};
+
+struct CompletionSpec {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::vector<std::vector<int32_t>> prompts;  // one per choice, ids checked against vocab
+  std::vector<std::string> echo_texts;        // completions with echo: each prompt's text
+  sched::Request request;                     // sampling, limits, stops; prompt left empty
+  bool max_tokens_given = false;  // else: chat takes the rest of the context, completions 16
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  LogprobsStyle logprobs = LogprobsStyle::kNone;
+};
+
+// Largest nesting of arrays and objects a body may have (checked before parsing).
+inline constexpr int kMaxJsonDepth = 64;
+// Strings in `stop`: at most this many, each at most kMaxStopBytes.
+inline constexpr size_t kMaxStopStrings = 4;
+inline constexpr size_t kMaxStopBytes = 256;
+// Prompts in one /v1/completions request (each one is a choice).
+inline constexpr size_t kMaxPrompts = 16;
+
+// A body as a JSON object: syntax errors, trailing garbage, duplicate keys, nesting deeper than
+// kMaxJsonDepth and non-objects are 400s.
+std::optional<ApiError> parse_json_object(std::string_view body, nlohmann::json* out);
+
+// A completion request body; fills *out or returns the error (400, or 404 for an unknown model).
+std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohmann::json& body,
+                                                 const ServedModel& model, CompletionSpec* out);
+
+// The 404 for a `model` other than the served one.
+ApiError model_not_found(const std::string& requested);
+
+}  // namespace mla::server

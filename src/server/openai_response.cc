@@ -1,0 +1,163 @@
+#include "server/openai_response.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+
+#include "server/api_error.h"
+
+namespace mla::server {
+namespace {
+
+using nlohmann::json;
+
+std::string token_text(const ResponseMeta& m, int32_t id) {
+  const std::string* b = m.tokenizer ? m.tokenizer->token_bytes(id) : nullptr;
+  return b ? *b : fmt::format("token_id:{}", id);
+}
+
+json token_bytes_json(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
+}  // namespace
+
+ResponseMeta make_response_meta(const CompletionSpec& spec, const std::string& model,
+                                const tok::Tokenizer* tokenizer) {
+  ResponseMeta m;
+  m.endpoint = spec.endpoint;
+  std::random_device rd;
+  const uint64_t r = (uint64_t(rd()) << 32) ^ rd();
+  m.id = fmt::format("{}-{:016x}{:08x}", spec.endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl", r,
+                     rd());
+  m.created = std::chrono::duration_cast<std::chrono::seconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  m.model = model;
+  m.logprobs = spec.logprobs;
+  m.tokenizer = tokenizer;
+  return m;
+}
+
+const char* finish_reason_json(sched::FinishReason r) {
+  return r == sched::FinishReason::kLength ? "length" : "stop";
+}
+
+json usage_json(std::span<const sched::Usage> usage) {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  for (const sched::Usage& u : usage) {
+    prompt += u.prompt_tokens;
+    completion += u.completion_tokens;
+    cached += u.cached_tokens;
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+json logprobs_json(const ResponseMeta& meta, std::span<const int32_t> ids,
+                   std::span<const TokenLogprobs> lps, int64_t offset) {
+  const size_t n = std::min(ids.size(), lps.size());
+  if (meta.logprobs == LogprobsStyle::kChat) {
+    json content = json::array();
+    for (size_t i = 0; i < n; ++i) {
+      const std::string t = token_text(meta, ids[i]);
+      json top = json::array();
+      for (const auto& [id, lp] : lps[i].top) {
+        const std::string tt = token_text(meta, id);
+        top.push_back({{"token", tt}, {"logprob", lp}, {"bytes", token_bytes_json(tt)}});
+      }
+      content.push_back({{"token", t},
+                         {"logprob", lps[i].logprob},
+                         {"bytes", token_bytes_json(t)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}};
+  }
+  if (meta.logprobs == LogprobsStyle::kLegacy) {
+    json tokens = json::array(), token_lps = json::array(), top = json::array(),
+         offsets = json::array();
+    for (size_t i = 0; i < n; ++i) {
+      const std::string t = token_text(meta, ids[i]);
+      tokens.push_back(t);
+      token_lps.push_back(lps[i].logprob);
+      json alt = json::object();
+      for (const auto& [id, lp] : lps[i].top) alt[token_text(meta, id)] = lp;
+      top.push_back(std::move(alt));
+      offsets.push_back(offset);
+      offset += int64_t(t.size());
+    }
+    return {{"tokens", std::move(tokens)},
+            {"token_logprobs", std::move(token_lps)},
+            {"top_logprobs", std::move(top)},
+            {"text_offset", std::move(offsets)}};
+  }
+  return nullptr;
+}
+
+json completion_response(const ResponseMeta& meta, std::span<const sched::RequestOutput> outputs,
+                         std::span<const std::string> echo) {
+  const bool chat = meta.endpoint == Endpoint::kChat;
+  json choices = json::array();
+  std::vector<sched::Usage> usage;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const sched::RequestOutput& o = outputs[i];
+    const std::string prefix = i < echo.size() ? echo[i] : std::string();
+    json c = {{"index", i}};
+    if (chat)
+      c["message"] = {{"role", "assistant"}, {"content", o.text}};
+    else
+      c["text"] = prefix + o.text;
+    c["logprobs"] = logprobs_json(meta, o.token_ids, o.logprobs, int64_t(prefix.size()));
+    c["finish_reason"] = finish_reason_json(o.finish);
+    choices.push_back(std::move(c));
+    usage.push_back(o.usage);
+  }
+  return {{"id", meta.id},
+          {"object", chat ? "chat.completion" : "text_completion"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"system_fingerprint", "mla"},
+          {"choices", std::move(choices)},
+          {"usage", usage_json(usage)}};
+}
+
+json stream_chunk(const ResponseMeta& meta, int index, const ChunkContent& c, bool usage_null) {
+  const bool chat = meta.endpoint == Endpoint::kChat;
+  json choice = {{"index", index}};
+  if (chat) {
+    json delta = json::object();
+    if (c.role) delta["role"] = "assistant";
+    if (!c.text.empty()) delta["content"] = c.text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = c.text;
+  }
+  choice["logprobs"] = c.logprobs;
+  choice["finish_reason"] = c.finish ? json(c.finish) : json(nullptr);
+  json j = {{"id", meta.id},
+            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"system_fingerprint", "mla"},
+            {"choices", json::array({std::move(choice)})}};
+  if (usage_null) j["usage"] = nullptr;
+  return j;
+}
+
+json usage_chunk(const ResponseMeta& meta, std::span<const sched::Usage> usage) {
+  return {
+      {"id", meta.id},
+      {"object", meta.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+      {"created", meta.created},
+      {"model", meta.model},
+      {"system_fingerprint", "mla"},
+      {"choices", json::array()},
+      {"usage", usage_json(usage)}};
+}
+
+}  // namespace mla::server

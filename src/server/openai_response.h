@@ -1,0 +1,59 @@
+// The response side of the OpenAI API: chat.completion / text_completion objects, their stream
+// chunks (chat.completion.chunk, text_completion), usage and both logprobs formats, built from the
+// engine's events (serving.md §4.1-4.2, §4.4).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sched/request.h"
+#include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mla::server {
+
+// What every object of one response shares.
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;       // "chatcmpl-…" or "cmpl-…", the same in every chunk
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+  LogprobsStyle logprobs = LogprobsStyle::kNone;
+  const tok::Tokenizer* tokenizer = nullptr;  // token texts for logprobs (else "token_id:N")
+};
+ResponseMeta make_response_meta(const CompletionSpec& spec, const std::string& model,
+                                const tok::Tokenizer* tokenizer);
+
+// "stop" / "length" for a finished choice.
+const char* finish_reason_json(sched::FinishReason r);
+
+// usage over all choices: prompt, completion and total tokens, prompt_tokens_details.cached_tokens.
+nlohmann::json usage_json(std::span<const sched::Usage> usage);
+
+// The logprobs object for `ids` in the meta's style; text_offset starts at `offset` (legacy).
+nlohmann::json logprobs_json(const ResponseMeta& meta, std::span<const int32_t> ids,
+                             std::span<const TokenLogprobs> lps, int64_t offset);
+
+// The whole non-streamed response; outputs[i] is choice i, echo[i] its prompt text (or none).
+nlohmann::json completion_response(const ResponseMeta& meta,
+                                   std::span<const sched::RequestOutput> outputs,
+                                   std::span<const std::string> echo);
+
+// One stream chunk for choice `index`: the role-only first delta (chat), new text (with its
+// logprobs or null), or the final chunk with finish_reason (null otherwise). `usage_null`:
+// include_usage is on, so every chunk but the last carries "usage": null.
+struct ChunkContent {
+  bool role = false;  // chat: {"role": "assistant"}
+  std::string text;
+  nlohmann::json logprobs;       // null when none
+  const char* finish = nullptr;  // null until the final chunk
+};
+nlohmann::json stream_chunk(const ResponseMeta& meta, int index, const ChunkContent& c,
+                            bool usage_null);
+// The include_usage chunk: "choices": [] and the usage.
+nlohmann::json usage_chunk(const ResponseMeta& meta, std::span<const sched::Usage> usage);
+
+}  // namespace mla::server

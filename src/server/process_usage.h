@@ -1,0 +1,17 @@
+// What the process holds right now, for /metrics: load tests compare these before and after a
+// run to find leaked sockets and memory growth (reliability.md §7).
+#pragma once
+
+#include <cstdint>
+
+namespace mla::server {
+
+struct ProcessUsage {
+  int64_t open_fds = 0;        // entries of /proc/self/fd, sockets included
+  int64_t resident_bytes = 0;  // VmRSS of /proc/self/status
+};
+
+// Linux /proc readings; fields that cannot be read stay 0.
+ProcessUsage process_usage();
+
+}  // namespace mla::server

@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""`mla serve` over raw HTTP (Python standard library only): the SSE framing byte for byte, the
+status and OpenAI error envelope of each bad request class (reliability.md §4), /health,
+/metrics, /tokenize, /detokenize, 429 with Retry-After when the queue is full, and SIGTERM: drain
+in-flight streams and exit 0, or with no drain time end them with an error event and [DONE].
+After every bad request the server still serves.
+
+Usage: http_api_test.py MLA_BINARY MODEL_DIR
+"""
+import json
+import socket
+import sys
+import threading
+import time
+import unittest
+
+from mla_server import MlaServer, find_binary_and_model, sse_events
+
+BINARY, MODEL = find_binary_and_model(sys.argv)
+SERVER = None
+
+
+def setUpModule():
+    global SERVER
+    SERVER = MlaServer(BINARY, MODEL, "--max-body-bytes", "65536", "--max-model-len", "256")
+
+
+def tearDownModule():
+    if SERVER:
+        assert SERVER.stop() == 0
+
+
+def raw_exchange(port, data, timeout=10):
+    """Sends raw bytes, returns everything the server answers until it closes or times out."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        out = b""
+        while True:
+            try:
+                b = s.recv(65536)
+            except socket.timeout:
+                break
+            if not b:
+                break
+            out += b
+            if b"\r\n\r\n" in out and b"Connection: close" not in out:
+                head, _, body = out.partition(b"\r\n\r\n")
+                n = [l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+                if n and len(body) >= int(n[0].split(b":")[1]):
+                    break
+        return out
+    finally:
+        s.close()
+
+
+class StreamFramingTest(unittest.TestCase):
+    def test_sse_framing_and_chunks(self):
+        body = {"model": SERVER.model_id, "prompt": "Hello", "max_tokens": 6, "temperature": 0,
+                "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+        status, headers, raw = SERVER.request("POST", "/v1/completions", body)
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["content-type"].startswith("text/event-stream"))
+        events = sse_events(raw)
+        self.assertEqual(events[-1], "[DONE]")
+        chunks = [json.loads(e) for e in events[:-1]]
+        self.assertEqual(chunks[-1]["choices"], [])
+        self.assertEqual(chunks[-1]["usage"]["completion_tokens"], 6)
+        finals = [c for c in chunks[:-1] if c["choices"][0]["finish_reason"] is not None]
+        self.assertEqual(len(finals), 1)
+        self.assertIs(finals[0], chunks[-2])
+        for c in chunks[:-1]:
+            self.assertIn("usage", c)
+            self.assertIsNone(c["usage"])
+            self.assertEqual(c["object"], "text_completion")
+
+    def test_chat_stream_gzip_accepted_stays_plain(self):
+        # Clients send Accept-Encoding: gzip; an event stream must stay unbuffered plain text.
+        body = {"model": SERVER.model_id, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 3, "stream": True, "temperature": 0}
+        status, headers, raw = SERVER.request("POST", "/v1/chat/completions", body,
+                                              {"Accept-Encoding": "gzip, deflate, br"})
+        self.assertEqual(status, 200)
+        self.assertNotIn("content-encoding", headers)
+        events = sse_events(raw)
+        first = json.loads(events[0])["choices"][0]
+        self.assertEqual(first["delta"], {"role": "assistant"})
+        self.assertIsNone(first["finish_reason"])
+
+
+class BadRequestTest(unittest.TestCase):
+    def assert_error(self, status, method, path, body=None, headers=None, param=None):
+        got, hdrs, raw = SERVER.request(method, path, body, headers)
+        self.assertEqual(got, status, raw[:300])
+        err = json.loads(raw)["error"]
+        self.assertEqual(set(err), {"message", "type", "param", "code"})
+        self.assertTrue(err["message"])
+        if param is not None:
+            self.assertEqual(err["param"], param, err)
+        return err, hdrs
+
+    def tearDown(self):
+        # Whatever was sent, the next ordinary request is served.
+        status, _, raw = SERVER.post_json("/v1/completions", {"model": SERVER.model_id,
+                                                              "prompt": "ok", "max_tokens": 2})
+        self.assertEqual(status, 200, raw)
+
+    def chat(self, **fields):
+        body = {"model": SERVER.model_id, "messages": [{"role": "user", "content": "hi"}]}
+        body.update(fields)
+        return body
+
+    def test_routes_and_methods(self):
+        self.assert_error(404, "GET", "/v2/nothing")
+        _, hdrs = self.assert_error(405, "GET", "/v1/completions")
+        self.assertEqual(hdrs.get("allow"), "POST")
+        self.assert_error(405, "DELETE", "/v1/models")
+
+    def test_malformed_json(self):
+        for text in ['{"model": ', '{"a": 1} trailing', '[1, 2]', '{"a": 1, "a": 2}',
+                     "[" * 100 + "]" * 100, '{"x":' * 70 + "1" + "}" * 70]:
+            with self.subTest(text=text[:20]):
+                self.assert_error(400, "POST", "/v1/completions", text,
+                                  {"Content-Type": "application/json"})
+
+    def test_wrong_types_name_the_param(self):
+        for field, value in [("max_tokens", "abc"), ("temperature", "hot"), ("messages", "hi"),
+                             ("stream", "yes"), ("top_k", 1.5), ("seed", "x"), ("stop", 5),
+                             ("logprobs", 3)]:
+            with self.subTest(field=field):
+                self.assert_error(400, "POST", "/v1/chat/completions",
+                                  self.chat(**{field: value}), param=field)
+
+    def test_out_of_range(self):
+        for field, value in [("max_tokens", -5), ("n", 4), ("temperature", 2.5), ("top_p", 1.5),
+                             ("top_k", -2), ("top_logprobs", 21), ("presence_penalty", 3),
+                             ("frequency_penalty", -2.5), ("min_p", 2), ("n_discard", -1),
+                             ("stop", ["x" * 300])]:
+            with self.subTest(field=field):
+                self.assert_error(400, "POST", "/v1/chat/completions",
+                                  self.chat(**{field: value}), param=field)
+        self.assert_error(400, "POST", "/v1/chat/completions",
+                          self.chat(logprobs=True, top_logprobs=21), param="top_logprobs")
+        self.assert_error(400, "POST", "/v1/chat/completions",
+                          self.chat(logit_bias={"abc": 1}), param="logit_bias")
+        self.assert_error(400, "POST", "/v1/chat/completions",
+                          self.chat(logit_bias={"5": 101}), param="logit_bias")
+        self.assert_error(400, "POST", "/v1/chat/completions",
+                          self.chat(chat_template_kwargs={"thinking": True}))
+
+    def test_messages(self):
+        for messages, param in [([], "messages"), ([{"role": "wizard", "content": "x"}],
+                                                   "messages[0].role"),
+                                ([{"role": "user"}], "messages[0].content"),
+                                ([{"role": "user", "content": [
+                                    {"type": "image_url", "image_url": {"url": "x"}}]}],
+                                 "messages[0].content[0].type"),
+                                ([5], "messages[0]")]:
+            with self.subTest(param=param):
+                self.assert_error(400, "POST", "/v1/chat/completions",
+                                  self.chat(messages=messages), param=param)
+
+    def test_prompt_token_ids(self):
+        for prompt in [[-1], [10**9], [1, "a"], [[1], "a"], [], [1.5]]:
+            with self.subTest(prompt=prompt):
+                self.assert_error(400, "POST", "/v1/completions",
+                                  {"model": SERVER.model_id, "prompt": prompt}, param="prompt")
+
+    def test_context_length(self):
+        _, _, models = SERVER.request("GET", "/v1/models")
+        n = json.loads(models)["data"][0]["max_model_len"] + 10
+        err, _ = self.assert_error(400, "POST", "/v1/completions",
+                                   {"model": SERVER.model_id, "prompt": [5] * n}, param="prompt")
+        self.assertRegex(err["message"], rf"maximum context length is \d+ tokens.* {n} tokens")
+
+    def test_unknown_fields_are_ignored(self):
+        status, _, r = SERVER.post_json("/v1/chat/completions", self.chat(
+            max_tokens=2, user="u", metadata={"a": "b"}, store=False, service_tier="auto",
+            parallel_tool_calls=False, some_future_field={"x": [1, 2]}, repetition_penalty=1.0,
+            best_of=1, stream_options=None))
+        self.assertEqual(status, 200, r)
+
+    def test_unknown_model_404(self):
+        err, _ = self.assert_error(404, "POST", "/v1/chat/completions", self.chat(model="nope"),
+                                   param="model")
+        self.assertEqual(err["code"], "model_not_found")
+
+    def test_body_limits_and_encodings(self):
+        # Content-Length over the cap: 413 before the body is sent at all.
+        out = raw_exchange(SERVER.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Type: application/json\r\nContent-Length: 104857600\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 413"), out[:100])
+        self.assertIn(b'"error"', out)
+        self.assert_error(415, "POST", "/v1/completions", b"\x1f\x8b\x08\x00",
+                          {"Content-Encoding": "gzip", "Content-Type": "application/json"})
+        out = raw_exchange(SERVER.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 400"), out[:100])
+
+
+    def test_header_limits(self):
+        # reliability.md §4 item 36: > 100 headers or a header block > 16 KiB: 431; a request
+        # line > 8 KiB: 414. The server keeps serving.
+        many = b"".join(b"X-H%d: y\r\n" % i for i in range(101))
+        out = raw_exchange(SERVER.port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 431"), out[:100])
+        big = b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 1000) for i in range(20))
+        out = raw_exchange(SERVER.port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 431"), out[:100])
+        self.assertIn(b'"error"', out)
+        out = raw_exchange(SERVER.port, b"GET /health?" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 414"), out[:100])
+        fine = b"".join(b"X-H%d: y\r\n" % i for i in range(90))
+        out = raw_exchange(SERVER.port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + fine +
+                           b"Connection: close\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 200"), out[:100])
+
+
+class InfoRoutesTest(unittest.TestCase):
+    def test_health_models_metrics(self):
+        status, _, raw = SERVER.request("GET", "/health")
+        self.assertEqual((status, json.loads(raw)["status"]), (200, "ok"))
+        status, _, models = SERVER.post_json("/tokenize", {"prompt": "héllo wörld"})
+        self.assertEqual(status, 200)
+        status, _, text = SERVER.post_json("/detokenize", {"tokens": models["tokens"]})
+        self.assertTrue(text["prompt"].endswith("héllo wörld"))
+        status, headers, raw = SERVER.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["content-type"].startswith("text/plain"))
+        m = SERVER.metrics()
+        for name in ("mla:num_requests_running", "mla:kv_cache_blocks_used",
+                     "mla:kv_cache_blocks_free", "mla:generation_tokens_total"):
+            self.assertIn(name, m)
+
+    def test_chat_page(self):
+        status, headers, raw = SERVER.request("GET", "/")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["content-type"].startswith("text/html"))
+        self.assertIn(b"<html", raw.lower())
+
+
+def wait_in_flight(server, n, timeout=30):
+    """Waits (bounded) until n completion requests are admitted."""
+    deadline = time.time() + timeout
+    while server.metrics().get("mla:http_requests_in_flight", 0) < n:
+        assert time.time() < deadline, f"{n} requests were never in flight"
+        time.sleep(0.01)
+
+
+def stream_in_thread(server, max_tokens, out):
+    body = {"model": server.model_id, "prompt": "Go", "max_tokens": max_tokens, "stream": True,
+            "ignore_eos": True, "temperature": 0}
+    out.append(server.request("POST", "/v1/completions", body, timeout=120))
+
+
+class QueueAndShutdownTest(unittest.TestCase):
+    def test_queue_full_429(self):
+        s = MlaServer(BINARY, MODEL, "--max-num-seqs", "1", "--max-queue", "0")
+        try:
+            out = []
+            t = threading.Thread(target=stream_in_thread, args=(s, 3000, out))
+            t.start()
+            wait_in_flight(s, 1)
+            start = time.time()
+            status, headers, raw = s.request("POST", "/v1/completions",
+                                             {"model": s.model_id, "prompt": "x"})
+            self.assertLess(time.time() - start, 0.5)
+            self.assertEqual(status, 429)
+            self.assertEqual(headers.get("retry-after"), "1")
+            self.assertEqual(json.loads(raw)["error"]["type"], "rate_limit_error")
+            t.join()
+            self.assertEqual(out[0][0], 200)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_sigterm_drains_streams(self):
+        s = MlaServer(BINARY, MODEL, "--shutdown-timeout", "60")
+        out = []
+        threads = [threading.Thread(target=stream_in_thread, args=(s, 200, out)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        wait_in_flight(s, 3)
+        self.assertEqual(s.stop(), 0)
+        for t in threads:
+            t.join()
+        for status, _, raw in out:
+            self.assertEqual(status, 200)
+            events = sse_events(raw)
+            self.assertEqual(events[-1], "[DONE]")
+            self.assertEqual(json.loads(events[-2])["choices"][0]["finish_reason"], "length")
+
+    def test_sigterm_without_drain_ends_streams_with_an_error_event(self):
+        s = MlaServer(BINARY, MODEL, "--shutdown-timeout", "0")
+        out = []
+        t = threading.Thread(target=stream_in_thread, args=(s, 30000, out))
+        t.start()
+        wait_in_flight(s, 1)
+        time.sleep(0.2)
+        self.assertEqual(s.stop(), 0)
+        t.join()
+        status, _, raw = out[0]
+        self.assertEqual(status, 200)
+        events = sse_events(raw)
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertIn("error", json.loads(events[-2]))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]], verbosity=2)

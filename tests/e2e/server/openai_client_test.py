@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""`mla serve` driven by the official `openai` Python client (PyPI, pinned in scripts/lib.sh):
+chat and completions, streamed and not, usage, stop, max_tokens, seed determinism, logprobs,
+errors (401 wrong key, 404 unknown model, 400 naming the param), parallel clients getting the
+sequential greedy outputs, and a disconnecting client freeing its KV pages (seen in /metrics).
+
+Usage: openai_client_test.py MLA_BINARY MODEL_DIR   (exit 77: skipped, openai not installed)
+"""
+import concurrent.futures
+import socket
+import sys
+import time
+import unittest
+
+from mla_server import MlaServer, find_binary_and_model
+
+try:
+    import openai
+except ImportError:
+    print("skipped: the openai package is not installed")
+    sys.exit(77)
+
+BINARY, MODEL = find_binary_and_model(sys.argv)
+KEY = "sk-test-0123456789"
+SERVER = None
+
+
+def setUpModule():
+    global SERVER
+    SERVER = MlaServer(BINARY, MODEL, "--api-key", KEY, "--max-num-seqs", "8")
+
+
+def tearDownModule():
+    if SERVER:
+        assert SERVER.stop() == 0, "mla serve did not exit 0 on SIGTERM"
+
+
+def client(key=KEY):
+    return openai.OpenAI(base_url=SERVER.base_url + "/v1", api_key=key, max_retries=0, timeout=60)
+
+
+HELLO = [{"role": "user", "content": "Hello! Who are you?"}]
+
+
+class ChatTest(unittest.TestCase):
+    def test_non_streamed_shape_and_usage(self):
+        r = client().chat.completions.create(model=SERVER.model_id, messages=HELLO, max_tokens=8,
+                                             temperature=0)
+        self.assertEqual(r.object, "chat.completion")
+        self.assertTrue(r.id.startswith("chatcmpl-"))
+        self.assertEqual(r.model, SERVER.model_id)
+        self.assertEqual(len(r.choices), 1)
+        c = r.choices[0]
+        self.assertEqual(c.index, 0)
+        self.assertEqual(c.message.role, "assistant")
+        self.assertIsInstance(c.message.content, str)
+        self.assertIn(c.finish_reason, ("stop", "length"))
+        self.assertLessEqual(r.usage.completion_tokens, 8)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
+        # The prompt count is the chat template's: the same as /tokenize of the messages.
+        _, _, t = SERVER.post_json("/tokenize", {"messages": HELLO},
+                                   {"Authorization": "Bearer " + KEY})
+        self.assertEqual(r.usage.prompt_tokens, t["count"])
+
+    def test_stream_matches_non_stream(self):
+        args = dict(model=SERVER.model_id, messages=HELLO, max_tokens=12, temperature=0,
+                    extra_body={"ignore_eos": True})
+        whole = client().chat.completions.create(**args)
+        chunks = list(client().chat.completions.create(
+            stream=True, stream_options={"include_usage": True}, **args))
+        self.assertGreaterEqual(len(chunks), 3)
+        self.assertEqual({c.id for c in chunks}, {chunks[0].id})
+        self.assertTrue(all(c.object == "chat.completion.chunk" for c in chunks))
+        first = chunks[0].choices[0]
+        self.assertEqual(first.delta.role, "assistant")
+        self.assertFalse(first.delta.content)
+        # include_usage: one last chunk without choices and with the usage; null usage before.
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, 12)
+        self.assertTrue(all(c.usage is None for c in chunks[:-1]))
+        finishes = [c.choices[0].finish_reason for c in chunks[:-1]]
+        self.assertEqual(finishes[-1], "length")
+        self.assertTrue(all(f is None for f in finishes[:-1]), finishes)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks[:-1])
+        self.assertEqual(text, whole.choices[0].message.content)
+        self.assertEqual(whole.usage.completion_tokens, 12)
+
+    def test_stream_without_usage_has_no_usage_chunk(self):
+        chunks = list(client().chat.completions.create(model=SERVER.model_id, messages=HELLO,
+                                                       max_tokens=3, temperature=0, stream=True))
+        self.assertTrue(all(c.choices for c in chunks))
+        self.assertIsNotNone(chunks[-1].choices[0].finish_reason)
+
+    def test_logprobs(self):
+        r = client().chat.completions.create(model=SERVER.model_id, messages=HELLO, max_tokens=4,
+                                             temperature=0, logprobs=True, top_logprobs=3,
+                                             extra_body={"ignore_eos": True})
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), 4)
+        for t in content:
+            self.assertLessEqual(t.logprob, 0.0)
+            self.assertEqual(len(t.top_logprobs), 3)
+            # Greedy: the chosen token is the most likely one.
+            self.assertAlmostEqual(t.top_logprobs[0].logprob, t.logprob, places=5)
+            self.assertEqual(bytes(t.bytes).decode("utf-8", "replace"), t.token)
+
+    def test_seed_determinism(self):
+        def sample(seed):
+            return client().chat.completions.create(
+                model=SERVER.model_id, messages=HELLO, max_tokens=16, temperature=1.0, seed=seed,
+                extra_body={"ignore_eos": True}).choices[0].message.content
+        a = sample(1234)
+        self.assertEqual(a, sample(1234))
+        self.assertTrue(any(sample(s) != a for s in (1, 2, 3)), "the seed changes nothing")
+
+    def test_max_completion_tokens(self):
+        r = client().chat.completions.create(model=SERVER.model_id, messages=HELLO,
+                                             max_completion_tokens=5, temperature=0,
+                                             extra_body={"ignore_eos": True})
+        self.assertEqual(r.usage.completion_tokens, 5)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+
+
+class CompletionsTest(unittest.TestCase):
+    def greedy(self, prompt, n, **kw):
+        return client().completions.create(model=SERVER.model_id, prompt=prompt, max_tokens=n,
+                                           temperature=0, extra_body={"ignore_eos": True}, **kw)
+
+    def test_default_max_tokens_is_16(self):
+        r = client().completions.create(model=SERVER.model_id, prompt="The capital of France is",
+                                        temperature=0, extra_body={"ignore_eos": True})
+        self.assertEqual(r.object, "text_completion")
+        self.assertEqual(r.usage.completion_tokens, 16)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+
+    def test_prompt_forms(self):
+        text = self.greedy("abc def", 6).choices[0].text
+        _, _, t = SERVER.post_json("/tokenize", {"prompt": "abc def"},
+                                   {"Authorization": "Bearer " + KEY})
+        self.assertEqual(self.greedy(t["tokens"], 6).choices[0].text, text)
+        many = self.greedy(["abc def", "xyz"], 6)
+        self.assertEqual([c.index for c in many.choices], [0, 1])
+        self.assertEqual(many.choices[0].text, text)
+        self.assertEqual(many.usage.completion_tokens, 12)
+        echo = self.greedy("abc def", 6, echo=True)
+        self.assertEqual(echo.choices[0].text, "abc def" + text)
+
+    def test_stop_string_is_excluded(self):
+        full = self.greedy("Once upon a time", 24).choices[0].text
+        # A stop string from the middle of the greedy text: the reply ends right before it.
+        stop = next((full[i:i + 2] for i in range(4, len(full) - 2)
+                     if full[i:i + 2].isprintable() and "\ufffd" not in full[i:i + 2]), None)
+        self.assertIsNotNone(stop, f"no usable stop string in {full!r}")
+        r = self.greedy("Once upon a time", 24, stop=[stop])
+        self.assertEqual(r.choices[0].text, full[:full.find(stop)])
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+
+    def test_stream_legacy_logprobs(self):
+        chunks = list(client().completions.create(
+            model=SERVER.model_id, prompt="Hi", max_tokens=5, temperature=0, logprobs=2,
+            stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+        lps = [c.choices[0].logprobs for c in chunks if c.choices and c.choices[0].logprobs]
+        self.assertEqual(sum(len(lp.tokens) for lp in lps), 5)
+        self.assertTrue(all(len(t) <= 2 for lp in lps for t in lp.top_logprobs))
+        self.assertEqual(chunks[-1].usage.completion_tokens, 5)
+
+
+class ErrorsTest(unittest.TestCase):
+    def test_wrong_key_401(self):
+        with self.assertRaises(openai.AuthenticationError) as cm:
+            client("sk-wrong").chat.completions.create(model=SERVER.model_id, messages=HELLO)
+        self.assertEqual(cm.exception.status_code, 401)
+        self.assertNotIn(KEY, "".join(SERVER.log))  # never logged
+
+    def test_unknown_model_404(self):
+        with self.assertRaises(openai.NotFoundError) as cm:
+            client().chat.completions.create(model="gpt-4o", messages=HELLO)
+        self.assertEqual(cm.exception.status_code, 404)
+        self.assertEqual(cm.exception.body["code"], "model_not_found")
+
+    def test_bad_params_400_name_the_param(self):
+        cases = [({"n": 2}, "n"), ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
+                 ({"max_tokens": 0}, "max_tokens"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+                 ({"logit_bias": {"-1": 5}}, "logit_bias"), ({"top_logprobs": 3}, "top_logprobs")]
+        for extra, param in cases:
+            with self.subTest(param=param), self.assertRaises(openai.BadRequestError) as cm:
+                client().chat.completions.create(model=SERVER.model_id, messages=HELLO,
+                                                 extra_body=extra)
+            self.assertEqual(cm.exception.body["param"], param)
+
+    def test_context_length_400_names_both_counts(self):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().completions.create(model=SERVER.model_id, prompt="hi", max_tokens=10**9)
+        self.assertRegex(cm.exception.message, r"maximum context length is \d+ tokens")
+
+    def test_models_list(self):
+        ids = [m.id for m in client().models.list()]
+        self.assertEqual(ids, [SERVER.model_id])
+
+
+class ConcurrencyTest(unittest.TestCase):
+    PROMPTS = [f"Prompt number {i}: " + "word " * (3 * i) for i in range(8)]
+
+    def run_one(self, prompt):
+        return client().completions.create(model=SERVER.model_id, prompt=prompt, max_tokens=20,
+                                           temperature=0,
+                                           extra_body={"ignore_eos": True}).choices[0].text
+
+    def test_parallel_equals_sequential(self):
+        sequential = [self.run_one(p) for p in self.PROMPTS]
+        with concurrent.futures.ThreadPoolExecutor(len(self.PROMPTS)) as ex:
+            parallel = list(ex.map(self.run_one, self.PROMPTS))
+        self.assertEqual(parallel, sequential)
+        SERVER.wait_idle(headers={"Authorization": "Bearer " + KEY})
+
+    def test_disconnect_frees_pages(self):
+        auth = {"Authorization": "Bearer " + KEY}
+        aborted = 'mla:request_success_total{finished_reason="abort"}'
+        before = SERVER.wait_idle(headers=auth)[aborted]
+        # A stream the client drops after two chunks, while it still has 4000 tokens to go.
+        stream = client().completions.create(model=SERVER.model_id, prompt="A long story:",
+                                             max_tokens=4000, temperature=0, stream=True,
+                                             extra_body={"ignore_eos": True})
+        it = iter(stream)
+        next(it), next(it)
+        self.assertGreater(SERVER.metrics(auth)["mla:kv_cache_blocks_used"], 0)
+        stream.close()
+        m = SERVER.wait_idle(timeout=2.0, headers=auth)
+        self.assertEqual(m[aborted], before + 1)
+        # A non-streamed request whose client hangs up before the answer.
+        body = ('{"model": "%s", "prompt": "Tell me everything.", "max_tokens": 4000, '
+                '"ignore_eos": true}' % SERVER.model_id).encode()
+        s = socket.create_connection(("127.0.0.1", SERVER.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                  KEY.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                  str(len(body)).encode() + b"\r\n\r\n" + body)
+        deadline = time.time() + 5
+        while SERVER.metrics(auth)["mla:kv_cache_blocks_used"] == 0 and time.time() < deadline:
+            time.sleep(0.01)
+        s.close()
+        m = SERVER.wait_idle(timeout=2.0, headers=auth)
+        self.assertEqual(m[aborted], before + 2)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]], verbosity=2)

@@ -1,0 +1,369 @@
+// `mla bench serve`: a load generator for an OpenAI-compatible server (ours, vLLM, SGLang), with
+// the method of `vllm bench serve` (serving.md §5.1): N requests of random token-id prompts sent
+// at Poisson arrival times (or all at once), at most C in flight, each a streaming
+// `/v1/completions` with ignore_eos so output lengths are exact; every SSE chunk is timed as it
+// arrives. Prints vLLM's result table, or one JSON object with --json. Progress goes to stderr.
+// The statistics and the stream parsing live in src/bench/serve_stats (unit-tested).
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "bench/serve_stats.h"
+#include "commands.h"
+
+namespace mla::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using bench::RequestResult;
+using nlohmann::ordered_json;
+
+struct ServeBenchOptions {
+  std::string base_url = "http://127.0.0.1:8080", model, api_key_env = "MLA_API_KEY";
+  std::string request_rate = "inf";
+  int num_prompts = 100, max_concurrency = 0, input_len = 128, output_len = 128;
+  int vocab_low = 3, vocab_high = 259;
+  uint64_t seed = 0;
+  double timeout_s = 600;
+  bool json = false, no_keep_alive = false;
+};
+
+// Where to send: "http://host:port" for httplib's Client, and a path prefix ("" or "/proxy").
+// A trailing "/v1" is dropped so that OpenAI-style base URLs work as well as vLLM-style ones.
+struct Endpoint {
+  std::string origin, prefix;
+};
+
+Endpoint parse_base_url(std::string url) {
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  const size_t scheme = url.find("://");
+  const size_t slash = url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
+  Endpoint e{url.substr(0, slash), slash == std::string::npos ? "" : url.substr(slash)};
+  if (e.prefix.size() >= 3 && e.prefix.compare(e.prefix.size() - 3, 3, "/v1") == 0)
+    e.prefix.resize(e.prefix.size() - 3);
+  return e;
+}
+
+// One connection per worker thread, kept alive between its requests as vLLM's pooled aiohttp
+// session does (--no-keep-alive: a new one per request). TCP_NODELAY: httplib writes the headers
+// and the body separately, and Nagle would hold the body back for the server's delayed ACK.
+std::unique_ptr<httplib::Client> make_client(const std::string& origin, double timeout_s,
+                                             bool keep_alive = true) {
+  auto c = std::make_unique<httplib::Client>(origin);
+  c->set_connection_timeout(10);
+  // Long prefills leave a stream silent; generous like llama.cpp's 600 s (serving.md §4.4).
+  c->set_read_timeout(time_t(timeout_s));
+  c->set_write_timeout(time_t(timeout_s));
+  c->set_keep_alive(keep_alive);
+  c->set_tcp_nodelay(true);
+  return c;
+}
+
+// "HTTP 400: <message>" from an error body, using the OpenAI envelope when there is one.
+std::string http_error(int status, const std::string& body) {
+  std::string msg = body.substr(0, 300);
+  const auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_object() && j.contains("error")) {
+    const auto& e = j["error"];
+    if (e.is_object() && e.contains("message") && e["message"].is_string())
+      msg = e["message"].get<std::string>();
+    else if (e.is_string())
+      msg = e.get<std::string>();
+  }
+  return fmt::format("HTTP {}: {}", status, msg);
+}
+
+// One streaming request. Times are taken in the content receiver, i.e. when httplib hands over
+// the bytes of a read: every event of one read shares its time, as it does for vLLM's client.
+RequestResult send_stream(httplib::Client& cli, const std::string& path,
+                          const httplib::Headers& headers, const std::string& body) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.headers = headers;
+  req.set_header("Content-Type", "application/json");
+  req.set_header("Accept", "text/event-stream");
+  req.body = body;
+  bench::SseParser sse;
+  bench::StreamRecorder rec;
+  int status = 0;
+  std::string error_body;
+  const Clock::time_point t0 = Clock::now();
+  const auto since = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  req.response_handler = [&](const httplib::Response& res) {
+    status = res.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    const double t = since();
+    if (status != 200) {
+      if (error_body.size() < 4096) error_body.append(data, n);
+      return true;
+    }
+    sse.feed({data, n},
+             [&](std::string_view d) { rec.on_chunk(bench::parse_completion_chunk(d), t); });
+    return true;
+  };
+  const httplib::Result res = cli.send(req);
+  if (!res) return rec.finish("transport error: " + httplib::to_string(res.error()));
+  if (status != 200) return rec.finish(http_error(status, error_body));
+  const double t_end = since();
+  sse.finish([&](std::string_view d) { rec.on_chunk(bench::parse_completion_chunk(d), t_end); });
+  return rec.finish("");
+}
+
+int fail(const std::string& msg) {
+  fmt::print(stderr, "mla bench serve: {}\n", msg);
+  return 1;
+}
+
+// GET {base}/v1/models → data[0].id, as SGLang's client does when no model is named.
+std::string first_served_model(const Endpoint& ep, const httplib::Headers& headers,
+                               std::string* error) {
+  auto cli = make_client(ep.origin, 30);
+  const auto res = cli->Get(ep.prefix + "/v1/models", headers);
+  if (!res) {
+    *error = "GET /v1/models: transport error: " + httplib::to_string(res.error());
+    return {};
+  }
+  if (res->status != 200) {
+    *error = "GET /v1/models: " + http_error(res->status, res->body);
+    return {};
+  }
+  const auto j = nlohmann::json::parse(res->body, nullptr, false);
+  if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
+      j["data"][0].contains("id") && j["data"][0]["id"].is_string())
+    return j["data"][0]["id"].get<std::string>();
+  *error = "GET /v1/models: no data[0].id in " + res->body.substr(0, 200);
+  return {};
+}
+
+void print_table(const ServeBenchOptions& o, const bench::ServeMetrics& m) {
+  // vLLM's layout: 50-column banners, a label padded to 40 and the value.
+  const auto banner = [](std::string s, char c) {
+    // Centred like Python's "{:c^50}": the odd pad character goes to the right.
+    const size_t pad = s.size() < 50 ? 50 - s.size() : 0;
+    fmt::print("{}{}{}\n", std::string(pad / 2, c), s, std::string(pad - pad / 2, c));
+  };
+  const auto row = [](const std::string& label, const auto& v) {
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(v)>>)
+      fmt::print("{:<40} {:<10.2f}\n", label, v);
+    else
+      fmt::print("{:<40} {:<10}\n", label, v);
+  };
+  banner(" Serving Benchmark Result ", '=');
+  row("Successful requests:", m.completed);
+  row("Failed requests:", m.failed);
+  if (o.max_concurrency > 0) row("Maximum request concurrency:", o.max_concurrency);
+  row("Benchmark duration (s):", m.duration_s);
+  row("Total input tokens:", m.total_input);
+  row("Total generated tokens:", m.total_output);
+  row("Request throughput (req/s):", m.request_throughput);
+  row("Output token throughput (tok/s):", m.output_throughput);
+  row("Total Token throughput (tok/s):", m.total_token_throughput);
+  const std::pair<const char*, const bench::Distribution*> sections[] = {
+      {"Time to First Token", &m.ttft},
+      {"Time per Output Token (excl. 1st token)", &m.tpot},
+      {"Inter-token Latency", &m.itl},
+      {"End-to-end Latency", &m.e2el}};
+  const char* names[] = {"TTFT", "TPOT", "ITL", "E2EL"};
+  for (int i = 0; i < 4; ++i) {
+    banner(sections[i].first, '-');
+    row(fmt::format("Mean {} (ms):", names[i]), sections[i].second->mean);
+    row(fmt::format("Median {} (ms):", names[i]), sections[i].second->median);
+    row(fmt::format("P99 {} (ms):", names[i]), sections[i].second->p99);
+  }
+  banner("", '=');
+  if (!m.first_error.empty()) fmt::print("First error: {}\n", m.first_error);
+}
+
+ordered_json metrics_json(const ServeBenchOptions& o, const std::string& model, double rate,
+                          const bench::ServeMetrics& m) {
+  ordered_json j = {
+      {"base_url", o.base_url},
+      {"model", model},
+      {"num_prompts", o.num_prompts},
+      {"request_rate", std::isinf(rate) ? ordered_json("inf") : ordered_json(rate)},
+      {"max_concurrency",
+       o.max_concurrency > 0 ? ordered_json(o.max_concurrency) : ordered_json(nullptr)},
+      {"input_len", o.input_len},
+      {"output_len", o.output_len},
+      {"seed", o.seed},
+      {"keep_alive", !o.no_keep_alive},
+      {"completed", m.completed},
+      {"failed", m.failed},
+      {"first_error", m.first_error.empty() ? ordered_json(nullptr) : ordered_json(m.first_error)},
+      {"duration_s", m.duration_s},
+      {"total_input_tokens", m.total_input},
+      {"total_output_tokens", m.total_output},
+      {"usage_reported", m.all_usage},
+      {"request_throughput", m.request_throughput},
+      {"output_throughput", m.output_throughput},
+      {"total_token_throughput", m.total_token_throughput}};
+  for (const auto& [name, d] : {std::pair{"ttft", &m.ttft}, std::pair{"tpot", &m.tpot},
+                                std::pair{"itl", &m.itl}, std::pair{"e2el", &m.e2el}}) {
+    j[fmt::format("mean_{}_ms", name)] = d->mean;
+    j[fmt::format("median_{}_ms", name)] = d->median;
+    j[fmt::format("std_{}_ms", name)] = d->std;
+    j[fmt::format("p99_{}_ms", name)] = d->p99;
+  }
+  return j;
+}
+
+int run_serve_bench(const ServeBenchOptions& o) {
+  double rate = 0;
+  if (o.request_rate == "inf") {
+    rate = INFINITY;
+  } else {
+    char* end = nullptr;
+    rate = std::strtod(o.request_rate.c_str(), &end);
+    if (end == o.request_rate.c_str() || *end != '\0' || !(rate > 0))
+      return fail("--request-rate must be a positive number or inf, not " + o.request_rate);
+  }
+  if (o.vocab_low < 0 || o.vocab_high <= o.vocab_low)
+    return fail("--vocab-low must be >= 0 and below --vocab-high");
+
+  const Endpoint ep = parse_base_url(o.base_url);
+  if (!httplib::Client(ep.origin).is_valid()) return fail("bad --base-url " + o.base_url);
+  httplib::Headers headers;
+  // The key comes from the environment, never the command line (it would show in `ps`).
+  const char* key = std::getenv(o.api_key_env.c_str());
+  if ((key == nullptr || *key == '\0') && o.api_key_env == "MLA_API_KEY")
+    key = std::getenv("OPENAI_API_KEY");
+  if (key != nullptr && *key != '\0')
+    headers.emplace("Authorization", std::string("Bearer ") + key);
+
+  std::string model = o.model;
+  if (model.empty()) {
+    std::string err;
+    model = first_served_model(ep, headers, &err);
+    if (model.empty()) return fail(err);
+  }
+
+  // Bodies up front, so building them costs nothing inside the timed run.
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> id(o.vocab_low, o.vocab_high - 1);
+  std::vector<std::string> bodies(size_t(o.num_prompts));
+  for (std::string& b : bodies) {
+    std::vector<int32_t> prompt(size_t(o.input_len));
+    for (int32_t& t : prompt) t = id(rng);
+    b =
+        ordered_json{
+            {"model", model},     {"prompt", prompt}, {"max_tokens", o.output_len},
+            {"temperature", 0.0}, {"stream", true},   {"stream_options", {{"include_usage", true}}},
+            {"ignore_eos", true}}
+            .dump();
+  }
+  const std::vector<double> arrivals = bench::arrival_offsets(o.num_prompts, rate, o.seed);
+  const std::string path = ep.prefix + "/v1/completions";
+
+  // vLLM's readiness check: the first prompt once, before timing; a server that cannot answer
+  // it would only produce N identical failures.
+  fmt::print(stderr, "model {} at {}: checking with one request...\n", model, o.base_url);
+  {
+    auto cli = make_client(ep.origin, o.timeout_s);
+    const RequestResult probe = send_stream(*cli, path, headers, bodies[0]);
+    if (!probe.success) return fail("the test request failed: " + probe.error);
+  }
+
+  const int workers =
+      o.max_concurrency > 0 ? std::min(o.max_concurrency, o.num_prompts) : o.num_prompts;
+  fmt::print(stderr, "sending {} requests ({} in, {} out) at rate {}, at most {} in flight...\n",
+             o.num_prompts, o.input_len, o.output_len, o.request_rate, workers);
+  // C workers take requests in arrival order, each waiting for its arrival time: request i
+  // starts at max(arrival_i, a worker free), which is what vLLM's FIFO semaphore of C gives.
+  // The clock of a request starts when it is sent, so time spent waiting for a slot is not TTFT.
+  std::vector<RequestResult> results(bodies.size());
+  std::atomic<int> next{0}, done{0};
+  std::mutex progress_mu;
+  const Clock::time_point start = Clock::now();
+  const auto worker = [&] {
+    auto cli = make_client(ep.origin, o.timeout_s, !o.no_keep_alive);
+    for (int i; (i = next.fetch_add(1)) < o.num_prompts;) {
+      std::this_thread::sleep_until(start +
+                                    std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(arrivals[size_t(i)])));
+      results[size_t(i)] = send_stream(*cli, path, headers, bodies[size_t(i)]);
+      const int d = done.fetch_add(1) + 1;
+      if (d * 10 / o.num_prompts != (d - 1) * 10 / o.num_prompts || d == o.num_prompts) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        fmt::print(stderr, "  {}/{} done\n", d, o.num_prompts);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 0; w < workers; ++w) pool.emplace_back(worker);
+  for (std::thread& t : pool) t.join();
+  const double duration = std::chrono::duration<double>(Clock::now() - start).count();
+
+  const bench::ServeMetrics m = bench::compute_metrics(results, o.input_len, duration);
+  if (!m.all_usage)
+    fmt::print(stderr,
+               "warning: some streams had no usage chunk; their output tokens are the "
+               "number of text chunks\n");
+  if (o.json)
+    fmt::print("{}\n", metrics_json(o, model, rate, m).dump(2));
+  else
+    print_table(o, m);
+  return m.completed > 0 ? 0 : 1;
+}
+
+}  // namespace
+
+// Called by register_bench (cmd_bench.cc) with the `bench` subcommand.
+void register_bench_serve(CLI::App* bench, int* exit_code) {
+  auto o = std::make_shared<ServeBenchOptions>();
+  CLI::App* cmd = bench->add_subcommand(
+      "serve", "Load an OpenAI-compatible server with streaming /v1/completions (vLLM's method)");
+  cmd->add_option("--base-url", o->base_url, "Server address (a trailing /v1 is ignored)")
+      ->capture_default_str();
+  cmd->add_option("--model", o->model, "Model name to send (default: GET /v1/models data[0].id)");
+  cmd->add_option("--num-prompts", o->num_prompts, "Requests")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--request-rate", o->request_rate,
+                  "Requests per second (Poisson arrivals), or inf: all at once")
+      ->capture_default_str();
+  cmd->add_option("--max-concurrency", o->max_concurrency, "Requests in flight at most (0: no cap)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--input-len", o->input_len, "Prompt tokens per request (random ids)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--output-len", o->output_len, "max_tokens per request (ignore_eos)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--vocab-low", o->vocab_low,
+                  "Smallest prompt token id (default: past BOS/EOS/pad of DeepSeek vocabularies)")
+      ->capture_default_str();
+  cmd->add_option("--vocab-high", o->vocab_high, "Prompt token ids stay below this")
+      ->capture_default_str();
+  cmd->add_option("--api-key-env", o->api_key_env,
+                  "Environment variable holding the bearer key (MLA_API_KEY falls back to "
+                  "OPENAI_API_KEY)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the prompts and the arrival times")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o->timeout_s,
+                  "Longest silence on a connection in seconds before a request fails")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-keep-alive", o->no_keep_alive,
+                "A new connection per request (default: one kept-alive connection per worker)");
+  cmd->add_flag("--json", o->json, "One JSON object on stdout");
+  cmd->callback([o, exit_code] { *exit_code = run_serve_bench(*o); });
+}
+
+}  // namespace mla::cli

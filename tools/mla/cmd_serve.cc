@@ -1,0 +1,207 @@
+// `mla serve`: the OpenAI-compatible server on one model directory. It listens at once (/health
+// says 503 while the model loads), serves until SIGTERM or SIGINT, then stops accepting, drains
+// in-flight requests for up to --shutdown-timeout seconds, cancels the rest and exits 0.
+#include <fmt/format.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "cache/cache_capacity.h"
+#include "commands.h"
+#include "io/tune_file.h"
+#include "server/http_server.h"
+#include "server/openai_prompt.h"
+#include "tokenizer/json_read.h"
+
+namespace mla::cli {
+namespace {
+
+struct ServeCliOptions {
+  std::string model;
+  server::ServerOptions http;
+  std::string api_key_file;
+  std::string served_model_name;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int page_size = kDefaultPageSize;
+  double kv_cache_gib = 1.0;
+  uint64_t kv_cache_bytes = 0;  // when given, instead of kv_cache_gib
+  std::string kv_dtype = "bf16";
+  int64_t max_model_len = 0;
+  int threads = 0;
+  std::string backend = "cpu";
+  int prefill_threshold = -1;
+  double shutdown_timeout_s = 30;
+  std::string warm_prefix;
+};
+
+int fail(const Status& s) {
+  fmt::print(stderr, "error: {}\n", s.message());
+  return 1;
+}
+
+Result<std::string> read_key_file(const std::string& path) {
+  MLA_ASSIGN_OR_RETURN(std::string text, tok::read_text_file(path));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' '))
+    text.pop_back();
+  if (text.empty() || text.find('\n') != std::string::npos)
+    return invalid_argument(
+        fmt::format("--api-key-file {}: expected one line holding the key", path));
+  return text;
+}
+
+// --warm-prefix FILE: one JSON value per line: a string (text, encoded as a plain prompt) or a
+// list of token ids. Each is prefilled and pinned, so requests that start with it skip its prefill.
+Status warm_prefixes(const std::string& path, sched::Engine& engine, const server::ServedModel& m) {
+  std::ifstream in(path);
+  if (!in) return io_error(fmt::format("--warm-prefix {}: cannot open", path));
+  std::string line;
+  int lineno = 0, pinned = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("--warm-prefix {}:{}", path, lineno);
+    Result<tok::Json> j = tok::parse_json(line, where);
+    if (!j.ok()) return j.status();
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> texts;
+    const nlohmann::json body = {{"prompt", *j}};
+    if (auto e = server::completion_prompts(body, m, &prompts, &texts))
+      return invalid_argument(fmt::format("{}: {}", where, e->message));
+    for (auto& p : prompts) {
+      Result<sched::PrefixId> id = engine.pin_prefix(std::move(p));
+      if (!id.ok()) return invalid_argument(fmt::format("{}: {}", where, id.status().message()));
+      ++pinned;
+    }
+  }
+  fmt::print(stderr, "pinned {} warm prefixes from {}\n", pinned, path);
+  return Status();
+}
+
+int run_serve(ServeCliOptions o) {
+  // Signals are taken by sigwait below; every thread started from here inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
+
+  if (!o.api_key_file.empty()) {
+    if (!o.http.api_key.empty()) return fail(invalid_argument("give --api-key or --api-key-file"));
+    Result<std::string> key = read_key_file(o.api_key_file);
+    if (!key.ok()) return fail(key.status());
+    o.http.api_key = *key;
+  }
+  auto kv = parse_kv_cache_dtype(o.kv_dtype);
+  if (!kv.ok()) return fail(kv.status());
+
+  server::HttpServer http(o.http);
+  Result<int> port = http.bind();
+  if (!port.ok()) return fail(port.status());
+  http.start();
+  fmt::print(stderr, "listening on http://{}:{}\n", o.http.host, *port);
+
+  RuntimeOptions ro;
+  ro.backend = o.backend;
+  ro.kv_dtype = *kv;
+  ro.max_context = o.max_model_len;
+  ro.prefill_absorption_threshold =
+      o.prefill_threshold >= 0
+          ? o.prefill_threshold
+          : tuned_prefill_absorption_threshold().value_or(kDefaultPrefillAbsorptionThreshold);
+  auto model = Model::load(o.model, ro);
+  if (!model.ok()) return fail(model.status());
+  std::unique_ptr<tok::LoadedTokenizer> tk;
+  if (std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json")) {
+    auto t = tok::load_tokenizer_dir(o.model);
+    if (!t.ok()) return fail(t.status());
+    tk = std::make_unique<tok::LoadedTokenizer>(std::move(*t));
+  }
+  ThreadPool pool(o.threads > 0 ? o.threads : default_thread_pool().num_threads());
+  sched::EngineOptions eo;
+  eo.scheduler.max_num_seqs = o.max_num_seqs;
+  eo.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  eo.page_size = o.page_size;
+  eo.kv_cache_bytes = o.kv_cache_bytes > 0 ? o.kv_cache_bytes
+                                           : uint64_t(o.kv_cache_gib * double(uint64_t(1) << 30));
+  auto engine = sched::Engine::create(**model, eo, tk ? &tk->tokenizer : nullptr, &pool);
+  if (!engine.ok()) return fail(engine.status());
+
+  server::ServingBackend b;
+  b.engine = engine->get();
+  server::ServedModel& m = b.model;
+  m.name = !o.served_model_name.empty()
+               ? o.served_model_name
+               : std::filesystem::path(o.model).lexically_normal().filename().string();
+  if (m.name.empty()) m.name = std::filesystem::path(o.model).parent_path().filename().string();
+  m.tokenizer = tk.get();
+  if (tk && !tk->config.chat_template.empty())
+    if (auto f = tok::detect_chat_format(tk->config.chat_template); f.ok()) m.chat_format = *f;
+  m.vocab = (*model)->config().vocab_size;
+  m.max_context = (*model)->max_context();
+  m.max_total_tokens = int64_t((*engine)->num_blocks()) * (*engine)->page_size();
+  if (!o.warm_prefix.empty())
+    if (Status s = warm_prefixes(o.warm_prefix, **engine, m); !s.ok()) return fail(s);
+  http.set_backend(b);
+  fmt::print(stderr, "ready: model \"{}\", context {} tokens, KV cache {} pages of {} tokens{}\n",
+             m.name, m.max_context, (*engine)->num_blocks(), (*engine)->page_size(),
+             m.chat_format ? fmt::format(", chat format {}", tok::chat_format_name(*m.chat_format))
+                           : ", no chat format");
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  fmt::print(stderr, "signal {}: draining {} requests for up to {} s\n", sig, http.in_flight(),
+             o.shutdown_timeout_s);
+  http.shutdown(std::chrono::milliseconds(int64_t(o.shutdown_timeout_s * 1000)));
+  fmt::print(stderr, "stopped\n");
+  return 0;
+}
+
+void register_serve(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<ServeCliOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server on a model directory");
+  cmd->add_option("-m,--model", o->model, "Model directory")->required();
+  cmd->add_option("--host", o->http.host, "Address to listen on (default loopback)");
+  cmd->add_option("--port", o->http.port, "Port (0: any free one; the log says which)");
+  cmd->add_option("--api-key", o->http.api_key, "Require Authorization: Bearer KEY");
+  cmd->add_option("--api-key-file", o->api_key_file, "Read the key from a file (one line)");
+  cmd->add_option("--served-model-name", o->served_model_name,
+                  "The model id clients send (default: the directory's name)");
+  cmd->add_option("--max-num-seqs", o->max_num_seqs, "Requests running at once")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-queue", o->http.max_queue,
+                  "Requests waiting beyond the running ones before 429")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--page-size", o->page_size, "Tokens per KV page");
+  CLI::Option* gib = cmd->add_option("--kv-cache-gib", o->kv_cache_gib, "KV cache size in GiB")
+                         ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache size in bytes")
+      ->check(CLI::PositiveNumber)
+      ->excludes(gib);
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache format: bf16, fp8_e4m3, int8, nvfp4");
+  cmd->add_option("--max-model-len", o->max_model_len, "Context length (default: the model's)");
+  cmd->add_option("--threads", o->threads, "Compute threads (default: MLA_NUM_THREADS or all)");
+  cmd->add_option("--backend", o->backend, "cpu or ref");
+  cmd->add_option("--prefill-threshold", o->prefill_threshold,
+                  "Absorbed/decompressed crossover (default: tuned, else 256)");
+  cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "Larger request bodies get 413");
+  cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                  "Seconds in-flight requests may run after SIGTERM")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--warm-prefix", o->warm_prefix,
+                  "Prefill and pin the prefixes in FILE (JSON lines: text or token ids)");
+  cmd->add_flag("--log-requests", o->http.log_requests, "Log every request (else only errors)");
+  cmd->callback([o, exit_code] { *exit_code = run_serve(*o); });
+}
+
+}  // namespace
+
+MLA_REGISTER_COMMAND("serve", register_serve);
+
+}  // namespace mla::cli
