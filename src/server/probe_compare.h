@@ -1,0 +1,49 @@
+// `mla probe --compare`: an endpoint's greedy /v1/completions tokens against the local model's,
+// position by position. Token ids when the endpoint names them ("token_id:N", vLLM's
+// return_tokens_as_token_ids), else the token texts of its legacy logprobs, else only its text.
+// No HTTP and no model here (tools/mla/cmd_probe_compare.cc has both); unit-tested in
+// tests/unit/server/probe_diagnosis_test.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mla/status.h"
+
+namespace mla::server::probe {
+
+// choices[0] of a /v1/completions answer.
+struct EndpointTokens {
+  std::string text;
+  bool has_tokens = false;          // logprobs.tokens was there
+  std::vector<std::string> tokens;  // logprobs.tokens: texts, or "token_id:N"
+  std::string finish_reason;
+  int64_t completion_tokens = -1;  // usage.completion_tokens; -1 when absent
+};
+
+// Error (naming what is missing, with a cut of the body) when there is no choices[0].text.
+Result<EndpointTokens> parse_completion_tokens(std::string_view body);
+
+struct Agreement {
+  size_t agreed = 0;  // leading tokens that are the same: after the first difference the two
+                      // continue from different prefixes, so later positions say nothing
+  size_t total = 0;   // the longer of the two outputs
+  bool full = false;
+  std::string method;  // "token ids", "token texts" or "text"
+  // At the first divergence (as JSON strings would show them); empty past an output's end.
+  std::string endpoint_token, local_token;
+};
+
+// local_ids: the local greedy output; local_bytes[i]: the bytes local_ids[i] decodes to.
+Agreement compare_tokens(std::span<const int32_t> local_ids,
+                         std::span<const std::string> local_bytes, const EndpointTokens& e);
+
+// bytes as a JSON string would carry them: each ill-formed UTF-8 byte becomes U+FFFD, which is
+// what our server (and nlohmann's replace mode) sends for a token that is part of a character.
+std::string as_json_text(std::string_view bytes);
+
+}  // namespace mla::server::probe
