@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "sched/engine_impl.h"
 
@@ -172,6 +173,12 @@ void Engine::Impl::step() {
       continue;
     }
     const std::span<const float> row(logits.data() + int64_t(i) * vocab, size_t(vocab));
+    // NaN logits (NaN or Inf weights are valid in a checkpoint) fail this request alone
+    // (reliability.md §1 item 20); the others in the batch carry on.
+    if (std::any_of(row.begin(), row.end(), [](float v) { return std::isnan(v); })) {
+      finish(r, FinishReason::kError, "numerical error: the logits contain NaN", {}, now, &m);
+      continue;
+    }
     Result<int32_t> token = r.sampler.sample(row);
     if (!token.ok()) {
       finish(r, FinishReason::kError, token.status().message(), {}, now, &m);
