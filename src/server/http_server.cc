@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "server/body_framing.h"
 #include "server/server_state.h"
 
 namespace mla::server {
@@ -111,6 +112,11 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
     send_error(res, bad_request("",
                                 "a request must not carry both Transfer-Encoding and "
                                 "Content-Length"));
+    return HR::Handled;
+  }
+  if (auto e = check_body_framing(req)) {  // a body the library could not cap: refused unread
+    send_error(res, *e);
+    res.set_header("Connection", "close");
     return HR::Handled;
   }
   const std::string enc = req.get_header_value("Content-Encoding");

@@ -196,7 +196,16 @@ class BadRequestTest(unittest.TestCase):
         out = raw_exchange(SERVER.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
                            b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
         self.assertTrue(out.startswith(b"HTTP/1.1 400"), out[:100])
-
+        # A chunked body cannot be capped before it is read: 411, answered before any of it is
+        # read (this one never ends); so is a Content-Length that is not a plain number.
+        out = raw_exchange(SERVER.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Transfer-Encoding: chunked\r\n\r\n100000\r\n" + b"a" * 4096,
+                           timeout=3)
+        self.assertTrue(out.startswith(b"HTTP/1.1 411"), out[:100])
+        out = raw_exchange(SERVER.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Length: 1 2\r\n\r\n{}", timeout=3)
+        self.assertTrue(out.startswith(b"HTTP/1.1 400"), out[:100])
+        self.assertEqual(SERVER.request("GET", "/health")[0], 200)
 
     def test_header_limits(self):
         # reliability.md §4 item 36: > 100 headers or a header block > 16 KiB: 431; a request
