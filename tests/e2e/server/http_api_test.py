@@ -8,8 +8,11 @@ After every bad request the server still serves.
 Usage: http_api_test.py MLA_BINARY MODEL_DIR
 """
 import json
+import os
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -262,6 +265,41 @@ def stream_in_thread(server, max_tokens, out):
     out.append(server.request("POST", "/v1/completions", body, timeout=120))
 
 
+class WarmPrefixTest(unittest.TestCase):
+    def test_warm_prefixes_are_pinned_and_hit(self):
+        shared = "You are a careful assistant who answers in one short sentence. " * 4
+        ids = list(range(10, 80))
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write(json.dumps(shared) + "\n\n" + json.dumps(ids) + "\n")
+        s = MlaServer(BINARY, MODEL, "--warm-prefix", f.name, "--page-size", "16")
+        try:
+            self.assertTrue(any("pinned 2 warm prefixes" in l for l in s.log), s.log)
+            m = s.metrics()  # pinned before the server reports ready
+            self.assertEqual(m["mla:num_pinned_prefixes"], 2)
+            self.assertGreater(m["mla:kv_cache_blocks_used"], 0)  # pinned pages stay referenced
+            status, _, _ = s.post_json("/v1/completions", {
+                "model": s.model_id, "prompt": shared + "Why?", "max_tokens": 2})
+            self.assertEqual(status, 200)
+            status, _, _ = s.post_json("/v1/completions", {
+                "model": s.model_id, "prompt": ids + [90, 91], "max_tokens": 2})
+            self.assertEqual(status, 200)
+            self.assertGreaterEqual(s.metrics()["mla:prefix_cache_hits_total"], 2)
+        finally:
+            self.assertEqual(s.stop(), 0)
+            os.unlink(f.name)
+
+    def test_a_bad_warm_prefix_file_stops_the_start(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write(json.dumps("fine " * 40) + '\n{"not": "a prompt"}\n')
+        try:
+            p = subprocess.run([BINARY, "serve", "-m", MODEL, "--port", "0", "--warm-prefix",
+                                f.name], capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn(f.name + ":2", p.stderr)
+        finally:
+            os.unlink(f.name)
+
+
 class QueueAndShutdownTest(unittest.TestCase):
     def test_queue_full_429(self):
         s = MlaServer(BINARY, MODEL, "--max-num-seqs", "1", "--max-queue", "0")
@@ -315,4 +353,4 @@ class QueueAndShutdownTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=[sys.argv[0]], verbosity=2)
+    unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)  # extra args: test names
