@@ -248,10 +248,16 @@ CompletionJob::~CompletionJob() {
 void add_completion_routes(const std::shared_ptr<HttpServer::State>& state) {
   std::weak_ptr<HttpServer::State> weak = state;
   state->http.Post("/v1/chat/completions", [weak](const httplib::Request& q, httplib::Response& r) {
-    if (auto s = weak.lock()) handle_completion(s, Endpoint::kChat, q, r);
+    if (auto s = weak.lock()) {
+      if (s->deadlines) s->deadlines->handling(q.remote_addr, q.remote_port);
+      handle_completion(s, Endpoint::kChat, q, r);
+    }
   });
   state->http.Post("/v1/completions", [weak](const httplib::Request& q, httplib::Response& r) {
-    if (auto s = weak.lock()) handle_completion(s, Endpoint::kCompletions, q, r);
+    if (auto s = weak.lock()) {
+      if (s->deadlines) s->deadlines->handling(q.remote_addr, q.remote_port);
+      handle_completion(s, Endpoint::kCompletions, q, r);
+    }
   });
 }
 

@@ -73,6 +73,7 @@ constexpr size_t kMaxHeaderBytes = 16 << 10;
 httplib::Server::HandlerResponse check_request(HttpServer::State& st, const httplib::Request& req,
                                                httplib::Response& res) {
   using HR = httplib::Server::HandlerResponse;
+  if (st.deadlines) st.deadlines->headers_received(req.remote_addr, req.remote_port);
   size_t header_bytes = 0;
   for (const auto& [name, value] : req.headers) header_bytes += name.size() + value.size() + 4;
   if (req.headers.size() > kMaxHeaderCount || header_bytes > kMaxHeaderBytes) {
@@ -237,6 +238,7 @@ HttpServer::HttpServer(ServerOptions options)
         send_error(r, status_error(500, "internal_error", what));
       });
   st.http.set_logger([&st](const httplib::Request& q, const httplib::Response& r) {
+    if (st.deadlines) st.deadlines->response_sent(q.remote_addr, q.remote_port);
     {
       std::lock_guard lock(st.counts_mu);
       ++st.responses_by_status[r.status];
@@ -263,6 +265,11 @@ Result<int> HttpServer::bind() {
     return io_error(fmt::format("cannot listen on {}:{} (address in use or invalid)",
                                 st.options.host, st.options.port));
   st.port = port;
+  ConnectionDeadlines::Options d;
+  d.port = port;
+  d.header_timeout = std::chrono::seconds(st.options.read_timeout_s);
+  d.body_timeout = 3 * d.header_timeout;
+  st.deadlines = std::make_unique<ConnectionDeadlines>(d);
   return port;
 }
 
@@ -293,6 +300,7 @@ void HttpServer::shutdown(std::chrono::milliseconds drain) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   st.cancel_all_jobs();  // what is left ends with an error event (streams) or a 503
   st.listener.join();
+  st.deadlines.reset();
 }
 
 int64_t HttpServer::in_flight() const {

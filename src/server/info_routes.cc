@@ -19,7 +19,10 @@ using Handler =
 httplib::Server::Handler route(const std::shared_ptr<HttpServer::State>& state, Handler h) {
   return [weak = std::weak_ptr<HttpServer::State>(state), h](const httplib::Request& q,
                                                              httplib::Response& r) {
-    if (auto s = weak.lock()) h(*s, q, r);
+    if (auto s = weak.lock()) {
+      if (s->deadlines) s->deadlines->handling(q.remote_addr, q.remote_port);
+      h(*s, q, r);
+    }
   };
 }
 
@@ -54,6 +57,12 @@ void metrics(HttpServer::State& st, const httplib::Request&, httplib::Response& 
   gauge("mla:kv_cache_blocks_cached_idle", "KV pages kept for prefix reuse, unreferenced.",
         pool.pages_cached_idle);
   gauge("mla:kv_cache_blocks_total", "KV pages in the pool.", pool.num_blocks);
+  if (st.deadlines) {
+    gauge("mla:http_connections_open", "Accepted connections (at the last watchdog look).",
+          double(st.deadlines->open_connections()));
+    gauge("mla:http_connections_timed_out", "Connections closed for sending a request too slowly.",
+          double(st.deadlines->timed_out()));
+  }
   gauge("mla:http_requests_in_flight", "Completion requests admitted and not yet answered.",
         double(st.in_flight.load()));
   // The standard process gauges, which load tests watch for leaks (fds, RSS).

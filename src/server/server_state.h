@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "server/api_error.h"
+#include "server/connection_deadlines.h"
 #include "server/http_server.h"
 
 namespace mla::server {
@@ -50,6 +51,7 @@ struct HttpServer::State {
   std::thread listener;
   std::atomic<bool> listener_done{false};  // the accept loop has returned
   int port = -1;
+  std::unique_ptr<ConnectionDeadlines> deadlines;  // from bind() on
 
   // Set once by set_backend (then read without a lock: ready is the release/acquire flag).
   ServingBackend backend;

@@ -265,6 +265,40 @@ def stream_in_thread(server, max_tokens, out):
     out.append(server.request("POST", "/v1/completions", body, timeout=120))
 
 
+class SlowClientTest(unittest.TestCase):
+    def test_slow_headers_are_cut_at_the_header_timeout(self):
+        # Slowloris: each connection sends one header byte per second, so no single read ever
+        # times out; the server closes them once 10 s pass without complete headers, and a normal
+        # client is served meanwhile.
+        socks = []
+        for _ in range(20):
+            c = socket.create_connection(("127.0.0.1", SERVER.port), timeout=5)
+            c.sendall(b"GET /health HTTP/1.1\r\n")
+            socks.append(c)
+        start = time.time()
+        closed = {}
+        while len(closed) < len(socks) and time.time() - start < 20:
+            for i, c in enumerate(socks):
+                if i in closed:
+                    continue
+                try:
+                    c.sendall(b"X")
+                except OSError:
+                    closed[i] = time.time() - start
+            t = time.time()
+            self.assertEqual(SERVER.request("GET", "/health", timeout=5)[0], 200)
+            self.assertLess(time.time() - t, 1.0)
+            time.sleep(1)
+        for c in socks:
+            c.close()
+        self.assertEqual(len(closed), len(socks), "slow connections left open after 20 s")
+        # Cut between 10 s (the header timeout) and 10 s + the watchdog's look (0.5 s) + the
+        # 1 s between our writes + the second write that notices the reset.
+        self.assertGreaterEqual(min(closed.values()), 9.5)
+        self.assertLess(max(closed.values()), 14.0)
+        self.assertGreaterEqual(SERVER.metrics()["mla:http_connections_timed_out"], len(socks))
+
+
 class WarmPrefixTest(unittest.TestCase):
     def test_warm_prefixes_are_pinned_and_hit(self):
         shared = "You are a careful assistant who answers in one short sentence. " * 4
