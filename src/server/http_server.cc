@@ -9,6 +9,7 @@
 
 #include "server/body_framing.h"
 #include "server/server_state.h"
+#include "server/worker_pool.h"
 
 namespace mla::server {
 namespace {
@@ -218,7 +219,7 @@ HttpServer::HttpServer(ServerOptions options)
   // Streamed chunks are small writes: without TCP_NODELAY each waits ~40 ms on the client's ACK.
   st.http.set_tcp_nodelay(true);
   const int threads = o.http_threads > 0 ? o.http_threads : o.max_queue + 160;
-  st.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  st.http.new_task_queue = [threads] { return new WorkerPool(size_t(threads)); };
   st.http.set_pre_routing_handler(
       [&st](const httplib::Request& q, httplib::Response& r) { return check_request(st, q, r); });
   const size_t max_body = o.max_body_bytes;

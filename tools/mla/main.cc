@@ -1,6 +1,7 @@
 // `mla`: the command-line front end. Subcommands live in cmd_<name>.cc and register themselves.
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 
 #include "commands.h"
 
@@ -24,6 +25,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);  // prints help or "error: ..."; 0 for --help, non-zero otherwise
+  } catch (const std::exception& e) {
+    // Errors are Status values; what still throws is the runtime refusing a resource (a thread,
+    // memory): one line and a failing exit, never terminate()'s abort.
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
   }
   return exit_code;
 }

@@ -1,0 +1,44 @@
+// The connection workers of the HTTP server: a fixed set of threads taking accepted connections
+// from a queue (the library's TaskQueue interface). Unlike the library's own pool, the threads
+// get small stacks (a handler needs little: parsing is depth-capped, the model runs on the
+// engine's threads), so 200+ workers reserve ~200 MiB of address space instead of ~2 GiB and a
+// server under `ulimit -v` still starts; and a thread that cannot be created is a warning, not
+// a terminate() (reliability.md §7 L11).
+#pragma once
+
+#include <httplib.h>
+#include <pthread.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace mla::server {
+
+class WorkerPool : public httplib::TaskQueue {
+ public:
+  static constexpr size_t kStackBytes = size_t(1) << 20;
+
+  // Starts up to `threads` workers (at least one is needed; see started()).
+  explicit WorkerPool(size_t threads);
+  ~WorkerPool() override;
+
+  void enqueue(std::function<void()> fn) override;
+  void shutdown() override;  // runs what is queued, then joins the workers
+  size_t started() const { return workers_.size(); }
+
+ private:
+  static void* run(void* self);
+  void loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::vector<pthread_t> workers_;
+};
+
+}  // namespace mla::server
