@@ -294,12 +294,17 @@ void HttpServer::set_backend(ServingBackend backend) {
 void HttpServer::shutdown(std::chrono::milliseconds drain) {
   State& st = *state_;
   if (!st.listener.joinable()) return;
+  // New requests get 503 from here on. The listener stays open until the streams are written:
+  // the library aborts every chunked response in progress once stop() closes it.
   st.draining.store(true);
-  st.http.stop();  // no new connections; workers finish their requests
-  const auto deadline = std::chrono::steady_clock::now() + drain;
-  while (st.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto wait_idle = [&st](std::chrono::steady_clock::time_point deadline) {
+    while (st.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  wait_idle(std::chrono::steady_clock::now() + drain);
   st.cancel_all_jobs();  // what is left ends with an error event (streams) or a 503
+  wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  st.http.stop();
   st.listener.join();
   st.deadlines.reset();
 }
