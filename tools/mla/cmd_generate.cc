@@ -18,6 +18,7 @@
 #include "model/generator.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer_config.h"
+#include "tokenizer_fit.h"
 
 namespace mla::cli {
 namespace {
@@ -117,6 +118,9 @@ int run_generate(const GenerateCliOptions& o) {
   } else if (!o.prompt.empty()) {
     return fail(t.status());
   }
+  if (tk)
+    if (Status fit = check_tokenizer_fits(tk->tokenizer, c.vocab_size, o.model); !fit.ok())
+      return fail(fit);
   std::vector<int32_t> prompt;
   if (!o.tokens.empty()) {
     auto ids = parse_ids(o.tokens);

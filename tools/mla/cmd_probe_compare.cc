@@ -10,6 +10,7 @@
 #include "model/generator.h"
 #include "probe_local.h"
 #include "tokenizer/tokenizer_config.h"
+#include "tokenizer_fit.h"
 
 namespace mla::cli {
 
@@ -25,6 +26,7 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
   fmt::print(stderr, "loading the local model {}...\n", s.model_dir);
   MLA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(s.model_dir, ro));
   MLA_ASSIGN_OR_RETURN(tok::LoadedTokenizer tk, tok::load_tokenizer_dir(s.model_dir));
+  MLA_RETURN_IF_ERROR(check_tokenizer_fits(tk.tokenizer, model->config().vocab_size, s.model_dir));
   ThreadPool& pool = default_thread_pool();
 
   std::vector<PromptComparison> out;

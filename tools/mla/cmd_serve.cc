@@ -15,6 +15,7 @@
 #include "server/http_server.h"
 #include "server/openai_prompt.h"
 #include "tokenizer/json_read.h"
+#include "tokenizer_fit.h"
 
 namespace mla::cli {
 namespace {
@@ -120,6 +121,9 @@ int run_serve(ServeCliOptions o) {
     auto t = tok::load_tokenizer_dir(o.model);
     if (!t.ok()) return fail(t.status());
     tk = std::make_unique<tok::LoadedTokenizer>(std::move(*t));
+    if (Status fit = check_tokenizer_fits(tk->tokenizer, (*model)->config().vocab_size, o.model);
+        !fit.ok())
+      return fail(fit);
   }
   ThreadPool pool(o.threads > 0 ? o.threads : default_thread_pool().num_threads());
   sched::EngineOptions eo;
