@@ -103,6 +103,7 @@ CompletionChunk parse_completion_chunk(std::string_view data) {
     const auto& first = (*ch)[0];
     if (first.contains("text") && first["text"].is_string())
       c.text = first["text"].get<std::string>();
+    c.finished = first.contains("finish_reason") && !first["finish_reason"].is_null();
   }
   return c;
 }
@@ -122,13 +123,16 @@ void StreamRecorder::on_chunk(const CompletionChunk& c, double t) {
       if (r_.error.empty()) r_.error = c.error;
       break;
     case CompletionChunk::Kind::kText:
-      if (c.text.empty()) break;
-      if (text_chunks_ == 0)
+      // vLLM's method: every chunk with a choice is a token's arrival, also one with empty text
+      // (a token whose bytes complete later); only a final chunk carrying nothing but the
+      // finish_reason is not.
+      if (c.text.empty() && c.finished) break;
+      if (token_chunks_ == 0)
         r_.ttft = t;
       else
         r_.itl.push_back(t - last_);
       last_ = t;
-      ++text_chunks_;
+      ++token_chunks_;
       r_.text += c.text;
       break;
     case CompletionChunk::Kind::kOther:
@@ -139,12 +143,12 @@ void StreamRecorder::on_chunk(const CompletionChunk& c, double t) {
 RequestResult StreamRecorder::finish(const std::string& transport_error) {
   RequestResult r = std::move(r_);
   if (r.error.empty()) r.error = transport_error;
-  if (r.error.empty() && text_chunks_ == 0) r.error = "no chunk with text arrived";
+  if (r.error.empty() && token_chunks_ == 0) r.error = "no token chunk arrived";
   r.success = r.error.empty();
   r.latency = last_;
   // Without a usage chunk the best count we have is one token per text chunk (vLLM would
   // re-tokenise the text; we have no tokenizer here). compute_metrics flags it.
-  if (!r.usage_seen) r.output_tokens = text_chunks_;
+  if (!r.usage_seen) r.output_tokens = token_chunks_;
   return r;
 }
 

@@ -49,6 +49,7 @@ struct CompletionChunk {
   enum class Kind { kDone, kText, kOther, kError };
   Kind kind = Kind::kOther;
   std::string text;                // choices[0].text (kText; may be empty)
+  bool finished = false;           // choices[0].finish_reason is set (kText)
   int64_t completion_tokens = -1;  // usage.completion_tokens when the chunk carries usage
   int64_t prompt_tokens = -1;      // usage.prompt_tokens likewise
   std::string error;               // kError: the error message (or why the chunk is unreadable)
@@ -83,7 +84,7 @@ class StreamRecorder {
 
  private:
   RequestResult r_;
-  int64_t text_chunks_ = 0;
+  int64_t token_chunks_ = 0;
   double last_ = 0;
   bool done_ = false;
 };

@@ -1,10 +1,30 @@
-// ThreadPool implementation: workers sleep on a condition variable between loops.
+// ThreadPool implementation: workers spin briefly, then sleep on a condition variable, between
+// loops; a loop waits only for the workers that joined it.
 #include "core/thread_pool.h"
 
 #include <cstdlib>
 #include <string>
 
 namespace mla {
+
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// How long a worker watches for the next loop before it sleeps: long enough to bridge the
+// serial code between the loops of one step (a few microseconds), short enough not to take a
+// core from other work when the pool is idle.
+constexpr int kSpinIterations = 4000;
+
+inline uint64_t generation_of(uint64_t state) {
+  return state >> 32;
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -13,7 +33,7 @@ ThreadPool::ThreadPool(int num_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -29,35 +49,58 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int)>
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
-  {
+  // No worker is inside a loop here (the previous call waited for all that joined), so the
+  // loop's fields can be written before the new generation publishes them.
+  fn_ = &fn;
+  n_ = n;
+  next_.store(0, std::memory_order_relaxed);
+  const uint64_t generation = generation_of(state_.load(std::memory_order_relaxed)) + 1;
+  state_.store(generation << 32, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    next_.store(0);
-    active_ = int(workers_.size());
-    ++generation_;
+    start_cv_.notify_all();
   }
-  start_cv_.notify_all();
   run_items(0);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [this] { return active_ == 0; });
+  // Every item is taken: close the loop to latecomers, then wait for those running items.
+  uint64_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
+  for (int spins = 0; (s & kJoinedMask) != 0; s = state_.load(std::memory_order_acquire))
+    if (++spins < kSpinIterations)
+      cpu_relax();
+    else
+      std::this_thread::yield();
   fn_ = nullptr;
 }
 
 void ThreadPool::worker_loop(int thread_index) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    uint64_t s = state_.load(std::memory_order_acquire);
+    for (int spins = 0; generation_of(s) == seen && spins < kSpinIterations; ++spins) {
+      cpu_relax();
+      s = state_.load(std::memory_order_acquire);
+    }
+    if (generation_of(s) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      start_cv_.wait(lock, [&] {
+        s = state_.load(std::memory_order_seq_cst);
+        return stop_.load() || generation_of(s) != seen;
+      });
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
     }
+    if (stop_.load()) return;
+    seen = generation_of(s);
+    // Join unless the caller already closed this loop (then there is nothing left to take).
+    bool joined = false;
+    while (generation_of(s) == seen && !(s & kClosed)) {
+      if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
+        joined = true;
+        break;
+      }
+    }
+    if (!joined) continue;
     run_items(thread_index);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--active_ == 0) done_cv_.notify_one();
-    }
+    state_.fetch_sub(1, std::memory_order_release);
   }
 }
 

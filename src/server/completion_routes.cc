@@ -145,7 +145,10 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
         offsets[i] += int64_t(t.get<std::string>().size());
     }
     const bool final = e.finish != sched::FinishReason::kNone;
-    if (!c.text.empty() || !c.logprobs.is_null()) {
+    // Completions stream one chunk per token, its text possibly empty (an unfinished UTF-8
+    // sequence, an id without text), as vLLM does: benchmark clients time every chunk. Chat sends
+    // only deltas with content.
+    if (!c.text.empty() || !c.logprobs.is_null() || (!chat && !e.token_ids.empty())) {
       if (!send(stream_chunk(meta, int(i), c, spec.include_usage))) return false;
     }
     if (final) {

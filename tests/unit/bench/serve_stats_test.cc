@@ -102,21 +102,25 @@ std::string text_chunk(const std::string& s) {
 }
 
 TEST(ServeRecorder, TimelineAndMetrics) {
-  const std::string usage3 = R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3}})";
-  // An empty-text chunk first (an unfinished UTF-8 sequence): not the first token.
+  const std::string usage4 = R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":4}})";
+  const std::string finish = R"({"choices":[{"index":0,"text":"","finish_reason":"length"}]})";
+  // As in vLLM's client, a chunk with empty text (a token whose bytes complete later) is a
+  // token's arrival; the final chunk that only carries finish_reason is not.
   const RequestResult ok = record({{text_chunk(""), 0.05},
                                    {text_chunk("a"), 0.1},
                                    {text_chunk("b"), 0.15},
                                    {text_chunk("c"), 0.3},
-                                   {usage3, 0.31},
+                                   {finish, 0.31},
+                                   {usage4, 0.31},
                                    {"[DONE]", 0.31}});
   ASSERT_TRUE(ok.success) << ok.error;
-  EXPECT_DOUBLE_EQ(ok.ttft, 0.1);
+  EXPECT_DOUBLE_EQ(ok.ttft, 0.05);
   EXPECT_DOUBLE_EQ(ok.latency, 0.3);
-  ASSERT_EQ(ok.itl.size(), 2u);
+  ASSERT_EQ(ok.itl.size(), 3u);
   EXPECT_NEAR(ok.itl[0], 0.05, 1e-12);
-  EXPECT_NEAR(ok.itl[1], 0.15, 1e-12);
-  EXPECT_EQ(ok.output_tokens, 3);
+  EXPECT_NEAR(ok.itl[1], 0.05, 1e-12);
+  EXPECT_NEAR(ok.itl[2], 0.15, 1e-12);
+  EXPECT_EQ(ok.output_tokens, 4);
   EXPECT_EQ(ok.text, "abc");
 
   const RequestResult err = record(
@@ -138,16 +142,16 @@ TEST(ServeRecorder, TimelineAndMetrics) {
   EXPECT_EQ(m.first_error, "engine died");
   EXPECT_FALSE(m.all_usage);
   EXPECT_EQ(m.total_input, 20);
-  EXPECT_EQ(m.total_output, 5);
+  EXPECT_EQ(m.total_output, 6);
   EXPECT_DOUBLE_EQ(m.request_throughput, 1.0);
-  EXPECT_DOUBLE_EQ(m.output_throughput, 2.5);
-  EXPECT_DOUBLE_EQ(m.total_token_throughput, 12.5);
-  EXPECT_NEAR(m.ttft.mean, 150, 1e-9);  // 100 and 200 ms
-  // TPOT: (0.3 − 0.1) / 2 = 100 ms and (0.4 − 0.2) / 1 = 200 ms.
-  EXPECT_NEAR(m.tpot.mean, 150, 1e-9);
-  EXPECT_NEAR(m.tpot.p99, 199, 1e-9);
-  // ITL pools 50, 150 (first request) and 200 ms (third): median 150.
-  EXPECT_NEAR(m.itl.median, 150, 1e-9);
+  EXPECT_DOUBLE_EQ(m.output_throughput, 3.0);
+  EXPECT_DOUBLE_EQ(m.total_token_throughput, 13.0);
+  EXPECT_NEAR(m.ttft.mean, 125, 1e-9);  // 50 and 200 ms
+  // TPOT: (0.3 − 0.05) / 3 = 83.3 ms and (0.4 − 0.2) / 1 = 200 ms; p99 interpolates linearly.
+  EXPECT_NEAR(m.tpot.mean, (250.0 / 3 + 200) / 2, 1e-9);
+  EXPECT_NEAR(m.tpot.p99, 250.0 / 3 + 0.99 * (200 - 250.0 / 3), 1e-9);
+  // ITL pools 50, 50, 150 (first request) and 200 ms (third): median 100.
+  EXPECT_NEAR(m.itl.median, 100, 1e-9);
   EXPECT_NEAR(m.e2el.mean, 350, 1e-9);  // 300 and 400 ms
 }
 
