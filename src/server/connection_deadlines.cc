@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -84,16 +85,25 @@ int64_t ConnectionDeadlines::timed_out() const {
   return timed_out_;
 }
 
+void ConnectionDeadlines::shed(std::chrono::milliseconds min_wait) {
+  std::unique_lock lock(shed_mu_, std::try_to_lock);
+  const Clock::time_point now = Clock::now();
+  if (!lock.owns_lock() || now - last_shed_ < o_.interval / 5) return;
+  last_shed_ = now;
+  scan(now, min_wait);
+}
+
 void ConnectionDeadlines::watch() {
   std::unique_lock lock(mu_);
   while (!cv_.wait_for(lock, o_.interval, [this] { return stop_; })) {
     lock.unlock();
-    scan(Clock::now());
+    const bool saturated = o_.queued && o_.queued->load() > 0;
+    scan(Clock::now(), saturated ? std::min(o_.shed_after, o_.header_timeout) : o_.header_timeout);
     lock.lock();
   }
 }
 
-void ConnectionDeadlines::scan(Clock::time_point now) {
+void ConnectionDeadlines::scan(Clock::time_point now, std::chrono::milliseconds header_limit) {
   struct Seen {
     int fd;
     Peer peer;
@@ -118,7 +128,7 @@ void ConnectionDeadlines::scan(Clock::time_point now) {
       const Conn c = it != conns_.end() ? it->second : Conn{Phase::kHeaders, now};
       live[s.peer] = c;
       const auto waited = now - c.since;
-      if ((c.phase == Phase::kHeaders && waited > o_.header_timeout) ||
+      if ((c.phase == Phase::kHeaders && waited > header_limit) ||
           (c.phase == Phase::kBody && waited > o_.body_timeout))
         too_slow.push_back(s);
     }

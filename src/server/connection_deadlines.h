@@ -8,6 +8,7 @@
 // Handlers report the phases by the peer address the library gives them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -26,7 +27,11 @@ class ConnectionDeadlines {
     int port = 0;  // the server's local port: which accepted sockets are ours
     std::chrono::milliseconds header_timeout{10'000};
     std::chrono::milliseconds body_timeout{30'000};
-    std::chrono::milliseconds interval{500};
+    std::chrono::milliseconds interval{250};
+    // Connections waiting for a worker (nullptr: never). While some wait, header waits longer
+    // than shed_after are cut at every look, not only past header_timeout.
+    const std::atomic<int64_t>* queued = nullptr;
+    std::chrono::milliseconds shed_after{500};
   };
 
   explicit ConnectionDeadlines(Options o);  // starts the watchdog
@@ -40,6 +45,11 @@ class ConnectionDeadlines {
   void handling(const std::string& peer_addr, int peer_port);
   // The response is out; the connection may wait for its next request's headers.
   void response_sent(const std::string& peer_addr, int peer_port);
+
+  // Every worker is busy: closes at once the connections that have waited longer than
+  // `min_wait` for their headers (slow senders, idle keep-alives), so a new client gets a worker.
+  // At most once per interval / 5.
+  void shed(std::chrono::milliseconds min_wait);
 
   // Accepted connections at the last look, and those closed for being too slow so far.
   int64_t open_connections() const;
@@ -55,7 +65,8 @@ class ConnectionDeadlines {
 
   void set_phase(const std::string& addr, int port, Phase p);
   void watch();
-  void scan(Clock::time_point now);
+  // Shuts down the connections over their deadline, header waits counted against header_limit.
+  void scan(Clock::time_point now, std::chrono::milliseconds header_limit);
 
   const Options o_;
   mutable std::mutex mu_;
@@ -63,6 +74,8 @@ class ConnectionDeadlines {
   bool stop_ = false;
   std::map<Peer, Conn> conns_;
   int64_t open_ = 0, timed_out_ = 0;
+  std::mutex shed_mu_;  // one shed at a time
+  Clock::time_point last_shed_{};
   std::thread thread_;
 };
 

@@ -66,6 +66,30 @@ int find_connection_fd(const std::string& local_addr, int local_port,
   return found;
 }
 
+int find_listening_fd(int port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = std::atoi(e->d_name);
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    sockaddr_storage ss{};
+    socklen_t slen = sizeof ss;
+    std::string addr;
+    int p = -1;
+    if (fd != dirfd(dir) && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 &&
+        listening && getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &slen) == 0 &&
+        endpoint_of(ss, &addr, &p) && p == port) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
 bool peer_closed(int fd) {
   if (fd < 0) return false;
   pollfd p{fd, short(POLLIN | POLLRDHUP), 0};

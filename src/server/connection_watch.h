@@ -15,6 +15,9 @@ namespace mla::server {
 int find_connection_fd(const std::string& local_addr, int local_port,
                        const std::string& remote_addr, int remote_port);
 
+// The listening socket bound to `port`, or -1.
+int find_listening_fd(int port);
+
 // The peer has closed or reset the connection (FIN, RST or error seen); pending request bytes
 // (a pipelined request) are not read. false for fd < 0.
 bool peer_closed(int fd);

@@ -1,13 +1,15 @@
-// HttpServer: the cpp-httplib server, its limits, the checks every request passes before a route
-// sees it (route and method, body encoding, authentication, readiness), and the lifecycle.
+// HttpServer: the cpp-httplib server, its limits and handlers (the checks before routing are in
+// request_checks.cc), and the lifecycle: bind, start, set_backend, drain and shut down.
 #include "server/http_server.h"
 
 #include <fmt/format.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstdio>
 
-#include "server/body_framing.h"
+#include "server/connection_watch.h"
+#include "server/request_checks.h"
 #include "server/server_state.h"
 #include "server/worker_pool.h"
 
@@ -16,148 +18,11 @@ namespace {
 
 using nlohmann::json;
 
-struct Route {
-  const char* path;
-  const char* method;
-  bool is_public;    // answered without the API key
-  bool needs_model;  // 503 until the model is loaded
-};
-constexpr Route kRoutes[] = {
-    {"/v1/chat/completions", "POST", false, true},
-    {"/v1/completions", "POST", false, true},
-    {"/v1/models", "GET", false, true},
-    {"/tokenize", "POST", false, true},
-    {"/detokenize", "POST", false, true},
-    {"/metrics", "GET", false, true},
-    {"/health", "GET", true, false},
-    {"/", "GET", true, false},
-};
-
-// Equal strings, in time that depends only on their lengths (the key is never leaked by timing).
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  unsigned diff = unsigned(a.size() ^ b.size());
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
-    diff |= unsigned(x ^ y);
-  }
-  return diff == 0;
-}
-
-ApiError status_error(int status, std::string type, std::string message, std::string code = "") {
-  ApiError e;
-  e.status = status;
-  e.type = std::move(type);
-  e.message = std::move(message);
-  e.code = std::move(code);
-  return e;
-}
-
-// A log line that stays one line: control bytes escaped, cut at 200 bytes.
-std::string loggable(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s.substr(0, 200)) {
-    if (c < 0x20 || c == 0x7f)
-      out += fmt::format("\\x{:02x}", c);
-    else
-      out += char(c);
-  }
-  if (s.size() > 200) out += "...";
-  return out;
-}
-
-// Header limits of reliability.md §4 item 36 (the library itself refuses single lines over 8 KiB
-// with 400 and request lines over 8 KiB with 414).
-constexpr size_t kMaxHeaderCount = 100;
-constexpr size_t kMaxHeaderBytes = 16 << 10;
-
-httplib::Server::HandlerResponse check_request(HttpServer::State& st, const httplib::Request& req,
-                                               httplib::Response& res) {
-  using HR = httplib::Server::HandlerResponse;
-  if (st.deadlines) st.deadlines->headers_received(req.remote_addr, req.remote_port);
-  size_t header_bytes = 0;
-  for (const auto& [name, value] : req.headers) header_bytes += name.size() + value.size() + 4;
-  if (req.headers.size() > kMaxHeaderCount || header_bytes > kMaxHeaderBytes) {
-    send_error(res, status_error(431, "invalid_request_error",
-                                 fmt::format("the request has {} headers of {} bytes; at most {} "
-                                             "headers of {} bytes in all are accepted",
-                                             req.headers.size(), header_bytes, kMaxHeaderCount,
-                                             kMaxHeaderBytes),
-                                 "request_header_fields_too_large"));
-    res.set_header("Connection", "close");
-    return HR::Handled;
-  }
-  const Route* route = nullptr;
-  bool path_known = false;
-  for (const Route& r : kRoutes)
-    if (req.path == r.path) {
-      path_known = true;
-      if (req.method == r.method || (req.method == "HEAD" && std::string_view(r.method) == "GET"))
-        route = &r;
-    }
-  if (!path_known) {
-    send_error(
-        res, status_error(404, "not_found_error",
-                          fmt::format("no route {} {}", loggable(req.method), loggable(req.path))));
-    return HR::Handled;
-  }
-  if (!route) {
-    for (const Route& r : kRoutes)
-      if (req.path == r.path) res.set_header("Allow", r.method);
-    send_error(res, status_error(405, "invalid_request_error",
-                                 fmt::format("method {} is not allowed on {}", loggable(req.method),
-                                             req.path),
-                                 "method_not_allowed"));
-    return HR::Handled;
-  }
-  if (req.has_header("Transfer-Encoding") && req.has_header("Content-Length")) {
-    send_error(res, bad_request("",
-                                "a request must not carry both Transfer-Encoding and "
-                                "Content-Length"));
-    return HR::Handled;
-  }
-  if (auto e = check_body_framing(req)) {  // a body the library could not cap: refused unread
-    send_error(res, *e);
-    res.set_header("Connection", "close");
-    return HR::Handled;
-  }
-  const std::string enc = req.get_header_value("Content-Encoding");
-  if (!enc.empty() && enc != "identity") {
-    send_error(res, status_error(415, "invalid_request_error",
-                                 fmt::format("Content-Encoding {} is not accepted; send the body "
-                                             "uncompressed",
-                                             loggable(enc)),
-                                 "unsupported_media_type"));
-    return HR::Handled;
-  }
-  if (!route->is_public && !st.options.api_key.empty()) {
-    const std::string auth = req.get_header_value("Authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    const bool ok =
-        auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0 &&
-        constant_time_equal(std::string_view(auth).substr(kBearer.size()), st.options.api_key);
-    if (!ok) {
-      send_error(res, status_error(401, "authentication_error",
-                                   auth.empty() ? "missing API key: send Authorization: Bearer KEY"
-                                                : "incorrect API key provided",
-                                   "invalid_api_key"));
-      return HR::Handled;
-    }
-  }
-  if (route->needs_model && (st.draining.load() || !st.ready.load())) {
-    res.set_header("Retry-After", "1");
-    send_error(res, status_error(503, "service_unavailable",
-                                 st.draining.load() ? "the server is shutting down"
-                                                    : "the model is still loading"));
-    return HR::Handled;
-  }
-  return HR::Unhandled;
-}
-
 // Fills the envelope of errors the library answers itself (413, 400 for a malformed request).
-httplib::Server::HandlerResponse fill_error(const httplib::Request&, httplib::Response& res,
+httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib::Response& res,
                                             size_t max_body) {
   if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+  if (req.method == "HEAD") return httplib::Server::HandlerResponse::Handled;  // never a body
   ApiError e = status_error(res.status, "invalid_request_error", "malformed HTTP request");
   if (res.status == 413)
     e.message = fmt::format("the request body is larger than {} bytes", max_body);
@@ -219,7 +84,16 @@ HttpServer::HttpServer(ServerOptions options)
   // Streamed chunks are small writes: without TCP_NODELAY each waits ~40 ms on the client's ACK.
   st.http.set_tcp_nodelay(true);
   const int threads = o.http_threads > 0 ? o.http_threads : o.max_queue + 160;
-  st.http.new_task_queue = [threads] { return new WorkerPool(size_t(threads)); };
+  // When every worker is taken, connections still waiting for their headers (slow clients,
+  // idle keep-alives) give way to the new one (reliability.md §7 L6).
+  st.http.new_task_queue = [threads, &st] {
+    return new WorkerPool(
+        size_t(threads),
+        [&st] {
+          if (st.deadlines) st.deadlines->shed(std::chrono::milliseconds(500));
+        },
+        &st.queued_connections);
+  };
   st.http.set_pre_routing_handler(
       [&st](const httplib::Request& q, httplib::Response& r) { return check_request(st, q, r); });
   const size_t max_body = o.max_body_bytes;
@@ -240,6 +114,7 @@ HttpServer::HttpServer(ServerOptions options)
       });
   st.http.set_logger([&st](const httplib::Request& q, const httplib::Response& r) {
     if (st.deadlines) st.deadlines->response_sent(q.remote_addr, q.remote_port);
+    body_refused(q, r);
     {
       std::lock_guard lock(st.counts_mu);
       ++st.responses_by_status[r.status];
@@ -266,10 +141,14 @@ Result<int> HttpServer::bind() {
     return io_error(fmt::format("cannot listen on {}:{} (address in use or invalid)",
                                 st.options.host, st.options.port));
   st.port = port;
+  // The library listens with a backlog of 5: a burst of connections would wait in SYN retries
+  // (seconds) instead of the accept queue. Listening again only raises the backlog.
+  if (const int fd = find_listening_fd(port); fd >= 0) ::listen(fd, SOMAXCONN);
   ConnectionDeadlines::Options d;
   d.port = port;
   d.header_timeout = std::chrono::seconds(st.options.read_timeout_s);
   d.body_timeout = 3 * d.header_timeout;
+  d.queued = &st.queued_connections;
   st.deadlines = std::make_unique<ConnectionDeadlines>(d);
   return port;
 }

@@ -52,6 +52,7 @@ struct HttpServer::State {
   std::atomic<bool> listener_done{false};  // the accept loop has returned
   int port = -1;
   std::unique_ptr<ConnectionDeadlines> deadlines;  // from bind() on
+  std::atomic<int64_t> queued_connections{0};      // accepted, waiting for a worker
 
   // Set once by set_backend (then read without a lock: ready is the release/acquire flag).
   ServingBackend backend;

@@ -5,7 +5,9 @@
 
 namespace mla::server {
 
-WorkerPool::WorkerPool(size_t threads) {
+WorkerPool::WorkerPool(size_t threads, std::function<void()> on_saturated,
+                       std::atomic<int64_t>* queued)
+    : on_saturated_(std::move(on_saturated)), queued_(queued) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, kStackBytes);
@@ -30,11 +32,15 @@ void WorkerPool::enqueue(std::function<void()> fn) {
     fn();
     return;
   }
+  bool saturated;
   {
     std::lock_guard lock(mu_);
+    saturated = busy_ + jobs_.size() >= workers_.size();
     jobs_.push_back(std::move(fn));
+    if (queued_) queued_->store(int64_t(jobs_.size()));
   }
   cv_.notify_one();
+  if (saturated && on_saturated_) on_saturated_();
 }
 
 void WorkerPool::shutdown() {
@@ -61,8 +67,12 @@ void WorkerPool::loop() {
       if (jobs_.empty()) return;  // stop_ and nothing left
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      if (queued_) queued_->store(int64_t(jobs_.size()));
+      ++busy_;
     }
     job();
+    std::lock_guard lock(mu_);
+    --busy_;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <httplib.h>
 #include <pthread.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -22,8 +23,11 @@ class WorkerPool : public httplib::TaskQueue {
  public:
   static constexpr size_t kStackBytes = size_t(1) << 20;
 
-  // Starts up to `threads` workers (at least one is needed; see started()).
-  explicit WorkerPool(size_t threads);
+  // Starts up to `threads` workers (at least one is needed; see started()). `on_saturated` runs
+  // on the accepting thread when a connection arrives while every worker is busy.
+  // `queued`, when given, follows the number of connections waiting for a worker.
+  explicit WorkerPool(size_t threads, std::function<void()> on_saturated = {},
+                      std::atomic<int64_t>* queued = nullptr);
   ~WorkerPool() override;
 
   void enqueue(std::function<void()> fn) override;
@@ -38,6 +42,9 @@ class WorkerPool : public httplib::TaskQueue {
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool stop_ = false;
+  size_t busy_ = 0;  // workers running a connection
+  std::function<void()> on_saturated_;
+  std::atomic<int64_t>* queued_ = nullptr;
   std::vector<pthread_t> workers_;
 };
 

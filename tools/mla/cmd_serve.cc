@@ -3,6 +3,9 @@
 // in-flight requests for up to --shutdown-timeout seconds, cancels the rest and exits 0.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -82,13 +85,24 @@ Status warm_prefixes(const std::string& path, sched::Engine& engine, const serve
   return Status();
 }
 
+int g_stop_pipe[2] = {-1, -1};
+
+void on_stop_signal(int sig) {
+  const unsigned char c = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = write(g_stop_pipe[1], &c, 1);  // async-signal-safe
+}
+
 int run_serve(ServeCliOptions o) {
-  // Signals are taken by sigwait below; every thread started from here inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGTERM / SIGINT reach a handler on whichever thread the kernel picks (libraries start
+  // threads of their own, which a signal mask set here would not cover); it writes the signal to
+  // a pipe that the main thread waits on.
+  if (pipe(g_stop_pipe) != 0) return fail(io_error("cannot create the signal pipe"));
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
 
   if (!o.api_key_file.empty()) {
@@ -156,8 +170,10 @@ int run_serve(ServeCliOptions o) {
              m.chat_format ? fmt::format(", chat format {}", tok::chat_format_name(*m.chat_format))
                            : ", no chat format");
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  unsigned char sig = 0;
+  while (read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+  }
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C does not wait for the drain
   fmt::print(stderr, "signal {}: draining {} requests for up to {} s\n", sig, http.in_flight(),
              o.shutdown_timeout_s);
   http.shutdown(std::chrono::milliseconds(int64_t(o.shutdown_timeout_s * 1000)));

@@ -1,0 +1,173 @@
+#include "server/request_checks.h"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "server/body_framing.h"
+#include "server/connection_watch.h"
+
+namespace mla::server {
+namespace {
+
+struct Route {
+  const char* path;
+  const char* method;
+  bool is_public;    // answered without the API key
+  bool needs_model;  // 503 until the model is loaded
+};
+constexpr Route kRoutes[] = {
+    {"/v1/chat/completions", "POST", false, true},
+    {"/v1/completions", "POST", false, true},
+    {"/v1/models", "GET", false, true},
+    {"/tokenize", "POST", false, true},
+    {"/detokenize", "POST", false, true},
+    {"/metrics", "GET", false, true},
+    {"/health", "GET", true, false},
+    {"/", "GET", true, false},
+};
+
+// Equal strings, in time that depends only on their lengths (the key is never leaked by timing).
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned diff = unsigned(a.size() ^ b.size());
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
+    diff |= unsigned(x ^ y);
+  }
+  return diff == 0;
+}
+
+// Header limits of reliability.md §4 item 36 (the library itself refuses single lines over 8 KiB
+// with 400 and request lines over 8 KiB with 414).
+constexpr size_t kMaxHeaderCount = 100;
+constexpr size_t kMaxHeaderBytes = 16 << 10;
+
+}  // namespace
+
+bool declares_body(const httplib::Request& req) {
+  return req.has_header("Transfer-Encoding") ||
+         (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+}
+
+void body_refused(const httplib::Request& req, const httplib::Response& res) {
+  if (res.get_header_value("Connection") != "close" || !declares_body(req)) return;
+  // The response is out; the library's next read sees end of stream and closes, instead of
+  // reading the refused body as the next request. (Shut before the write, the library would
+  // take the connection for dead and not answer at all.)
+  const int fd =
+      find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  if (fd >= 0) ::shutdown(fd, SHUT_RD);
+}
+
+ApiError status_error(int status, std::string type, std::string message, std::string code) {
+  ApiError e;
+  e.status = status;
+  e.type = std::move(type);
+  e.message = std::move(message);
+  e.code = std::move(code);
+  return e;
+}
+
+std::string loggable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 200)) {
+    if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += char(c);
+  }
+  if (s.size() > 200) out += "...";
+  return out;
+}
+
+httplib::Server::HandlerResponse check_request(HttpServer::State& st, const httplib::Request& req,
+                                               httplib::Response& res) {
+  using HR = httplib::Server::HandlerResponse;
+  // Refusing a request that declared a body: the body stays unread (see the header).
+  auto reject = [&](const ApiError& e) {
+    send_error(res, e);
+    if (declares_body(req)) res.set_header("Connection", "close");  // see body_refused
+    return HR::Handled;
+  };
+  if (st.deadlines) st.deadlines->headers_received(req.remote_addr, req.remote_port);
+  size_t header_bytes = 0;
+  for (const auto& [name, value] : req.headers) header_bytes += name.size() + value.size() + 4;
+  if (req.headers.size() > kMaxHeaderCount || header_bytes > kMaxHeaderBytes) {
+    return reject(status_error(
+        431, "invalid_request_error",
+        fmt::format("the request has {} headers of {} bytes; at most {} "
+                    "headers of {} bytes in all are accepted",
+                    req.headers.size(), header_bytes, kMaxHeaderCount, kMaxHeaderBytes),
+        "request_header_fields_too_large"));
+  }
+  const Route* route = nullptr;
+  bool path_known = false;
+  for (const Route& r : kRoutes)
+    if (req.path == r.path) {
+      path_known = true;
+      if (req.method == r.method || (req.method == "HEAD" && std::string_view(r.method) == "GET"))
+        route = &r;
+    }
+  if (!path_known) {
+    return reject(
+        status_error(404, "not_found_error",
+                     fmt::format("no route {} {}", loggable(req.method), loggable(req.path))));
+  }
+  if (!route) {
+    for (const Route& r : kRoutes)
+      if (req.path == r.path) res.set_header("Allow", r.method);
+    return reject(
+        status_error(405, "invalid_request_error",
+                     fmt::format("method {} is not allowed on {}", loggable(req.method), req.path),
+                     "method_not_allowed"));
+  }
+  if (req.has_header("Transfer-Encoding") && req.has_header("Content-Length")) {
+    return reject(bad_request("",
+                              "a request must not carry both Transfer-Encoding and "
+                              "Content-Length"));
+  }
+  if (auto e = check_body_framing(req)) return reject(*e);  // a body the library cannot cap
+  if (req.has_header("Content-Length")) {
+    // The library would read (and drop) an oversized body before answering: 413 now, unread.
+    const uint64_t n = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+    if (n > st.options.max_body_bytes)
+      return reject(
+          status_error(413, "invalid_request_error",
+                       fmt::format("the request body has {} bytes, more than the {} accepted", n,
+                                   st.options.max_body_bytes),
+                       "payload_too_large"));
+  }
+  const std::string enc = req.get_header_value("Content-Encoding");
+  if (!enc.empty() && enc != "identity") {
+    return reject(status_error(415, "invalid_request_error",
+                               fmt::format("Content-Encoding {} is not accepted; send the body "
+                                           "uncompressed",
+                                           loggable(enc)),
+                               "unsupported_media_type"));
+  }
+  if (!route->is_public && !st.options.api_key.empty()) {
+    const std::string auth = req.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    const bool ok =
+        auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0 &&
+        constant_time_equal(std::string_view(auth).substr(kBearer.size()), st.options.api_key);
+    if (!ok) {
+      return reject(status_error(401, "authentication_error",
+                                 auth.empty() ? "missing API key: send Authorization: Bearer KEY"
+                                              : "incorrect API key provided",
+                                 "invalid_api_key"));
+    }
+  }
+  if (route->needs_model && (st.draining.load() || !st.ready.load())) {
+    res.set_header("Retry-After", "1");
+    return reject(status_error(
+        503, "service_unavailable",
+        st.draining.load() ? "the server is shutting down" : "the model is still loading"));
+  }
+  return HR::Unhandled;
+}
+
+}  // namespace mla::server
