@@ -7,6 +7,10 @@ MLA_APT_PACKAGES=(cmake g++ ccache libfmt-dev nlohmann-json3-dev libcli11-dev li
                   libbenchmark-dev libopenblas-dev libpcre2-dev libxxhash-dev pkg-config python3
                   clang-format libcpp-httplib-dev)
 
+# scripts/fuzz only: clang (the `fuzz` preset's compiler, Debian 12's clang 14) and the
+# compiler-rt archives that hold libFuzzer and the sanitizer runtimes for that version.
+MLA_FUZZ_PACKAGES=(clang libclang-rt-14-dev)
+
 # mla_install_deps [EXTRA_PACKAGE...]: the build's packages plus any extra ones (the tests add
 # the browser that loads the chat page).
 mla_install_deps() {

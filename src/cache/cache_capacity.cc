@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/checked_math.h"
+
 namespace mla {
 
 Status validate_page_size(int page_size) {
@@ -23,7 +25,7 @@ Result<int64_t> kv_page_bytes(int64_t record_bytes, int page_size) {
   if (record_bytes <= 0 || record_bytes > (int64_t{1} << 40))
     return invalid_argument(
         fmt::format("KV record of {} bytes per token must be in [1, 2^40]", record_bytes));
-  const int64_t page = record_bytes * page_size;
+  const int64_t page = *checked_mul<int64_t>(record_bytes, page_size);  // <= 2^48 by the bound
   if (page % kKvPageAlignBytes != 0) {
     int min_page = page_size;
     while (min_page <= kMaxPageSize && (record_bytes * min_page) % kKvPageAlignBytes != 0)

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/checked_math.h"
 
 namespace mla {
 
@@ -19,10 +20,11 @@ Result<KvCacheStorage> KvCacheStorage::allocate(const KvCacheShape& shape) {
     return invalid_argument(
         fmt::format("KV cache of {} blocks: need at least 1", shape.num_blocks));
   // page_bytes <= 2^48 (kv_page_bytes), num_blocks < 2^31: check the product before forming it.
-  if (page_bytes > static_cast<int64_t>(SIZE_MAX / 2) / shape.num_blocks)
+  const std::optional<int64_t> layer = checked_mul<int64_t>(page_bytes, shape.num_blocks);
+  if (!layer)
     return out_of_memory(fmt::format("KV cache layer of {} blocks x {} bytes overflows",
                                      shape.num_blocks, page_bytes));
-  const size_t layer_bytes = static_cast<size_t>(page_bytes) * shape.num_blocks;
+  const size_t layer_bytes = static_cast<size_t>(*layer);
   KvCacheStorage s;
   s.shape_ = shape;
   s.page_bytes_ = page_bytes;

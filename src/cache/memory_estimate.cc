@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/checked_math.h"
+
 namespace mla {
 namespace {
 
@@ -16,13 +18,13 @@ Status check_range(const char* what, int64_t value, int64_t max) {
 
 // a · b, or an error naming the layout and the query when the product leaves int64.
 Result<int64_t> mul(int64_t a, int64_t b, const std::string& layout, const KvMemoryQuery& q) {
-  int64_t out = 0;
-  if (__builtin_mul_overflow(a, b, &out))
+  const std::optional<int64_t> out = checked_mul(a, b);
+  if (!out)
     return invalid_argument(fmt::format(
         "{} overflows a 64-bit byte count (context {}, batch {}, {} layers, page size {})",
         layout.empty() ? "context x batch" : "KV cache size of layout " + layout, q.context,
         q.batch, q.dims.num_layers, q.page_size));
-  return out;
+  return *out;
 }
 
 Result<KvLayoutEstimate> estimate_one(std::string name, std::string label, int64_t record_bytes,
@@ -35,7 +37,7 @@ Result<KvLayoutEstimate> estimate_one(std::string name, std::string label, int64
   MLA_ASSIGN_OR_RETURN(int64_t per_token, mul(record_bytes, layers, e.label, q));
   MLA_ASSIGN_OR_RETURN(e.bytes_per_sequence, mul(per_token, q.context, e.label, q));
   MLA_ASSIGN_OR_RETURN(e.total_bytes, mul(e.bytes_per_sequence, q.batch, e.label, q));
-  e.pages_per_sequence = q.context / q.page_size + (q.context % q.page_size != 0 ? 1 : 0);
+  e.pages_per_sequence = *checked_div_ceil(q.context, q.page_size);  // both checked >= 1
   MLA_ASSIGN_OR_RETURN(e.page_bytes, mul(q.page_size, record_bytes, e.label, q));
   MLA_ASSIGN_OR_RETURN(int64_t page_all_layers, mul(e.page_bytes, layers, e.label, q));
   MLA_ASSIGN_OR_RETURN(e.paged_bytes_per_sequence,

@@ -86,10 +86,18 @@ void PrefixCache::insert(SequenceBlocks* seq) {
     const BlockHash h = hash_block(parent.hash, block_tokens, options_.hash_bits);
     const BlockId block = seq->blocks_[i];
     BlockId same = find(h, parent.entry_id, block_tokens, &rejected);
-    if (same == kNoBlock) {
-      // A block already cached carries its entry (a table only adopts cached blocks with their
-      // links), so reaching here with one means the bookkeeping broke.
-      MLA_CHECK(!pool_->is_cached(block), "cached block {} at unhashed position {}", block, i);
+    if (same == kNoBlock && pool_->is_cached(block)) {
+      // A table that shares this block (a fork) cached it under a chain one of whose earlier
+      // entries has since been evicted, so this chain cannot find it (fuzz_kv_allocator found
+      // this abort). A table holds a block only after the tokens it was written after, so the
+      // block's prefix is this chain's: re-parent its entry here, which makes it and its
+      // children reachable again. Its hash depends on tokens only, so the map key stays.
+      Entry& e = entries_[static_cast<size_t>(block)];
+      MLA_CHECK(e.id != 0 && e.hash == h, "cached block {} at position {} has no matching entry",
+                block, i);
+      e.parent_id = parent.entry_id;
+      same = block;
+    } else if (same == kNoBlock) {
       Entry& e = entries_[static_cast<size_t>(block)];
       e = Entry{h, next_id_++, parent.entry_id};
       std::copy(block_tokens.begin(), block_tokens.end(), tokens_.begin() + block * p);

@@ -65,7 +65,9 @@ class PrefixCache : public BlockEvictionListener {
 
   // Registers each full block of seq not yet hashed (call once its KV rows are written; before
   // another sequence may match them). A block whose contents are already cached under another
-  // block is left uncached and linked to that entry. Cost: one hash per new full block.
+  // block is left uncached and linked to that entry. A block already cached by a table sharing
+  // it (a fork), under a chain since broken by an eviction, is re-parented onto seq's chain.
+  // Cost: one hash per new full block.
   void insert(SequenceBlocks* seq);
 
   PrefixCacheStats stats() const;

@@ -14,6 +14,7 @@
 #include <system_error>
 #include <utility>
 
+#include "core/byte_view.h"
 #include "core/check.h"
 #include "io/safetensors_header.h"
 
@@ -75,12 +76,18 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   file.tensors_ = std::move(parsed.tensors);
   file.metadata_ = std::move(parsed.metadata);
 
-  const uint8_t* data = base + file.data_offset();
   MLA_CHECK(file.tensors_.size() <= std::numeric_limits<uint32_t>::max(), "{} tensors",
             file.tensors_.size());
   file.by_name_.resize(file.tensors_.size());
   for (size_t i = 0; i < file.tensors_.size(); ++i) {
-    file.tensors_[i].data = data + file.tensors_[i].byte_offset;
+    TensorInfo& t = file.tensors_[i];
+    // The only way to weight bytes: a view checked against the mapping (parse_safetensors already
+    // proved containment, so a failure here is a bug).
+    const std::optional<ByteView> view =
+        ByteView::make(base, size, file.data_offset() + t.byte_offset, t.byte_size);
+    MLA_CHECK(view.has_value(), "{}: tensor {} [{}, +{}) outside the {}-byte file", path, t.name,
+              file.data_offset() + t.byte_offset, t.byte_size, size);
+    t.data = view->data();
     file.by_name_[i] = uint32_t(i);
   }
   std::sort(file.by_name_.begin(), file.by_name_.end(),

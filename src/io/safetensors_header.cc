@@ -14,6 +14,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/checked_math.h"
+
 namespace mla::io_detail {
 namespace {
 
@@ -248,7 +250,7 @@ class HeaderReader {
       return fail_tensor(fmt::format("data_offsets {} hold {} bytes but shape {} of {} needs {}",
                                      offs, end - begin, shape_string(entry_.shape),
                                      dtype_name(entry_.dtype), size->bytes));
-    if (end > data_size_)
+    if (!range_inside(begin, end - begin, data_size_))
       return fail_tensor(
           fmt::format("data_offsets {} run past the end of the data section, which holds {} bytes "
                       "(truncated file?)",
@@ -300,7 +302,7 @@ Status check_tiling(const std::string& path, const std::vector<TensorInfo>& tens
                       path, quote_text(t.name), offs, t.byte_offset - expected,
                       quote_text(prev->name), expected));
     }
-    expected = t.byte_offset + t.byte_size;
+    expected = t.byte_offset + t.byte_size;  // <= data_size: finish_entry checked range_inside
     prev = &t;
   }
   if (expected != data_size) {
@@ -373,7 +375,9 @@ Result<ParsedSafetensors> parse_safetensors(const std::string& path, const uint8
 }
 
 Result<TensorSize> tensor_size(DType dtype, const std::vector<int64_t>& shape) {
-  uint64_t numel = 1;
+  // int64 numel, with the zero dims skipped (checked_product's rule), so that strides computed
+  // from the non-zero dims never overflow even for a zero-size tensor.
+  int64_t numel = 1;
   bool zero = false;
   for (int64_t d : shape) {
     if (d < 0)
@@ -383,21 +387,22 @@ Result<TensorSize> tensor_size(DType dtype, const std::vector<int64_t>& shape) {
       zero = true;
       continue;
     }
-    if (numel > kMaxInt64 / uint64_t(d))
+    const std::optional<int64_t> next = checked_mul(numel, d);
+    if (!next)
       return invalid_argument(
           fmt::format("shape {} has more than 2^63-1 elements", shape_string(shape)));
-    numel *= uint64_t(d);
+    numel = *next;
   }
   if (zero) numel = 0;
-  const uint64_t bits = uint64_t(dtype_bits(dtype));
-  if (numel > std::numeric_limits<uint64_t>::max() / bits)
+  const std::optional<uint64_t> bits = checked_mul(uint64_t(numel), uint64_t(dtype_bits(dtype)));
+  if (!bits)
     return invalid_argument(fmt::format("shape {} of {} needs more than 2^64-1 bits",
                                         shape_string(shape), dtype_name(dtype)));
-  if (numel * bits % 8 != 0)
+  if (*bits % 8 != 0)
     return invalid_argument(
         fmt::format("shape {} of {} holds {} elements = {} bits, not a whole number of bytes",
-                    shape_string(shape), dtype_name(dtype), numel, numel * bits));
-  return TensorSize{int64_t(numel), numel * bits / 8};
+                    shape_string(shape), dtype_name(dtype), numel, *bits));
+  return TensorSize{numel, *bits / 8};
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

@@ -6,9 +6,16 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "io/json_limits.h"
 
 namespace mla {
+namespace {
+
+// The file holds two short fields; anything much larger is not a tuning file.
+constexpr size_t kMaxTuneFileBytes = 64 << 10;
+
+}  // namespace
 
 std::string tune_file_path() {
   if (const char* p = std::getenv("MLA_TUNE_FILE"); p && *p) return p;
@@ -21,9 +28,14 @@ std::string tune_file_path() {
 Result<TuneData> read_tune_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return not_found(path + ": no tuning file");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  // Read at most one byte past kMaxTuneFileBytes, then refuse (no unbounded read of a stray file).
+  std::string text(kMaxTuneFileBytes + 1, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(in.gcount()));
+  if (text.size() > kMaxTuneFileBytes)
+    return data_loss(path + ": larger than " + std::to_string(kMaxTuneFileBytes) + " bytes");
+  if (json_depth_exceeded(text)) return data_loss(path + ": JSON nests too deeply");
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return data_loss(path + ": not a JSON object");
   TuneData d;
   auto it = j.find("prefill_absorption_threshold");

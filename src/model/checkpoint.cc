@@ -1,5 +1,5 @@
-// Checkpoint::open: index.json parsing (duplicate keys detected), shard-name confinement to the
-// model directory, shard mapping with progress, and the index ↔ shard consistency checks.
+// Checkpoint::open: shard mapping with progress and the index ↔ shard consistency checks (the
+// index parsing and shard-name confinement are checkpoint_index.cc).
 #include "model/checkpoint.h"
 
 #include <fmt/format.h>
@@ -8,107 +8,16 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
+#include "core/checked_math.h"
+#include "model/checkpoint_index.h"
 #include "model/weight_layout.h"
 
 namespace mla {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
-
-// Shard file name → the tensor names weight_map assigns to it.
-using ShardMap = std::map<std::string, std::vector<std::string>>;
-
-Result<std::string> read_small_file(const fs::path& file, uint64_t limit) {
-  std::error_code ec;
-  const uintmax_t size = fs::file_size(file, ec);
-  if (ec) return io_error(fmt::format("{}: cannot read its size: {}", file.string(), ec.message()));
-  if (size > limit)
-    return invalid_argument(
-        fmt::format("{}: {} bytes is larger than the limit of {}", file.string(), size, limit));
-  std::ifstream in(file, std::ios::binary);
-  if (!in.is_open()) return io_error(fmt::format("{}: cannot open for reading", file.string()));
-  std::ostringstream text;
-  if (size > 0) text << in.rdbuf();
-  if (in.bad()) return io_error(fmt::format("{}: read failed", file.string()));
-  return text.str();
-}
-
-// Parses index.json into shard → tensors. nlohmann keeps the last of two equal keys, so the
-// parser callback records duplicates: a tensor listed twice in weight_map could name two shards.
-Result<ShardMap> parse_index(const std::string& text, const std::string& source) {
-  std::string top_key, duplicate;
-  std::set<std::string> seen_top, seen_tensors;
-  auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (event != Json::parse_event_t::key || !duplicate.empty()) return true;
-    const std::string& k = parsed.get_ref<const std::string&>();
-    if (depth == 1) {
-      top_key = k;
-      if (!seen_top.insert(k).second) duplicate = "top-level key " + quote_name(k);
-    } else if (depth == 2 && top_key == "weight_map" && !seen_tensors.insert(k).second) {
-      duplicate = "weight_map key " + quote_name(k);
-    }
-    return true;
-  };
-  Json top;
-  try {
-    top = Json::parse(text, callback);
-  } catch (const Json::exception& e) {
-    return invalid_argument(fmt::format("{}: not valid JSON: {}", source, e.what()));
-  }
-  if (!duplicate.empty())
-    return invalid_argument(fmt::format("{}: {} appears twice", source, duplicate));
-  if (!top.is_object())
-    return invalid_argument(fmt::format("{}: the top level must be a JSON object", source));
-  const auto wm = top.find("weight_map");
-  if (wm == top.end() || !wm->is_object())
-    return invalid_argument(fmt::format(
-        "{}: field \"weight_map\" must be an object of tensor name → file name", source));
-  if (wm->empty()) return invalid_argument(fmt::format("{}: \"weight_map\" is empty", source));
-  ShardMap shards;
-  for (auto it = wm->begin(); it != wm->end(); ++it) {
-    if (!it->is_string())
-      return invalid_argument(fmt::format("{}: weight_map[{}] must be a file name string, got {}",
-                                          source, quote_name(it.key()), it->type_name()));
-    const std::string& file = it->get_ref<const std::string&>();
-    // Plain names only: anything with a separator, "." or ".." could leave the directory.
-    if (file.empty() || file == "." || file == ".." || file.size() > 255 ||
-        file.find('/') != std::string::npos || file.find('\0') != std::string::npos)
-      return invalid_argument(
-          fmt::format("{}: weight_map[{}] = {} is not a plain file name inside the model directory",
-                      source, quote_name(it.key()), quote_name(file)));
-    shards[file].push_back(it.key());
-  }
-  return shards;
-}
-
-// `dir`/`name` must exist and, after resolving symlinks, lie inside `dir`.
-Result<fs::path> resolve_inside(const fs::path& dir, const std::string& name,
-                                const std::string& source, const std::string& listed_for) {
-  const fs::path p = dir / name;
-  std::error_code ec;
-  const fs::file_status st = fs::symlink_status(p, ec);
-  if (ec || !fs::exists(st))
-    return not_found(
-        fmt::format("{}: shard {}{} does not exist", source, quote_name(name), listed_for));
-  const fs::path real_dir = fs::canonical(dir, ec);
-  if (ec) return io_error(fmt::format("{}: cannot resolve: {}", dir.string(), ec.message()));
-  const fs::path real = fs::canonical(p, ec);
-  if (ec)
-    return not_found(fmt::format("{}: shard {}{} cannot be resolved (a dangling symlink?): {}",
-                                 source, quote_name(name), listed_for, ec.message()));
-  const fs::path rel = real.lexically_relative(real_dir);
-  if (rel.empty() || *rel.begin() == "..")
-    return invalid_argument(
-        fmt::format("{}: shard {} is a symlink to {}, outside the model directory", source,
-                    quote_name(name), quote_name(real.string())));
-  return p;
-}
 
 // Progress on stderr for big checkpoints: a rewritten line on a terminal, a line per ~10% else.
 class Progress {
@@ -157,7 +66,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir_text, const Checkpoin
   if (has_index) {
     MLA_ASSIGN_OR_RETURN(const std::string text,
                          read_small_file(index_path, kMaxCheckpointIndexBytes));
-    MLA_ASSIGN_OR_RETURN(shard_map, parse_index(text, source));
+    MLA_ASSIGN_OR_RETURN(shard_map, parse_checkpoint_index(text, source));
   } else {
     shard_map[kSingleCheckpointFile];
   }
@@ -171,9 +80,10 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir_text, const Checkpoin
         : tensors.size() == 1 ? fmt::format(" (listed for tensor {})", quote_name(tensors[0]))
                               : fmt::format(" (listed for tensor {} and {} more)",
                                             quote_name(tensors[0]), tensors.size() - 1);
-    MLA_ASSIGN_OR_RETURN(fs::path p, resolve_inside(dir, name, source, listed_for));
+    MLA_ASSIGN_OR_RETURN(fs::path p, resolve_shard(dir, name, source, listed_for));
     const uintmax_t size = fs::file_size(p, ec);
-    if (!ec) total += size;  // only sizes the progress display; open() re-checks the file
+    // Only sizes the progress display (open() re-checks each file); saturate instead of wrapping.
+    if (!ec) total = checked_add<uint64_t>(total, size).value_or(UINT64_MAX);
     paths.push_back(std::move(p));
   }
 

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/cache_format.h"
+#include "core/checked_math.h"
+#include "io/json_limits.h"
 
 namespace mla {
 namespace {
@@ -326,8 +328,7 @@ Status validate_impl(const ModelConfig& c, const std::string& source, const std:
   // The largest KV cache the config can ask for (BF16 latent, every layer, the full context) must
   // be countable in bytes, or later size arithmetic would wrap.
   const int64_t row = kv_bytes_per_token(KvCacheDtype::kBF16, c.kv_lora_rank, c.qk_rope_head_dim);
-  int64_t bytes = 0;
-  if (__builtin_mul_overflow(row * c.num_hidden_layers, c.max_position_embeddings, &bytes))
+  if (!checked_product<int64_t>({row, c.num_hidden_layers, c.max_position_embeddings}))
     return invalid_argument(fmt::format(
         "{}: field \"{}max_position_embeddings\" is too large: {} tokens x {} layers x {} bytes "
         "of BF16 latent KV cache overflows a 64-bit byte count",
@@ -339,6 +340,10 @@ Status validate_impl(const ModelConfig& c, const std::string& source, const std:
 
 Result<ModelConfig> parse_model_config(const std::string& json_text,
                                        const std::string& source_name) {
+  // Depth first: the error paths dump values (show()), and dump() recurses.
+  if (const std::optional<size_t> at = json_depth_exceeded(json_text))
+    return invalid_argument(fmt::format("{}: JSON nests deeper than {} levels (at byte {})",
+                                        source_name, kMaxJsonFileDepth, *at));
   Json top;
   try {
     top = Json::parse(json_text);

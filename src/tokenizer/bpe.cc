@@ -40,14 +40,22 @@ Result<BpeModel> BpeModel::build(BpeSpec spec, std::string_view where) {
   m.ignore_merges_ = spec.ignore_merges;
   m.serial_ = g_next_serial.fetch_add(1);
   int32_t max_id = -1;
+  // The id table is sized by the largest id, so an id must not be able to ask for more memory
+  // than the entries themselves justify: one token with id 2^31-1 would otherwise allocate 2^31
+  // strings (64 GiB). Real vocabularies are dense; kMaxVocabIdGap allows reserved holes.
+  const int64_t id_bound = int64_t(spec.vocab.size()) + kMaxVocabIdGap;
   for (const auto& [text, id] : spec.vocab) {
     if (id < 0)
       return invalid_argument(
           fmt::format("{}: model.vocab: token {} has negative id {}", where, quote_text(text), id));
+    if (id >= id_bound)
+      return invalid_argument(fmt::format(
+          "{}: model.vocab: token {} has id {}, not below the {} entries + {} allowed as holes",
+          where, quote_text(text), id, spec.vocab.size(), kMaxVocabIdGap));
     max_id = std::max(max_id, id);
   }
-  m.id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
-  m.has_id_.assign(static_cast<size_t>(max_id + 1), false);
+  m.id_to_token_.assign(static_cast<size_t>(max_id) + 1, std::string());
+  m.has_id_.assign(static_cast<size_t>(max_id) + 1, false);
   m.vocab_.reserve(spec.vocab.size());
   for (auto& [text, id] : spec.vocab) {
     if (m.has_id_[id])

@@ -14,6 +14,10 @@
 
 namespace mla::tok {
 
+// Ids may leave holes, but the largest id is below the number of entries plus this (vocab ids
+// in model.vocab, and added-token ids against vocab + added entries): ids size dense tables.
+inline constexpr int64_t kMaxVocabIdGap = int64_t{1} << 16;
+
 struct BpeSpec {
   std::vector<std::pair<std::string, int32_t>> vocab;       // token text (byte-level form) → id
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order, rank 0 first
@@ -22,9 +26,9 @@ struct BpeSpec {
 
 class BpeModel {
  public:
-  // Checks the spec: ids non-negative and unique, every byte of the alphabet present, each merge
-  // naming known tokens whose concatenation is known, no merge listed twice. `where` names the
-  // file for messages.
+  // Checks the spec: ids non-negative, unique and below vocab.size() + kMaxVocabIdGap, every byte
+  // of the alphabet present, each merge naming known tokens whose concatenation is known, no merge
+  // listed twice. `where` names the file for messages.
   static Result<BpeModel> build(BpeSpec spec, std::string_view where);
 
   // Appends the ids of one piece given as raw bytes (the byte-level mapping is implicit). Lowest

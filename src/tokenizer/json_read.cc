@@ -4,30 +4,41 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <unordered_set>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "io/json_limits.h"
 #include "io/safetensors_header.h"
 
 namespace mla::tok {
 
-Result<std::string> read_text_file(const std::string& path) {
+Result<std::string> read_text_file(const std::string& path, uint64_t max_bytes) {
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     const int err = errno;
     return (err == ENOENT ? not_found
                           : io_error)(fmt::format("{}: cannot open: {}", path, std::strerror(err)));
   }
-  std::ostringstream ss;
-  ss << f.rdbuf();
+  // Read at most one byte past the cap (the file may grow after any size check), then refuse.
+  std::string text;
+  char buf[1 << 16];
+  while (f && text.size() <= max_bytes) {
+    f.read(buf, sizeof buf);
+    text.append(buf, size_t(f.gcount()));
+  }
   if (f.bad()) return io_error(fmt::format("{}: read failed", path));
-  return ss.str();
+  if (text.size() > max_bytes)
+    return invalid_argument(
+        fmt::format("{}: larger than the limit of {} bytes for this file", path, max_bytes));
+  return text;
 }
 
 Result<Json> parse_json(std::string_view text, std::string_view origin) {
+  if (const std::optional<size_t> at = json_depth_exceeded(text))
+    return data_loss(fmt::format("{}: JSON nests deeper than {} levels (at byte {})", origin,
+                                 kMaxJsonFileDepth, *at));
   // Keys seen so far in each open object, innermost last.
   std::vector<std::unordered_set<std::string>> open;
   std::string duplicate;

@@ -2,6 +2,7 @@
 // rejects duplicate object keys, and typed field getters whose errors name file, field and value.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -12,9 +13,15 @@ namespace mla::tok {
 
 using Json = nlohmann::json;
 
-Result<std::string> read_text_file(const std::string& path);
+// tokenizer.json above this is refused (reliability.md §3 item 26; DeepSeek-V3's is ~7.8 MB).
+inline constexpr uint64_t kMaxTokenizerFileBytes = uint64_t{64} << 20;
 
-// Parses `text`; a syntax error or a key repeated within one object is an error naming `origin`.
+// The whole file; invalid_argument when it holds more than max_bytes (never read past the cap).
+// Model files pass kMaxTokenizerFileBytes; the default (no cap) is for user text given to tools.
+Result<std::string> read_text_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
+
+// Parses `text`; a syntax error, nesting deeper than kMaxJsonFileDepth (io/json_limits.h) or a key
+// repeated within one object is an error naming `origin`.
 Result<Json> parse_json(std::string_view text, std::string_view origin);
 
 // Field access for an object `obj` found at `where` (e.g. "tok.json: model"). A missing field

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "io/safetensors_header.h"
+#include "tokenizer/chat_format.h"
 #include "tokenizer/json_read.h"
 
 namespace mla::tok {
@@ -59,12 +60,14 @@ Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir) {
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   std::error_code ec;
   if (fs::exists(config_path, ec)) {
-    MLA_ASSIGN_OR_RETURN(std::string text, read_text_file(config_path.string()));
+    MLA_ASSIGN_OR_RETURN(std::string text,
+                         read_text_file(config_path.string(), kMaxTokenizerFileBytes));
     MLA_ASSIGN_OR_RETURN(config, parse_tokenizer_config(text, config_path.string()));
   }
   const fs::path jinja = fs::path(dir) / "chat_template.jinja";
   if (config.chat_template.empty() && fs::exists(jinja, ec)) {
-    MLA_ASSIGN_OR_RETURN(config.chat_template, read_text_file(jinja.string()));
+    MLA_ASSIGN_OR_RETURN(config.chat_template,
+                         read_text_file(jinja.string(), kMaxTokenizerFileBytes));
   }
   std::optional<int32_t> ids[2];
   const std::optional<std::string>* names[2] = {&config.bos_token, &config.eos_token};
@@ -77,6 +80,21 @@ Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir) {
                                           fields[i], io_detail::quote_text(**names[i]), tok_path));
   }
   tok.set_bos_eos(ids[0], ids[1]);
+  // A recognised chat template must find its control tokens now, not at the first chat request
+  // (reliability.md §3 item 30): render and encode a conversation that uses every role.
+  if (!config.chat_template.empty())
+    if (Result<ChatFormat> f = detect_chat_format(config.chat_template); f.ok()) {
+      const std::vector<ChatMessage> probe = {{"system", std::string("s"), {}, ""},
+                                              {"user", std::string("u"), {}, ""},
+                                              {"assistant", std::string("a"), {}, ""},
+                                              {"user", std::string("u"), {}, ""}};
+      Result<std::vector<ChatPart>> parts = render_chat(*f, probe);
+      Status st = parts.ok() ? encode_chat(tok, *parts).status() : parts.status();
+      if (!st.ok())
+        return invalid_argument(fmt::format("{}: the chat template ({}) does not fit {}: {}",
+                                            config_path.string(), chat_format_name(*f), tok_path,
+                                            st.message()));
+    }
   return LoadedTokenizer{std::move(tok), std::move(config)};
 }
 

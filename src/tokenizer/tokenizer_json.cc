@@ -27,6 +27,7 @@ class TokenizerBuilder {
   Result<BpeModel> model(const Json& m);
   Result<std::vector<AddedToken>> added_tokens(const Json& a);
   Status check_decoder(const Json& d);
+  Status check_post_processor(const Json& p);
 
   std::string origin_;
 };
@@ -46,6 +47,22 @@ std::string type_of(const Json& v) {
 }
 
 }  // namespace
+
+// Accepted and not applied: ByteLevel only fixes offsets, TemplateProcessing adds special ids
+// that BOS handling (tokenizer_config's add_bos_token) already covers. Anything else would change
+// the ids in a way encode does not reproduce.
+Status TokenizerBuilder::check_post_processor(const Json& p) {
+  if (p.is_null()) return Status();
+  const std::string type = type_of(p);
+  if (type == "ByteLevel" || type == "TemplateProcessing") return Status();
+  if (type == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
+    for (const Json& q : p["processors"])
+      if (const std::string t = type_of(q); t != "ByteLevel" && t != "TemplateProcessing")
+        return unsupported(at("post_processor.processors"), "post_processor", q);
+    return Status();
+  }
+  return unsupported(at("post_processor"), "post_processor", p);
+}
 
 Status TokenizerBuilder::check_normalizer(const Json& n, const std::string& field) {
   if (n.is_null()) return Status();
@@ -182,6 +199,7 @@ Result<std::vector<AddedToken>> TokenizerBuilder::added_tokens(const Json& a) {
   if (!a.is_array())
     return invalid_argument(fmt::format("{}: expected an array", at("added_tokens")));
   std::unordered_map<std::string, size_t> seen;
+  std::unordered_map<int32_t, size_t> seen_ids;  // id → index in out
   for (size_t i = 0; i < a.size(); ++i) {
     const std::string field = fmt::format("added_tokens[{}]", i);
     const Json& t = a[i];
@@ -205,11 +223,11 @@ Result<std::vector<AddedToken>> TokenizerBuilder::added_tokens(const Json& a) {
     if (auto [it, fresh] = seen.emplace(tok.content, i); !fresh)
       return invalid_argument(fmt::format("{}: content {} repeats added_tokens[{}]", at(field),
                                           quote_text(tok.content), it->second));
-    for (const AddedToken& prev : out)
-      if (prev.id == tok.id)
-        return invalid_argument(fmt::format("{}: id {} is given to both {} and {}", at(field),
-                                            tok.id, quote_text(prev.content),
-                                            quote_text(tok.content)));
+    // A map, not a scan of `out`: a file with n added tokens must not cost n² comparisons.
+    if (auto [it, fresh] = seen_ids.emplace(tok.id, i); !fresh)
+      return invalid_argument(fmt::format("{}: id {} is given to both {} and {}", at(field), tok.id,
+                                          quote_text(out[it->second].content),
+                                          quote_text(tok.content)));
     out.push_back(std::move(tok));
   }
   return out;
@@ -226,14 +244,17 @@ Result<Tokenizer> TokenizerBuilder::build(const Json& root) {
   static const char* const kKnown[] = {"version",        "truncation", "padding",
                                        "added_tokens",   "normalizer", "pre_tokenizer",
                                        "post_processor", "decoder",    "model"};
-  for (const auto& [key, value] : root.items())
+  // Iterators, not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& key = it.key();
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return key == k; }) == std::end(kKnown))
-      return unsupported(at(key), "top-level field", value);
+      return unsupported(at(key), "top-level field", *it);
+  }
   if (const auto it = root.find("truncation"); it != root.end() && !it->is_null())
     return unsupported(at("truncation"), "truncation", *it);
-  // padding only shapes batches and the post-processor only adds special ids on request; encode
-  // never does either (BOS is EncodeOptions::add_bos), so both are accepted and not applied.
+  // padding only shapes batches, so it is accepted and not applied; the post-processor is checked
+  // below (check_post_processor).
   MLA_RETURN_IF_ERROR(check_normalizer(root.value("normalizer", Json()), "normalizer"));
   if (!root.contains("pre_tokenizer"))
     return invalid_argument(fmt::format("{}: the field \"pre_tokenizer\" is missing", origin_));
@@ -242,24 +263,45 @@ Result<Tokenizer> TokenizerBuilder::build(const Json& root) {
     return invalid_argument(fmt::format("{}: the field \"model\" is missing", origin_));
   MLA_ASSIGN_OR_RETURN(BpeModel bpe, model(root["model"]));
   MLA_RETURN_IF_ERROR(check_decoder(root.value("decoder", Json())));
+  MLA_RETURN_IF_ERROR(check_post_processor(root.value("post_processor", Json())));
   MLA_ASSIGN_OR_RETURN(std::vector<AddedToken> added,
                        added_tokens(root.value("added_tokens", Json())));
 
   Tokenizer t;
   t.origin_ = origin_;
-  int32_t limit = bpe.max_id() + 1;
-  for (const AddedToken& a : added) limit = std::max(limit, a.id + 1);
-  t.token_bytes_.assign(limit, std::string());
-  t.id_kind_.assign(limit, 0);
-  t.added_index_.assign(limit, -1);
+  // The per-id tables are sized by the largest id; like vocab ids (BpeModel::build), added-token
+  // ids may not ask for more than the entries justify, and the limit must stay an int32.
+  const int64_t id_bound = int64_t(bpe.vocab_size()) + int64_t(added.size()) + kMaxVocabIdGap;
+  int64_t limit = int64_t(bpe.max_id()) + 1;
+  for (size_t i = 0; i < added.size(); ++i) {
+    if (added[i].id >= id_bound)
+      return invalid_argument(fmt::format(
+          "{}: id {} is not below the {} vocab + {} added entries + {} allowed as holes",
+          at(fmt::format("added_tokens[{}]", i)), added[i].id, bpe.vocab_size(), added.size(),
+          kMaxVocabIdGap));
+    limit = std::max(limit, int64_t(added[i].id) + 1);
+  }
+  if (limit > INT32_MAX)
+    return invalid_argument(
+        fmt::format("{}: ids reach {}, past the int32 id range", origin_, limit - 1));
+  t.token_bytes_.assign(size_t(limit), std::string());
+  t.id_kind_.assign(size_t(limit), 0);
+  t.added_index_.assign(size_t(limit), -1);
   for (int32_t id = 0; id <= bpe.max_id(); ++id)
     if (const std::string* text = bpe.id_to_token(id)) {
       t.token_bytes_[id] = token_text_to_bytes(*text);
       t.id_kind_[id] = 1;
     }
-  // An added token's content wins over a vocabulary entry with the same id, as in Hugging Face.
+  // An added token may repeat a vocabulary entry (DeepSeek lists BOS, EOS and pad in both), but
+  // not give its id another text: two tokens would share one embedding row (reliability.md §3
+  // item 27).
   for (size_t i = 0; i < added.size(); ++i) {
     const AddedToken& a = added[i];
+    if (const std::string* text = a.id <= bpe.max_id() ? bpe.id_to_token(a.id) : nullptr;
+        text && *text != a.content)
+      return invalid_argument(fmt::format(
+          "{}: id {} is the vocabulary's {}, not {}", at(fmt::format("added_tokens[{}]", i)), a.id,
+          json_excerpt(Json(*text)), json_excerpt(Json(a.content))));
     t.token_bytes_[a.id] = token_text_to_bytes(a.content);
     t.id_kind_[a.id] = a.special ? 3 : 2;
     t.added_index_[a.id] = static_cast<int32_t>(i);
@@ -277,7 +319,7 @@ Result<Tokenizer> Tokenizer::from_json(std::string_view json, std::string_view o
 }
 
 Result<Tokenizer> Tokenizer::from_file(const std::string& path) {
-  MLA_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  MLA_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxTokenizerFileBytes));
   return from_json(text, path);
 }
 

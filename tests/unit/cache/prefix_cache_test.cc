@@ -191,6 +191,42 @@ TEST(PrefixCache, ForcedCollisionsNeverReturnAWrongBlock) {
   f.pool.check_consistency();
 }
 
+TEST(PrefixCache, ForkInsertedAfterItsParentChainWasEvictedReparentsTheSharedBlock) {
+  // a and its fork b share blocks [a0 a1 a2]. a's insert links positions 0 and 1 to x's entries
+  // (the same prompt) and caches a2 under them. Once x's entries are evicted, b's insert builds
+  // a new chain for positions 0 and 1 and meets a2, already cached under the broken chain: it
+  // re-parents a2's entry (this aborted before fuzz_kv_allocator found it), so {1, 2, 3} is
+  // served again in full.
+  Fixture f(6, 1);
+  PrefixCache cache(&f.pool);
+  SequenceBlocks x(&f.pool, &f.storage), a(&f.pool, &f.storage);
+  ASSERT_EQ(x.append(tokens_from({1, 2})), PoolOutcome::kOk);
+  write_rows(f.storage, x, 0, 2);
+  cache.insert(&x);
+  ASSERT_EQ(a.append(tokens_from({1, 2, 3})), PoolOutcome::kOk);
+  write_rows(f.storage, a, 0, 3);
+  SequenceBlocks b = a.fork();
+  cache.insert(&a);
+  const BlockId a2 = a.block_table()[2];
+  EXPECT_FALSE(f.pool.is_cached(a.block_table()[0]));  // linked to x's entry
+  EXPECT_TRUE(cache.holds(a2));
+  x.release();
+  {
+    SequenceBlocks filler(&f.pool, &f.storage);  // the free block plus both of x's idle ones
+    ASSERT_EQ(filler.append(std::vector<int32_t>(3, 50)), PoolOutcome::kOk);
+  }
+  EXPECT_EQ(cache.stats().evictions, 2);
+  EXPECT_EQ(cache.match(tokens_from({1, 2, 3})).num_tokens, 0);
+  cache.insert(&b);
+  f.pool.check_consistency();
+  const PrefixMatch m = cache.match(tokens_from({1, 2, 3}));
+  ASSERT_EQ(m.num_tokens, 3);
+  EXPECT_EQ(m.blocks, (std::vector<BlockId>{b.block_table()[0], b.block_table()[1], a2}));
+  SequenceBlocks c(&f.pool, &f.storage);
+  EXPECT_EQ(cache.acquire(tokens_from({1, 2, 3}), &c), 3);
+  EXPECT_EQ(check_rows(f.storage, c), "");
+}
+
 TEST(PrefixCache, DuplicateContentIsLinkedNotCachedTwice) {
   Fixture f(8, 2);
   PrefixCache cache(&f.pool);

@@ -103,6 +103,30 @@ TEST(TokenizerLoad, DuplicateIds) {
   expect_error(load(j), {"model.vocab", "\"neg\"", "-4"});
 }
 
+// An id sizes the per-id tables: one far beyond the entries must be refused before any table is
+// allocated (id 2^31-1 once meant 2^31 strings and a signed overflow in max_id + 1).
+TEST(TokenizerLoad, IdsFarBeyondTheEntries) {
+  Json j = minimal();
+  j["model"]["vocab"]["zz"] = 2147483647;
+  expect_error(load(j), {"model.vocab", "\"zz\"", "2147483647", "holes"});
+  j = minimal();
+  j["added_tokens"].push_back({{"id", 2147483647}, {"content", "</s>"}, {"special", true}});
+  expect_error(load(j), {"added_tokens[1]", "2147483647", "holes"});
+  // Holes up to kMaxVocabIdGap are fine (reserved ids).
+  j = minimal();
+  j["added_tokens"].push_back({{"id", 258 + 1000}, {"content", "</s>"}, {"special", true}});
+  Result<Tokenizer> t = Tokenizer::from_json(j.dump(), "holes.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->id_limit(), 1259);
+}
+
+// Deep nesting is refused before parsing (error paths dump values, and dump() recurses).
+TEST(TokenizerLoad, NestingTooDeep) {
+  std::string text = minimal().dump();
+  text.insert(1, "\"padding\": " + std::string(65, '[') + std::string(65, ']') + ", ");
+  expect_error(Tokenizer::from_json(text, "deep.json").status(), {"deep.json", "deeper than 64"});
+}
+
 TEST(TokenizerLoad, UnsupportedComponents) {
   Json j = minimal();
   j["normalizer"] = {{"type", "NFKC"}};

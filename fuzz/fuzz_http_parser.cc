@@ -1,0 +1,126 @@
+// F7 (reliability.md §5): raw bytes → cpp-httplib's HTTP/1.1 request parsing, the library
+// `mla serve` uses, with the server's body cap and our body-framing guard (check_body_framing,
+// src/server/body_framing.h) in the pre-routing handler. The bytes reach Server::process_request
+// (the per-connection entry point) through an in-memory Stream that hands them out in
+// pseudo-random pieces, so requests split at every point are parsed; up to 5 pipelined requests
+// per input (the keep-alive limit). Invariants: a handler never sees a body over the cap or other
+// than its Content-Length; every response is a well-formed HTTP/1.1 status line; nothing is read
+// past the input. Not covered: the rest of http_server.cc's checks (check_request is internal to
+// that file).
+#include <httplib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "fuzz_common.h"
+#include "server/body_framing.h"
+
+namespace {
+
+constexpr size_t kBodyCap = 1024;  // small, so that the fuzzer reaches the 413 path
+
+class MemoryStream : public httplib::Stream {
+ public:
+  MemoryStream(const char* data, size_t size, uint32_t seed)
+      : data_(data), size_(size), rng_(seed) {}
+
+  bool is_readable() const override { return pos_ < size_; }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* ptr, size_t size) override {
+    if (pos_ >= size_ || size == 0) return 0;
+    rng_ = rng_ * 1103515245u + 12345u;
+    const size_t piece = std::min({size, size_ - pos_, size_t(1 + (rng_ >> 16) % 97)});
+    std::memcpy(ptr, data_ + pos_, piece);
+    pos_ += piece;
+    return ssize_t(piece);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (out.size() < (size_t{1} << 20)) out.append(ptr, size);
+    return ssize_t(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 40000;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 8080;
+  }
+  socket_t socket() const override { return INVALID_SOCKET; }
+
+  std::string out;
+
+ private:
+  const char* data_;
+  size_t size_;
+  size_t pos_ = 0;
+  uint32_t rng_;
+};
+
+// process_request is protected: the library's socket loop is its only caller.
+class FuzzServer : public httplib::Server {
+ public:
+  using httplib::Server::process_request;
+};
+
+FuzzServer& server() {
+  static FuzzServer* s = [] {
+    auto* srv = new FuzzServer;
+    srv->set_payload_max_length(kBodyCap);
+    srv->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (std::optional<mla::server::ApiError> e = mla::server::check_body_framing(req)) {
+        res.status = e->status;
+        res.set_content(mla::server::dump_json(mla::server::error_json(*e)), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    auto check_body = [](const httplib::Request& req, httplib::Response& res) {
+      if (req.method != "GET" && req.method != "HEAD")
+        MLA_CHECK(std::stoull(req.get_header_value("Content-Length")) == req.body.size(),
+                  "{} {}: a {}-byte body under Content-Length {:?}", req.method, req.path,
+                  req.body.size(), req.get_header_value("Content-Length"));
+      MLA_CHECK(req.body.size() <= kBodyCap,
+                "{} {} got a {}-byte body over the {} cap (Content-Length {:?}, "
+                "Transfer-Encoding {:?})",
+                req.method, req.path, req.body.size(), kBodyCap,
+                req.get_header_value("Content-Length"), req.get_header_value("Transfer-Encoding"));
+      res.set_content("{}", "application/json");
+    };
+    srv->Post("/v1/chat/completions", check_body);
+    srv->Post("/v1/completions", check_body);
+    srv->Get("/health", check_body);
+    return srv;
+  }();
+  return *s;
+}
+
+void check_response(const std::string& out) {
+  if (out.empty()) return;  // the library may close without answering
+  MLA_CHECK(out.size() >= 12 && out.compare(0, 9, "HTTP/1.1 ") == 0 &&
+                std::isdigit(static_cast<unsigned char>(out[9])) &&
+                std::isdigit(static_cast<unsigned char>(out[10])) &&
+                std::isdigit(static_cast<unsigned char>(out[11])),
+            "malformed response start {}", out.substr(0, 40));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  mla::fuzz::ByteReader in(data, size);
+  const uint32_t seed = in.u32();
+  const std::string_view bytes = in.rest();
+  MemoryStream stream(bytes.data(), bytes.size(), seed);
+  for (int i = 0; i < 5 && stream.is_readable(); ++i) {
+    bool closed = false;
+    stream.out.clear();
+    const bool last = i == 4;
+    server().process_request(stream, last, closed, nullptr);
+    check_response(stream.out);
+    if (closed) break;
+  }
+  return 0;
+}
