@@ -140,9 +140,7 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
     ChunkContent c;
     c.text = e.text;
     if (meta.logprobs != LogprobsStyle::kNone && !e.logprobs.empty()) {
-      c.logprobs = logprobs_json(meta, e.token_ids, e.logprobs, offsets[i]);
-      for (const json& t : meta.logprobs == LogprobsStyle::kLegacy ? c.logprobs["tokens"] : json())
-        offsets[i] += int64_t(t.get<std::string>().size());
+      c.logprobs = logprobs_json(meta, e.token_ids, e.logprobs, &offsets[i]);
     }
     const bool final = e.finish != sched::FinishReason::kNone;
     // Completions stream one chunk per token, its text possibly empty (an unfinished UTF-8

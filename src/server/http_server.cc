@@ -22,7 +22,10 @@ using nlohmann::json;
 httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib::Response& res,
                                             size_t max_body) {
   if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-  if (req.method == "HEAD") return httplib::Server::HandlerResponse::Handled;  // never a body
+  // HEAD never gets a body; nor does a 400 for a request line that could not be parsed (its
+  // method is unknown: a HEAD client would take the body for the next response).
+  if (req.method == "HEAD" || (req.method.empty() && res.status == 400))
+    return httplib::Server::HandlerResponse::Handled;
   ApiError e = status_error(res.status, "invalid_request_error", "malformed HTTP request");
   if (res.status == 413)
     e.message = fmt::format("the request body is larger than {} bytes", max_body);

@@ -2,6 +2,7 @@
 // /detokenize (vLLM's shapes).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "server/chat_page.h"
@@ -112,13 +113,17 @@ void detokenize(HttpServer::State& st, const httplib::Request& req, httplib::Res
   if (!m.tokenizer) return send_error(res, bad_request("", "this model has no tokenizer"));
   if (!body.contains("tokens") || !body["tokens"].is_array())
     return send_error(res, bad_request("tokens", "tokens must be a list of token ids"));
+  // Ids up to the model's vocabulary are valid; those past the tokenizer's (padded embedding
+  // rows) have no text, as in generation.
+  const int64_t known = m.tokenizer->tokenizer.id_limit(), limit = std::max(m.vocab, known);
   std::vector<int32_t> ids;
   for (const json& v : body["tokens"]) {
     if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0) ||
-        v.get<uint64_t>() >= uint64_t(m.tokenizer->tokenizer.id_limit()))
-      return send_error(
-          res, bad_request("tokens", fmt::format("invalid token id {}", tok::json_excerpt(v))));
-    ids.push_back(int32_t(v.get<int64_t>()));
+        v.get<uint64_t>() >= uint64_t(limit))
+      return send_error(res, bad_request("tokens", fmt::format("invalid token id {}: ids are in "
+                                                               "[0, {})",
+                                                               tok::json_excerpt(v), limit)));
+    if (v.get<int64_t>() < known) ids.push_back(int32_t(v.get<int64_t>()));
   }
   Result<std::string> text = m.tokenizer->tokenizer.decode(ids);
   if (!text.ok()) return send_error(res, bad_request("tokens", text.status().message()));

@@ -250,6 +250,7 @@ MaybeError parse_common(Endpoint endpoint, const json& body, const ServedModel& 
 }
 
 MaybeError parse_logprobs(Endpoint endpoint, const json& body, CompletionSpec* out) {
+  if (auto e = get_bool(body, "return_tokens_as_token_ids", &out->tokens_as_ids)) return e;
   std::optional<int64_t> k;
   if (endpoint == Endpoint::kCompletions) {
     // Legacy: logprobs is the number of alternatives (0 still reports the chosen token's).

@@ -43,6 +43,9 @@ struct CompletionSpec {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   LogprobsStyle logprobs = LogprobsStyle::kNone;
+  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N" (distinct tokens with
+  // the same text, e.g. two invalid UTF-8 bytes, stay apart).
+  bool tokens_as_ids = false;
 };
 
 // Largest nesting of arrays and objects a body may have (checked before parsing).

@@ -12,9 +12,14 @@ namespace {
 
 using nlohmann::json;
 
-std::string token_text(const ResponseMeta& m, int32_t id) {
-  const std::string* b = m.tokenizer ? m.tokenizer->token_bytes(id) : nullptr;
+// The token's bytes, or "token_id:N" (no tokenizer, an id without text, or as_id).
+std::string token_text(const ResponseMeta& m, int32_t id, bool as_id = false) {
+  const std::string* b = m.tokenizer && !as_id ? m.tokenizer->token_bytes(id) : nullptr;
   return b ? *b : fmt::format("token_id:{}", id);
+}
+
+std::string token_name(const ResponseMeta& m, int32_t id) {
+  return token_text(m, id, m.tokens_as_ids);
 }
 
 json token_bytes_json(const std::string& s) {
@@ -38,6 +43,7 @@ ResponseMeta make_response_meta(const CompletionSpec& spec, const std::string& m
                   .count();
   m.model = model;
   m.logprobs = spec.logprobs;
+  m.tokens_as_ids = spec.tokens_as_ids;
   m.tokenizer = tokenizer;
   return m;
 }
@@ -60,15 +66,16 @@ json usage_json(std::span<const sched::Usage> usage) {
 }
 
 json logprobs_json(const ResponseMeta& meta, std::span<const int32_t> ids,
-                   std::span<const TokenLogprobs> lps, int64_t offset) {
+                   std::span<const TokenLogprobs> lps, int64_t* text_offset) {
+  int64_t& offset = *text_offset;
   const size_t n = std::min(ids.size(), lps.size());
   if (meta.logprobs == LogprobsStyle::kChat) {
     json content = json::array();
     for (size_t i = 0; i < n; ++i) {
-      const std::string t = token_text(meta, ids[i]);
+      const std::string t = token_name(meta, ids[i]);
       json top = json::array();
       for (const auto& [id, lp] : lps[i].top) {
-        const std::string tt = token_text(meta, id);
+        const std::string tt = token_name(meta, id);
         top.push_back({{"token", tt}, {"logprob", lp}, {"bytes", token_bytes_json(tt)}});
       }
       content.push_back({{"token", t},
@@ -82,14 +89,13 @@ json logprobs_json(const ResponseMeta& meta, std::span<const int32_t> ids,
     json tokens = json::array(), token_lps = json::array(), top = json::array(),
          offsets = json::array();
     for (size_t i = 0; i < n; ++i) {
-      const std::string t = token_text(meta, ids[i]);
-      tokens.push_back(t);
+      tokens.push_back(token_name(meta, ids[i]));
       token_lps.push_back(lps[i].logprob);
       json alt = json::object();
-      for (const auto& [id, lp] : lps[i].top) alt[token_text(meta, id)] = lp;
+      for (const auto& [id, lp] : lps[i].top) alt[token_name(meta, id)] = lp;
       top.push_back(std::move(alt));
       offsets.push_back(offset);
-      offset += int64_t(t.size());
+      offset += int64_t(token_text(meta, ids[i]).size());  // into the text, whatever the names
     }
     return {{"tokens", std::move(tokens)},
             {"token_logprobs", std::move(token_lps)},
@@ -112,7 +118,8 @@ json completion_response(const ResponseMeta& meta, std::span<const sched::Reques
       c["message"] = {{"role", "assistant"}, {"content", o.text}};
     else
       c["text"] = prefix + o.text;
-    c["logprobs"] = logprobs_json(meta, o.token_ids, o.logprobs, int64_t(prefix.size()));
+    int64_t offset = int64_t(prefix.size());
+    c["logprobs"] = logprobs_json(meta, o.token_ids, o.logprobs, &offset);
     c["finish_reason"] = finish_reason_json(o.finish);
     choices.push_back(std::move(c));
     usage.push_back(o.usage);

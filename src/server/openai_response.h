@@ -23,6 +23,7 @@ struct ResponseMeta {
   std::string model;
   LogprobsStyle logprobs = LogprobsStyle::kNone;
   const tok::Tokenizer* tokenizer = nullptr;  // token texts for logprobs (else "token_id:N")
+  bool tokens_as_ids = false;                 // logprobs name tokens "token_id:N" regardless
 };
 ResponseMeta make_response_meta(const CompletionSpec& spec, const std::string& model,
                                 const tok::Tokenizer* tokenizer);
@@ -33,9 +34,10 @@ const char* finish_reason_json(sched::FinishReason r);
 // usage over all choices: prompt, completion and total tokens, prompt_tokens_details.cached_tokens.
 nlohmann::json usage_json(std::span<const sched::Usage> usage);
 
-// The logprobs object for `ids` in the meta's style; text_offset starts at `offset` (legacy).
+// The logprobs object for `ids` in the meta's style; legacy text_offset values start at
+// *text_offset (a byte offset into the text), which is moved past these tokens.
 nlohmann::json logprobs_json(const ResponseMeta& meta, std::span<const int32_t> ids,
-                             std::span<const TokenLogprobs> lps, int64_t offset);
+                             std::span<const TokenLogprobs> lps, int64_t* text_offset);
 
 // The whole non-streamed response; outputs[i] is choice i, echo[i] its prompt text (or none).
 nlohmann::json completion_response(const ResponseMeta& meta,

@@ -89,6 +89,7 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
   // Refusing a request that declared a body: the body stays unread (see the header).
   auto reject = [&](const ApiError& e) {
     send_error(res, e);
+    if (req.method == "HEAD") res.body.clear();
     if (declares_body(req)) res.set_header("Connection", "close");  // see body_refused
     return HR::Handled;
   };

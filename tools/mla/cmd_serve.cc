@@ -3,6 +3,7 @@
 // in-flight requests for up to --shutdown-timeout seconds, cancels the rest and exits 0.
 #include <fmt/format.h>
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -114,6 +115,12 @@ int run_serve(ServeCliOptions o) {
   auto kv = parse_kv_cache_dtype(o.kv_dtype);
   if (!kv.ok()) return fail(kv.status());
 
+  // One connection worker per request that may run or wait, and 64 more for idle keep-alive
+  // and slow connections (shed when all are taken).
+  if (o.http.http_threads == 0) o.http.http_threads = o.max_num_seqs + o.http.max_queue + 64;
+  // glibc gives each thread that allocates an arena of up to 64 MiB of address space; with a
+  // hundred connection threads that alone could pass a `ulimit -v` sized to the model.
+  mallopt(M_ARENA_MAX, 4);
   server::HttpServer http(o.http);
   Result<int> port = http.bind();
   if (!port.ok()) return fail(port.status());
