@@ -112,6 +112,15 @@ class HttpServerTest : public ::testing::Test {
 
   int64_t pages_used() const { return engine_->cache_stats().pages_used; }
 
+  // Waits (at most 60 s) until n completion requests are admitted.
+  void wait_in_flight(int64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (server_->in_flight() < n) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << n << " requests never in flight";
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+
   static inline mla::test::TempDir* dir_ = nullptr;
   static inline Model* model_ = nullptr;
   ThreadPool pool_{2};
@@ -165,7 +174,7 @@ TEST_F(HttpServerTest, ShutdownDrainsOrEndsStreamsWithAnErrorEvent) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i)
     threads.emplace_back([&, i] { drained[i] = stream(prompt_of(i), 24); });
-  while (server_->in_flight() < 3) std::this_thread::sleep_for(1ms);
+  wait_in_flight(3);
   server_->shutdown(60s);
   for (auto& t : threads) t.join();
   for (const std::string& body : drained) {
@@ -177,7 +186,7 @@ TEST_F(HttpServerTest, ShutdownDrainsOrEndsStreamsWithAnErrorEvent) {
   start();
   std::string cut;
   std::thread t([&] { cut = stream(prompt_of(1), 1000); });
-  while (server_->in_flight() < 1) std::this_thread::sleep_for(1ms);
+  wait_in_flight(1);
   server_->shutdown(0ms);
   t.join();
   EXPECT_NE(cut.find("data: {\"error\""), std::string::npos) << cut;
