@@ -34,7 +34,7 @@ class HttpServerTest : public ::testing::Test {
     o.layers = 2;
     ASSERT_TRUE(write_tiny_checkpoint(o, dir_->path()).ok());
     RuntimeOptions ro;
-    ro.max_context = 1024;
+    ro.max_context = 16384;
     auto m = Model::load(dir_->path(), ro);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::move(*m).release();
@@ -43,7 +43,7 @@ class HttpServerTest : public ::testing::Test {
   // A server with its own engine; port() after this.
   void start(int max_num_seqs = 8) {
     sched::EngineOptions eo;
-    eo.num_blocks = 256;
+    eo.num_blocks = 1024;  // 16,384 tokens: a stream long enough to be cut mid-way
     eo.page_size = 16;
     eo.scheduler.max_num_seqs = max_num_seqs;
     auto e = sched::Engine::create(*model_, eo, nullptr, &pool_);
@@ -185,7 +185,7 @@ TEST_F(HttpServerTest, ShutdownDrainsOrEndsStreamsWithAnErrorEvent) {
   server_.reset();
   start();
   std::string cut;
-  std::thread t([&] { cut = stream(prompt_of(1), 1000); });
+  std::thread t([&] { cut = stream(prompt_of(1), 15000); });
   wait_in_flight(1);
   server_->shutdown(0ms);
   t.join();
