@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "io/json_limits.h"
 #include "server/openai_prompt.h"
 #include "tokenizer/json_read.h"
 
@@ -342,26 +343,8 @@ ApiError model_not_found(const std::string& requested) {
 
 std::optional<ApiError> parse_json_object(std::string_view body, nlohmann::json* out) {
   // Depth first, so nothing deeper than the cap is ever built, copied or printed.
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        return bad_request("",
-                           fmt::format("the JSON body nests deeper than {} levels", kMaxJsonDepth));
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  if (json_depth_exceeded(body, kMaxJsonDepth))
+    return bad_request("", fmt::format("the JSON body nests deeper than {} levels", kMaxJsonDepth));
   Result<nlohmann::json> j = tok::parse_json(body, "request body");
   if (!j.ok()) return bad_request("", j.status().message());
   if (!j->is_object()) return bad_request("", "the request body must be a JSON object");
