@@ -105,9 +105,25 @@ MaybeError ids_of(const json& list, const ServedModel& m, const std::string& whe
   return std::nullopt;
 }
 
+// Text of `bytes` bytes is at least bytes / max_token_bytes tokens: when that alone passes the
+// context, answer without encoding it (a 4 MiB prompt would otherwise become millions of ids).
+MaybeError too_long_to_encode(size_t bytes, const ServedModel& m, const char* param) {
+  if (m.max_token_bytes <= 0 || m.max_context <= 0) return std::nullopt;
+  const int64_t at_least = int64_t(bytes) / m.max_token_bytes;
+  if (at_least <= m.max_context) return std::nullopt;
+  ApiError e = bad_request(
+      param, fmt::format("This model's maximum context length is {} tokens. However, your prompt "
+                         "has at least {} tokens ({} bytes of text, no token longer than {} "
+                         "bytes).",
+                         m.max_context, at_least, bytes, m.max_token_bytes));
+  e.code = "context_length_exceeded";
+  return e;
+}
+
 MaybeError text_prompt(const std::string& text, const ServedModel& m, std::vector<int32_t>* ids) {
   if (!m.tokenizer)
     return bad_request("prompt", "this model has no tokenizer: send the prompt as token ids");
+  if (auto e = too_long_to_encode(text.size(), m, "prompt")) return e;
   tok::EncodeOptions eo;
   eo.add_bos = m.tokenizer->config.add_bos_token && m.tokenizer->tokenizer.bos_id().has_value();
   Result<std::vector<int32_t>> r = m.tokenizer->tokenizer.encode(text, eo);
@@ -126,6 +142,10 @@ MaybeError chat_prompt(const json& body, const ServedModel& m, std::vector<int32
     ApiError e = bad_request("messages", "this model has no chat template; use /v1/completions");
     return e;
   }
+  size_t content_bytes = 0;
+  for (const tok::ChatMessage& msg : messages)
+    content_bytes += msg.content ? msg.content->size() : 0;
+  if (auto e = too_long_to_encode(content_bytes, m, "messages")) return e;
   Result<std::vector<tok::ChatPart>> parts = tok::render_chat(*m.chat_format, messages);
   if (!parts.ok()) return bad_request("messages", parts.status().message());
   Result<std::vector<int32_t>> r = tok::encode_chat(m.tokenizer->tokenizer, *parts);

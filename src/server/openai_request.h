@@ -32,6 +32,9 @@ struct ServedModel {
   int64_t vocab = 0;                                // logits width: every token id must be below it
   int64_t max_context = 0;                          // prompt + completion tokens, the model's limit
   int64_t max_total_tokens = 0;  // prompt + completion tokens one request's KV pages can hold
+  // The longest token text in bytes (0: unknown). A text of B bytes encodes to at least
+  // B / max_token_bytes tokens, so a prompt that cannot fit is refused before it is encoded.
+  int64_t max_token_bytes = 0;
 };
 
 struct CompletionSpec {

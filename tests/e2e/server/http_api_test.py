@@ -175,6 +175,17 @@ class BadRequestTest(unittest.TestCase):
         err, _ = self.assert_error(400, "POST", "/v1/completions",
                                    {"model": SERVER.model_id, "prompt": [5] * n}, param="prompt")
         self.assertRegex(err["message"], rf"maximum context length is \d+ tokens.* {n} tokens")
+        # A text far past the context is refused before it is encoded: it is at least
+        # bytes / (longest token) tokens.
+        err, _ = self.assert_error(400, "POST", "/v1/completions",
+                                   {"model": SERVER.model_id, "prompt": "lorem ipsum " * 5000},
+                                   param="prompt")
+        self.assertEqual(err["code"], "context_length_exceeded")
+        self.assertRegex(err["message"], r"maximum context length is 256 tokens.* at least \d+ "
+                                         r"tokens \(60000 bytes")
+        err, _ = self.assert_error(400, "POST", "/v1/chat/completions", self.chat(
+            messages=[{"role": "user", "content": "lorem ipsum " * 5000}]), param="messages")
+        self.assertEqual(err["code"], "context_length_exceeded")
 
     def test_unknown_fields_are_ignored(self):
         status, _, r = SERVER.post_json("/v1/chat/completions", self.chat(
