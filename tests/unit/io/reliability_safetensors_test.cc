@@ -22,25 +22,8 @@ using testing_io::le64;
 
 constexpr StatusCode kDataLoss = StatusCode::kDataLoss;
 
-std::string entry(std::string_view name, std::string_view dtype, std::string_view shape,
-                  std::string_view offsets) {
-  return "\"" + std::string(name) + "\":{\"dtype\":" + std::string(dtype) +
-         ",\"shape\":" + std::string(shape) + ",\"data_offsets\":" + std::string(offsets) + "}";
-}
-
-class ReliabilitySafetensors : public ::testing::Test {
- protected:
-  Result<SafetensorsFile> open_bytes(std::string_view bytes) {
-    testing_io::write_bytes(path_, bytes);
-    return SafetensorsFile::open(path_);
-  }
-  Result<SafetensorsFile> open_header(std::string_view body, std::string_view data = {}) {
-    return open_bytes(image("{" + std::string(body) + "}", data));
-  }
-
-  testing_io::TempDir dir_;
-  const std::string path_ = dir_.file("model.safetensors");
-};
+using testing_io::entry;
+using ReliabilitySafetensors = testing_io::SafetensorsFileTest;
 
 // Item 1: every length below the 8-byte prefix, with the count in the message.
 TEST_F(ReliabilitySafetensors, Item1EveryLengthBelowEightBytes) {

@@ -18,27 +18,8 @@ using testing_io::le64;
 
 constexpr StatusCode kDataLoss = StatusCode::kDataLoss;
 
-// `"name":{"dtype":...,"shape":...,"data_offsets":...}` with the JSON fragments as given.
-std::string entry(std::string_view name, std::string_view dtype, std::string_view shape,
-                  std::string_view offsets) {
-  return "\"" + std::string(name) + "\":{\"dtype\":" + std::string(dtype) +
-         ",\"shape\":" + std::string(shape) + ",\"data_offsets\":" + std::string(offsets) + "}";
-}
-
-class SafetensorsReject : public ::testing::Test {
- protected:
-  Result<SafetensorsFile> open_bytes(std::string_view bytes) {
-    testing_io::write_bytes(path_, bytes);
-    return SafetensorsFile::open(path_);
-  }
-  // One tensor entry (or any header body) wrapped in {} with `data` after it.
-  Result<SafetensorsFile> open_header(std::string_view body, std::string_view data = {}) {
-    return open_bytes(image("{" + std::string(body) + "}", data));
-  }
-
-  testing_io::TempDir dir_;
-  const std::string path_ = dir_.file("model.safetensors");
-};
+using testing_io::entry;
+using SafetensorsReject = testing_io::SafetensorsFileTest;
 
 TEST_F(SafetensorsReject, FileShorterThanLengthPrefix) {  // item 1
   EXPECT_TRUE(failed_with(open_bytes(""), kDataLoss, path_, {"header too small", "0 bytes"}));

@@ -81,4 +81,27 @@ template <typename T>
   return failed_with(r.status(), code, path, needles);
 }
 
+// `"name":{"dtype":...,"shape":...,"data_offsets":...}` with the JSON fragments as given.
+inline std::string entry(std::string_view name, std::string_view dtype, std::string_view shape,
+                         std::string_view offsets) {
+  return "\"" + std::string(name) + "\":{\"dtype\":" + std::string(dtype) +
+         ",\"shape\":" + std::string(shape) + ",\"data_offsets\":" + std::string(offsets) + "}";
+}
+
+// A test that writes one file per case and opens it.
+class SafetensorsFileTest : public ::testing::Test {
+ protected:
+  Result<SafetensorsFile> open_bytes(std::string_view bytes) {
+    write_bytes(path_, bytes);
+    return SafetensorsFile::open(path_);
+  }
+  // A header body wrapped in {} with `data` after it.
+  Result<SafetensorsFile> open_header(std::string_view body, std::string_view data = {}) {
+    return open_bytes(image("{" + std::string(body) + "}", data));
+  }
+
+  TempDir dir_;
+  const std::string path_ = dir_.file("model.safetensors");
+};
+
 }  // namespace mla::testing_io
