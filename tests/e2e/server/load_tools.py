@@ -196,7 +196,8 @@ def send(port, spec, model_id, timeout=300):
 # blocking by batch size), so two candidates whose logits are closer than that reordering error
 # can swap. The engine's tests bound it at 2e-3 * max(1, |logit|) per logit (forward_test; see
 # tests/unit/sched/engine_test_util.h); the tiny models' logits stay below 5 in magnitude (3.85
-# measured on tiny-v3), so a top-2 logprob gap under 0.01 (logprob gaps equal logit gaps) is a
+# on tiny-v3: the largest |x| of `logits` in `mla generate -m tiny-v3 -p ... --dump-activations
+# DIR`), so a top-2 logprob gap under 0.01 (logprob gaps equal logit gaps) is a
 # near-tie. Outputs must be equal, or first differ at a token where the single-request baseline
 # itself had such a near-tie; the continuations after it are not compared.
 NEAR_TIE = 0.01
