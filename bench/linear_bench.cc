@@ -1,7 +1,8 @@
 // Google Benchmark suite of the CPU weight products (kernels/linear.h) on the best ISA variant of
 // this machine: GB/s of weight bytes (data + FP8 scales) for the decode GEMV (memory-bound: compare
-// with the machine's read bandwidth) and GFLOP/s (2·n·out·in) for prefill-sized n, each path
-// (dot: register-blocked dot products; blas: widened panels + OpenBLAS SGEMM) named in the row.
+// with the machine's read bandwidth) and GFLOP/s (2·n·out·in) for prefill-sized n (the dot path:
+// register-blocked dot products; the OpenBLAS comparison of docs/BENCHMARKS.md was measured with
+// a BLAS path since removed).
 // Weights rotate over copies totalling ≥ 256 MiB so each call reads them from DRAM, not the L3.
 #include <benchmark/benchmark.h>
 
@@ -99,17 +100,14 @@ const bool registered = [] {
   const std::pair<int64_t, int64_t> shapes[] = {{2048, 2048}, {4096, 2048}};
   for (DType dt : {DType::kBF16, DType::kF8E4M3})
     for (auto [out, in] : shapes)
-      for (int64_t n : {1, 4, 16, 64, 512})
-        for (LinearPath p : {LinearPath::kDot, LinearPath::kBlas}) {
-          if (n < 16 && p == LinearPath::kBlas) continue;  // GEMV: the dot path only
-          const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
-                                   std::to_string(out) + "x" + std::to_string(in) + "/n" +
-                                   std::to_string(n) + "/" +
-                                   (p == LinearPath::kDot ? "dot" : "blas");
-          benchmark::RegisterBenchmark(name.c_str(), BM_Linear, dt, out, in, n, p)
-              ->Unit(benchmark::kMicrosecond)
-              ->UseRealTime();
-        }
+      for (int64_t n : {1, 4, 16, 64, 512}) {
+        const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
+                                 std::to_string(out) + "x" + std::to_string(in) + "/n" +
+                                 std::to_string(n) + "/dot";
+        benchmark::RegisterBenchmark(name.c_str(), BM_Linear, dt, out, in, n, LinearPath::kDot)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
   return true;
 }();
 

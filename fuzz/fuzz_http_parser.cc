@@ -1,12 +1,14 @@
 // F7 (reliability.md §5): raw bytes → cpp-httplib's HTTP/1.1 request parsing, the library
-// `mla serve` uses, with the server's body cap and our body-framing guard (check_body_framing,
-// src/server/body_framing.h) in the pre-routing handler. The bytes reach Server::process_request
-// (the per-connection entry point) through an in-memory Stream that hands them out in
-// pseudo-random pieces, so requests split at every point are parsed; up to 5 pipelined requests
-// per input (the keep-alive limit). Invariants: a handler never sees a body over the cap or other
-// than its Content-Length; every response is a well-formed HTTP/1.1 status line; nothing is read
-// past the input. Not covered: the rest of http_server.cc's checks (check_request is internal to
-// that file).
+// `mla serve` uses, behind the server's own pre-routing checks (check_request,
+// src/server/request_checks.h: header limits, routes and methods, body framing and size, encoding,
+// API key) with a small body cap. The bytes reach Server::process_request (the per-connection
+// entry point) through an in-memory Stream that hands them out in pseudo-random pieces, so
+// requests split at every point are parsed; up to 5 pipelined requests per input (the keep-alive
+// limit), and none after a refused body (the server stops reading that connection). The first
+// input word picks the pieces and whether an API key is required. Invariants: a handler never sees
+// a body over the cap or other than its Content-Length (a compressed body would be inflated by the
+// library: it must be refused first); every response is a well-formed HTTP/1.1 status line;
+// nothing is read past the input.
 #include <httplib.h>
 
 #include <algorithm>
@@ -16,7 +18,8 @@
 #include <string>
 
 #include "fuzz_common.h"
-#include "server/body_framing.h"
+#include "server/request_checks.h"
+#include "server/server_state.h"
 
 namespace {
 
@@ -66,17 +69,33 @@ class FuzzServer : public httplib::Server {
   using httplib::Server::process_request;
 };
 
-FuzzServer& server() {
-  static FuzzServer* s = [] {
+bool g_body_refused = false;  // set by the logger of the last request
+
+// The state check_request reads: the options, and a loaded model (ready); no connection deadlines.
+mla::server::HttpServer::State& checks_state(bool with_key) {
+  auto make = [](std::string key) {
+    mla::server::ServerOptions o;
+    o.max_body_bytes = kBodyCap;
+    o.api_key = std::move(key);
+    auto* st = new mla::server::HttpServer::State(o);
+    st->ready = true;
+    return st;
+  };
+  static mla::server::HttpServer::State* open = make("");
+  static mla::server::HttpServer::State* keyed = make("fuzz-key");
+  return with_key ? *keyed : *open;
+}
+
+FuzzServer& server(bool with_key) {
+  auto make = [](mla::server::HttpServer::State* st) {
     auto* srv = new FuzzServer;
     srv->set_payload_max_length(kBodyCap);
-    srv->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (std::optional<mla::server::ApiError> e = mla::server::check_body_framing(req)) {
-        res.status = e->status;
-        res.set_content(mla::server::dump_json(mla::server::error_json(*e)), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
+    // What body_refused does to a socket: after a refused body the connection is read no more.
+    srv->set_logger([](const httplib::Request& req, const httplib::Response& res) {
+      if (mla::server::refuses_body(req, res)) g_body_refused = true;
+    });
+    srv->set_pre_routing_handler([st](const httplib::Request& req, httplib::Response& res) {
+      return mla::server::check_request(*st, req, res);
     });
     auto check_body = [](const httplib::Request& req, httplib::Response& res) {
       if (req.method != "GET" && req.method != "HEAD")
@@ -85,17 +104,20 @@ FuzzServer& server() {
                   req.body.size(), req.get_header_value("Content-Length"));
       MLA_CHECK(req.body.size() <= kBodyCap,
                 "{} {} got a {}-byte body over the {} cap (Content-Length {:?}, "
-                "Transfer-Encoding {:?})",
+                "Transfer-Encoding {:?}, Content-Encoding {:?})",
                 req.method, req.path, req.body.size(), kBodyCap,
-                req.get_header_value("Content-Length"), req.get_header_value("Transfer-Encoding"));
+                req.get_header_value("Content-Length"), req.get_header_value("Transfer-Encoding"),
+                req.get_header_value("Content-Encoding"));
       res.set_content("{}", "application/json");
     };
-    srv->Post("/v1/chat/completions", check_body);
-    srv->Post("/v1/completions", check_body);
-    srv->Get("/health", check_body);
+    for (const char* path : {"/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"})
+      srv->Post(path, check_body);
+    for (const char* path : {"/v1/models", "/metrics", "/health", "/"}) srv->Get(path, check_body);
     return srv;
-  }();
-  return *s;
+  };
+  static FuzzServer* open = make(&checks_state(false));
+  static FuzzServer* keyed = make(&checks_state(true));
+  return with_key ? *keyed : *open;
 }
 
 void check_response(const std::string& out) {
@@ -114,13 +136,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t seed = in.u32();
   const std::string_view bytes = in.rest();
   MemoryStream stream(bytes.data(), bytes.size(), seed);
+  FuzzServer& srv = server((seed & 1) != 0);
   for (int i = 0; i < 5 && stream.is_readable(); ++i) {
     bool closed = false;
     stream.out.clear();
     const bool last = i == 4;
-    server().process_request(stream, last, closed, nullptr);
+    g_body_refused = false;
+    srv.process_request(stream, last, closed, nullptr);
     check_response(stream.out);
-    if (closed) break;
+    if (closed || g_body_refused) break;
   }
   return 0;
 }

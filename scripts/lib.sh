@@ -4,7 +4,7 @@ set -euo pipefail
 
 MLA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MLA_APT_PACKAGES=(cmake g++ ccache libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-                  libbenchmark-dev libopenblas-dev libpcre2-dev libxxhash-dev pkg-config python3
+                  libbenchmark-dev libpcre2-dev libxxhash-dev pkg-config python3
                   clang-format libcpp-httplib-dev)
 
 # scripts/fuzz only: clang (the `fuzz` preset's compiler, Debian 12's clang 14) and the

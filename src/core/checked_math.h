@@ -13,6 +13,14 @@
 #include <optional>
 #include <utility>
 
+// Marks a function whose unsigned arithmetic wraps on purpose (hashes, random-number mixers), for
+// the fuzz build's unsigned-overflow checks (reliability.md §6 S2); nothing elsewhere.
+#if defined(__clang__)
+#define MLA_WRAPS_ON_PURPOSE __attribute__((no_sanitize("unsigned-integer-overflow")))
+#else
+#define MLA_WRAPS_ON_PURPOSE
+#endif
+
 namespace mla {
 
 // a · b, or nullopt when the exact product does not fit in T.

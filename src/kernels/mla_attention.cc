@@ -94,7 +94,7 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
     q_abs64.resize(q_abs.size());
     ref::absorb_query(rows, H, d_n, c.d_r, r, c.q, w.w_uk.data(), q_abs64.data());
   } else {
-    cpu::absorb_query(rows, H, d_n, c.d_r, r, c.q, w.w_uk.data(), q_abs.data());
+    cpu::absorb_query(rows, H, d_n, c.d_r, r, c.q, w.w_uk.data(), q_abs.data(), pool);
   }
   MlaDecodeParams dp;
   dp.b = c.b;
@@ -124,7 +124,7 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
     ref::unabsorb_output(rows, H, d_v, r, o_lat64.data(), w.w_uv.data(), out64.data());
     for (size_t i = 0; i < out64.size(); ++i) c.out[i] = float(out64[i]);
   } else {
-    cpu::unabsorb_output(rows, H, d_v, r, o_lat.data(), w.w_uv.data(), c.out);
+    cpu::unabsorb_output(rows, H, d_v, r, o_lat.data(), w.w_uv.data(), c.out, pool);
   }
   return Status();
 }

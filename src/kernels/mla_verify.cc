@@ -183,7 +183,7 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
   const PathResult oracle = run_oracle("ref.absorbed.fp64", cache, DType::kF64, q_abs64.data());
   // The same oracle on the absorbed query rounded to BF16: what a BF16-query variant consumes.
   std::vector<float> q_abs(size_t(s_q) * H * d_row);
-  cpu::absorb_query(s_q, H, d_n, d_r, r, q.data(), w_uk.data(), q_abs.data());
+  cpu::absorb_query(s_q, H, d_n, d_r, r, q.data(), w_uk.data(), q_abs.data(), pool);
   std::vector<uint16_t> q_abs16(q_abs.size());
   std::transform(q_abs.begin(), q_abs.end(), q_abs16.begin(), f32_to_bf16);
   const PathResult oracle16 =
@@ -237,7 +237,7 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
       if (!v.supports(p)) continue;
     }
     MLA_RETURN_IF_ERROR(run_variant(v, p, pool));
-    cpu::unabsorb_output(s_q, H, d_v, r, o_lat.data(), w_uv.data(), pr.out.data());
+    cpu::unabsorb_output(s_q, H, d_v, r, o_lat.data(), w_uv.data(), pr.out.data(), pool);
     absorbed.push_back(std::move(pr));
   }
   for (const auto& v : mla_prefill_variants()) {

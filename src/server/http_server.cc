@@ -16,8 +16,6 @@
 namespace mla::server {
 namespace {
 
-using nlohmann::json;
-
 // Fills the envelope of errors the library answers itself (413, 400 for a malformed request).
 httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib::Response& res,
                                             size_t max_body) {
@@ -38,15 +36,6 @@ httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib
 }
 
 }  // namespace
-
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump_json(body), "application/json");
-}
-
-void send_error(httplib::Response& res, const ApiError& e) {
-  send_json(res, e.status, error_json(e));
-}
 
 std::shared_ptr<void> HttpServer::State::track(const std::shared_ptr<CompletionJob>& job) {
   uint64_t id;

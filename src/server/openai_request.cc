@@ -193,14 +193,15 @@ MaybeError parse_sampling(const json& body, const ServedModel& m, CompletionSpec
   if (top_p && *top_p <= 0.0) return bad_request("top_p", "top_p must be in (0, 1]");
   r.sampling.temperature = float(temperature.value_or(1.0));  // OpenAI's default
   r.sampling.top_p = float(top_p.value_or(1.0));
-  std::optional<int64_t> top_k, seed;
+  std::optional<int64_t> top_k;
   if (auto e = get_int(body, "top_k", -1, m.vocab, &top_k)) return e;
   r.sampling.top_k = top_k && *top_k > 0 ? int(*top_k) : 0;  // -1 and 0: off (vLLM, llama.cpp)
   if (const json* s = field(body, "seed")) {
     if (!s->is_number_integer()) return bad_request("seed", "seed must be an integer");
     r.sampling.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
   } else {
-    r.sampling.seed = std::random_device{}() * 0x9e3779b97f4a7c15ull ^ std::random_device{}();
+    std::random_device rd;  // 32 bits per call
+    r.sampling.seed = uint64_t(rd()) << 32 | rd();
   }
   return parse_logit_bias(body, m.vocab, &r.sampling);
 }

@@ -52,8 +52,12 @@ bool declares_body(const httplib::Request& req) {
          (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
 }
 
+bool refuses_body(const httplib::Request& req, const httplib::Response& res) {
+  return res.get_header_value("Connection") == "close" && declares_body(req);
+}
+
 void body_refused(const httplib::Request& req, const httplib::Response& res) {
-  if (res.get_header_value("Connection") != "close" || !declares_body(req)) return;
+  if (!refuses_body(req, res)) return;
   // The response is out; the library's next read sees end of stream and closes, instead of
   // reading the refused body as the next request. (Shut before the write, the library would
   // take the connection for dead and not answer at all.)
@@ -73,7 +77,8 @@ ApiError status_error(int status, std::string type, std::string message, std::st
 
 std::string loggable(std::string_view s) {
   std::string out;
-  for (unsigned char c : s.substr(0, 200)) {
+  for (char ch : s.substr(0, 200)) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7f)
       out += fmt::format("\\x{:02x}", c);
     else

@@ -23,7 +23,10 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
 // The request announces a body (Content-Length > 0 or Transfer-Encoding).
 bool declares_body(const httplib::Request& req);
 
-// After the response to a refused request is written: stops reading its connection.
+// The response refused a body the request declared: its connection is read no further.
+bool refuses_body(const httplib::Request& req, const httplib::Response& res);
+
+// After the response to a request is written: stops reading its connection when refuses_body.
 void body_refused(const httplib::Request& req, const httplib::Response& res);
 
 ApiError status_error(int status, std::string type, std::string message, std::string code = "");

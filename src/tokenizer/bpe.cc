@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/checked_math.h"
 #include "io/safetensors_header.h"
 #include "tokenizer/byte_level.h"
 
@@ -17,7 +18,7 @@ using io_detail::quote_text;
 constexpr size_t kCacheMaxPieceBytes = 64;
 constexpr size_t kCacheMaxEntries = 1 << 16;
 
-uint64_t mix(uint64_t k) {
+MLA_WRAPS_ON_PURPOSE uint64_t mix(uint64_t k) {
   k ^= k >> 33;
   k *= 0xff51afd7ed558ccdULL;
   k ^= k >> 33;

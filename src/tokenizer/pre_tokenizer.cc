@@ -51,8 +51,8 @@ Status split_piece(const SplitStep& step, std::string_view piece, std::vector<Sp
       }
       break;
     case SplitBehavior::kMergedWithNext:
-      for (size_t i = p.size(); i-- > 0;) {
-        const Part& x = p[i];
+      for (size_t i = p.size(); i > 0; --i) {
+        const Part& x = p[i - 1];
         if (x.is_match && !previous_match && !merged.empty())
           merged.back().begin = x.begin;
         else

@@ -3,7 +3,6 @@
 // inline function compiled that way could be picked by the linker for baseline callers.
 #pragma once
 
-#include <cblas.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,5 +17,6 @@
 #include "core/dtype.h"
 #include "core/kv_format.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/mla_decode_cpu.h"
 #include "kernels/mla_params.h"

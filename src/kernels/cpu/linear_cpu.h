@@ -14,11 +14,10 @@ namespace mla::cpu {
 //   kDot:  register-blocked dot products of weight rows (widened in registers) with up to 4 rows
 //          of x at a time: W is streamed once for n ≤ 4 (decode); for larger n an L2-sized chunk
 //          of rows is reused for every group of 4 (FP8 / F16 chunks widened once to FP32 first).
-//   kBlas: panels of W widened to FP32 by the pool's threads, then OpenBLAS SGEMM on the calling
-//          thread (OpenBLAS's own threads). Kept for comparison: on Zen 4 it was slower than kDot
-//          at every n measured (16, 64, 512), so kAuto never picks it.
+//          It beat OpenBLAS SGEMM on widened panels at every n measured (16, 64, 512), so the
+//          engine uses no BLAS library (and maps no BLAS work buffer).
 //   kAuto: kDot.
-enum class LinearPath { kAuto, kDot, kBlas };
+enum class LinearPath { kAuto, kDot };
 
 using LinearCpuFn = void (*)(const LinearWeight& w, int64_t n, const float* x, float* y,
                              ThreadPool& pool, LinearPath path);

@@ -32,9 +32,6 @@ constexpr int64_t kLinL2Bytes = 256 << 10;
 // out = in = 2048 on one Zen 4 core, FP8 took 1.12 / 3.68 / 7.17 ms at n = 8 / 32 / 64 in
 // registers and 1.23 / 3.46 / 6.41 ms widened (equal at n = 16).
 constexpr int64_t kLinWidenMinRows = 16;
-// BLAS path panel: [kLinPanelRows, ≤ kLinPanelCols] fp32 = 2 MiB. Rows are a multiple of the
-// 128-row FP8 block so a panel never splits a scale row in the common case.
-constexpr int64_t kLinPanelRows = 256, kLinPanelCols = 2048, kLinWidenRows = 16;
 
 // Columns per NaN scan of FP8 rows in the dot path (a multiple of every kW; the scanned bytes are
 // in L1 when the dot loop reads them).
@@ -252,38 +249,10 @@ void lin_widen(const LinearWeight& w, int64_t o0, int64_t rows, int64_t k0, int6
   }
 }
 
-// The BLAS path: panels of W widened by the pool's threads, then one SGEMM per panel on the
-// calling thread (OpenBLAS threads it itself; it must not be entered from several threads).
-template <class L, DType D>
-void lin_blas(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool) {
-  static thread_local AlignedBuffer<float> panel;
-  float* p = ensure_scratch(panel, size_t(kLinPanelRows * std::min(w.in, kLinPanelCols)));
-  for (int64_t o0 = 0; o0 < w.out; o0 += kLinPanelRows) {
-    const int64_t rows = std::min(kLinPanelRows, w.out - o0);
-    for (int64_t k0 = 0; k0 < w.in; k0 += kLinPanelCols) {
-      const int64_t kc = std::min(kLinPanelCols, w.in - k0);
-      pool.parallel_for((rows + kLinWidenRows - 1) / kLinWidenRows, [&](int64_t item, int) {
-        const int64_t r0 = item * kLinWidenRows;
-        lin_widen<L, D>(w, o0 + r0, std::min(kLinWidenRows, rows - r0), k0, kc, p + r0 * kc);
-      });
-      // y[:, o0 ..] (+)= x[:, k0 ..] · panelᵀ: [n × kc] · [kc × rows]; column panels after the
-      // first accumulate into y.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows), int(kc), 1.0f, x + k0,
-                  int(w.in), p, int(kc), k0 == 0 ? 0.0f : 1.0f, y + o0, int(w.out));
-    }
-  }
-}
-
 template <class L, DType D>
 void lin_run(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-             LinearPath path) {
-  // SGEMM takes int dimensions; the dot path has no such limit.
-  const bool blas =
-      path == LinearPath::kBlas && n <= INT32_MAX && w.in <= INT32_MAX && w.out <= INT32_MAX;
-  if (blas)
-    lin_blas<L, D>(w, n, x, y, pool);
-  else
-    lin_dot<L, D>(w, n, x, y, pool);
+             LinearPath /*path: kAuto and kDot are the same path*/) {
+  lin_dot<L, D>(w, n, x, y, pool);
 }
 
 template <class L>

@@ -1,13 +1,13 @@
 // The decompressed prefill driver: walks the cached context in chunks of kPrefillChunk tokens,
-// up-projects each chunk's latent rows to per-head K and V with one GEMM each (OpenBLAS), then
+// up-projects each chunk's latent rows to per-head K and V with one weight product each (the
+// FP32 path of kernels/cpu/linear_cpu.h, on the pool's threads), then
 // runs the FP32 attention tiles per (head, query block), carrying the online-softmax state across
 // chunks. Workspace is bounded by the chunk (≈ kPrefillChunk · H · (d_n + d_v) floats), not the
 // context. Include inside the ISA's target region after the Vec type. Internal linkage.
 #pragma once
 
-#include <cblas.h>
-
 #include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/load_f32.h"
 #include "kernels/cpu/scratch.h"
 
@@ -34,6 +34,18 @@ void prefill_score_keys(const float* qT, int ld, int d_n, int d_r, const float* 
     if (d_r > 0)
       score_block_rows_f32<V, NV, NK, true>(qT + int64_t(d_n) * ld, ld, d_r, kpe + j0, out);
   }
+}
+
+// y [n, out] = x [n, in] · Wᵀ for an FP32 W [out, in], on the best weight-product variant.
+inline void up_project(const float* w, int64_t out, int64_t in, int64_t n, const float* x, float* y,
+                       ThreadPool& pool) {
+  LinearWeight lw;
+  lw.dtype = DType::kF32;
+  lw.data = reinterpret_cast<const uint8_t*>(w);
+  lw.out = out;
+  lw.in = in;
+  for (const LinearCpuVariant& v : linear_cpu_variants())
+    if (v.supported()) return v.run(lw, n, x, y, pool, LinearPath::kAuto);
 }
 
 template <class V>
@@ -70,10 +82,8 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
       load_cache_row(fmt, row, c.data() + int64_t(j) * r, kpe.data() + int64_t(j) * p.d_r);
     }
     // knope = c · W_UKᵀ, v = c · W_UVᵀ with W_UK viewed as [H·d_n, r] and W_UV as [H·d_v, r].
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_c, int(ld_k), r, 1.0f, c.data(), r,
-                p.w_uk, r, 0.0f, knope.data(), int(ld_k));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_c, int(ld_v), r, 1.0f, c.data(), r,
-                p.w_uv, r, 0.0f, v.data(), int(ld_v));
+    up_project(p.w_uk, ld_k, r, n_c, c.data(), knope.data(), pool);
+    up_project(p.w_uv, ld_v, r, n_c, c.data(), v.data(), pool);
 
     pool.parallel_for(int64_t(H) * row_blocks, [&](int64_t item, int) {
       const int h = int(item / row_blocks), s0 = int(item % row_blocks) * kPrefillRowBlock;

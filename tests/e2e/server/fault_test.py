@@ -6,7 +6,7 @@ startup (§1 files generated from `mla make-tiny` models). Every test has a boun
 and wall time.
 
 Sizes: a CI size by default, the full §7 sizes with MLA_LOAD_FULL=1. Each test prints one
-`RESULT Lx:` line with what it measured (docs/RELIABILITY_load.md collects them).
+`RESULT Lx:` line with what it measured (docs/RELIABILITY.md collects them).
 
 Usage: fault_test.py MLA_BINARY MODEL_DIR
 """
@@ -610,10 +610,6 @@ def start_limited(model, args, as_bytes, stack_bytes=None, timeout=30):
     return p, None, lines
 
 
-# Known gap (left failing on purpose, tracked in docs/RELIABILITY.md): under the limit the first
-# request's OpenBLAS GEMM asks for its 128 MiB work buffer, the mmap fails and OpenBLAS retries for
-# ever, so case (b) gets no answer. Cases (a), (c) and (d) pass. Remove the marker with the fix.
-@unittest.expectedFailure
 class L11MemoryCeiling(unittest.TestCase):
     """Under RLIMIT_AS (`ulimit -v`) = weights + KV + 512 MiB: the server starts; over-large
     requests get 400/503 and it is never killed; a model bigger than the limit, or a KV cache
@@ -621,7 +617,7 @@ class L11MemoryCeiling(unittest.TestCase):
 
     Case (a) uses the process defaults (8 MiB thread stacks). Cases (b)-(d) also set RLIMIT_STACK
     to 1 MiB, which sizes glibc's thread stacks, so that they test the request and load paths
-    even where (a) fails because of the server's thread count (see docs/RELIABILITY_load.md)."""
+    even where (a) fails because of the server's thread count (see docs/RELIABILITY.md)."""
 
     def test_l11_memory_ceiling(self):
         kv = 64 << 20
@@ -635,7 +631,7 @@ class L11MemoryCeiling(unittest.TestCase):
         started_a = port is not None and p.poll() is None
         if started_a:
             # (SIGTERM at once after `ready:` under the limit sometimes kills the process by the
-            # signal instead of draining: a separate finding, see docs/RELIABILITY_load.md.)
+            # signal instead of draining: a separate finding, see docs/RELIABILITY.md.)
             time.sleep(0.5)
             health_a = exchange_one(port, http_bytes("GET", "/health"))[9:12]
             started_a = started_a and health_a == b"200"
@@ -663,20 +659,27 @@ class L11MemoryCeiling(unittest.TestCase):
                 "model": model_id, "prompt": [5] * 16, "max_tokens": 4}), timeout=20)
             normal = out[9:12].decode(errors="replace") or "no answer in 20 s"
             big_text = "word " * ((4 << 20) // 5 - 100)  # just under the 4 MiB body cap
-            for name, path, body in [
+            # (name, path, body, statuses allowed). Refused: what cannot fit the context. The 16
+            # prompts of 4000 tokens each fit it, so the engine may also serve them one after
+            # another through its 64 MiB cache (200); what matters is an answer within the limit.
+            refused = ("400", "413", "503")
+            for name, path, body, allowed in [
                 ("prompt 4 MiB of text", "/v1/completions",
-                 {"model": model_id, "prompt": big_text, "max_tokens": 1}),
+                 {"model": model_id, "prompt": big_text, "max_tokens": 1}, refused),
                 ("prompt over the context", "/v1/completions",
-                 {"model": model_id, "prompt": [5] * 5000, "max_tokens": 1}),
+                 {"model": model_id, "prompt": [5] * 5000, "max_tokens": 1}, refused),
                 ("max_tokens over the context", "/v1/completions",
-                 {"model": model_id, "prompt": [5] * 10, "max_tokens": 10 ** 9}),
+                 {"model": model_id, "prompt": [5] * 10, "max_tokens": 10 ** 9}, refused),
                 ("16 prompts x 4000 tokens", "/v1/completions",
-                 {"model": model_id, "prompt": [[5] * 4000] * 16, "max_tokens": 1}),
+                 {"model": model_id, "prompt": [[5] * 4000] * 16, "max_tokens": 1},
+                 refused + ("200",)),
                 ("chat 4 MiB", "/v1/chat/completions",
-                 {"model": model_id, "messages": [{"role": "user", "content": big_text}]}),
+                 {"model": model_id, "messages": [{"role": "user", "content": big_text}]},
+                 refused),
             ]:
                 out, _, _ = read_response(port, http_bytes("POST", path, body), timeout=20)
-                checks.append((name, out[9:12].decode(errors="replace") or "no answer in 20 s"))
+                checks.append((name, out[9:12].decode(errors="replace") or "no answer in 20 s",
+                               allowed))
             # Many full-context requests at once: admitted or 429, all answered.
             outs = [None] * 24
 
@@ -702,7 +705,8 @@ class L11MemoryCeiling(unittest.TestCase):
         counts = {}
         for st in outs:
             counts[st] = counts.get(st, 0) + 1
-        findings.append(f"(b) 1 MiB stacks: a 16-token request {normal}; oversized {checks}; "
+        oversized = [(n, st) for n, st, _ in checks]
+        findings.append(f"(b) 1 MiB stacks: a 16-token request {normal}; oversized {oversized}; "
                         f"24 x 3000-token requests "
                         f"{counts}; RSS peak {peak / 2**20:.0f} MiB; alive {alive}; exit {rc_b}")
 
@@ -733,8 +737,8 @@ class L11MemoryCeiling(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
         log("RESULT L11: " + " | ".join(findings))
         self.assertEqual(normal, "200", "a normal request under the limit")
-        for name, st in checks:
-            self.assertIn(st, ("400", "413", "503"), f"{name}: {st}")
+        for name, st, allowed in checks:
+            self.assertIn(st, allowed, f"{name}: {st}")
         self.assertTrue(set(counts) <= {"200", "429", "503"}, counts)
         self.assertTrue(alive)
         self.assertEqual(rc_b, 0)

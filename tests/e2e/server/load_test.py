@@ -5,7 +5,7 @@ poison requests under load. Every test has a bounded request count and wall time
 
 Sizes: by default a CI size (this file and fault_test.py together in about 4 minutes on 2
 cores); MLA_LOAD_FULL=1 runs the full §7 sizes. Each test prints one `RESULT Lx:` line with what
-it measured (docs/RELIABILITY_load.md collects them).
+it measured (docs/RELIABILITY.md collects them).
 
 Usage: load_test.py MLA_BINARY MODEL_DIR
 """

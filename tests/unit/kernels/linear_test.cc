@@ -103,7 +103,7 @@ int check(const std::vector<float>& y, const std::vector<double>& want,
 }
 
 const char* path_name(cpu::LinearPath p) {
-  return p == cpu::LinearPath::kDot ? "dot" : (p == cpu::LinearPath::kBlas ? "blas" : "auto");
+  return p == cpu::LinearPath::kDot ? "dot" : "auto";
 }
 
 struct Shape {
@@ -116,14 +116,13 @@ TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
       {1, 1},           {5, 17}, {56, 77},  // in below / not a multiple of 8 and 16
       {576, 300},                           // FP8 scale grid 5 × 3, both edges ragged
       {130, 260},                           // one row and 4 columns into the next block
-      {300, 2100},                          // BLAS panels: 2 row panels, 2 column panels
+      {300, 2100},                          // in over one L2 chunk of widened rows
       {50, 70, 16, 24},                     // small blocks: a tail in every segment
       {33, 2048, 3, 5},                     // blocks smaller than a vector
   };
   const std::vector<int64_t> ns = {0, 1, 3, 8, 9, 64, 200};
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3};
-  const cpu::LinearPath paths[] = {cpu::LinearPath::kDot, cpu::LinearPath::kBlas,
-                                   cpu::LinearPath::kAuto};
+  const cpu::LinearPath paths[] = {cpu::LinearPath::kDot, cpu::LinearPath::kAuto};
   ThreadPool pool(3);  // more threads than this machine's cores: chunks interleave
   Rng rng(42);
   int case_index = 0;
@@ -189,7 +188,7 @@ TEST(Linear, Fp8NanBytesGiveNanOutputs) {
     ref::linear(t.w, n, x.data(), want.data());
     for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
       if (!v.supported()) continue;
-      for (cpu::LinearPath p : {cpu::LinearPath::kDot, cpu::LinearPath::kBlas}) {
+      for (cpu::LinearPath p : {cpu::LinearPath::kDot, cpu::LinearPath::kAuto}) {
         std::vector<float> y(want.size());
         v.run(t.w, n, x.data(), y.data(), pool, p);
         for (int64_t r = 0; r < n; ++r)

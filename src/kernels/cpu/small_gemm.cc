@@ -1,0 +1,116 @@
+#include "kernels/cpu/small_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace mla::cpu {
+namespace {
+
+// 8 FP32 lanes: one ymm register with AVX2 / AVX-512, two xmm registers on baseline x86-64.
+typedef float Vf __attribute__((vector_size(32)));
+constexpr int kLanes = 8;
+constexpr int kRows = 4;  // rows of x per block: the weight is read once per block
+
+[[gnu::always_inline]] inline Vf load(const float* p) {
+  Vf v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline void store(float* p, Vf v) { std::memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline Vf splat(float a) { return Vf{} + a; }
+
+// gemm_xw for NR rows (NR ≤ kRows): accumulators [NR][2] vectors = 16 output columns per pass.
+template <int NR>
+[[gnu::always_inline]] inline void xw_rows(int in, int out, const float* x, int64_t ldx, const float* w, float* y,
+                    int64_t ldy) {
+  int c = 0;
+  for (; c + 2 * kLanes <= out; c += 2 * kLanes) {
+    Vf acc[NR][2] = {};
+    for (int j = 0; j < in; ++j) {
+      const Vf w0 = load(w + int64_t(j) * out + c), w1 = load(w + int64_t(j) * out + c + kLanes);
+      for (int r = 0; r < NR; ++r) {
+        const Vf a = splat(x[r * ldx + j]);
+        acc[r][0] += a * w0;
+        acc[r][1] += a * w1;
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      store(y + r * ldy + c, acc[r][0]);
+      store(y + r * ldy + c + kLanes, acc[r][1]);
+    }
+  }
+  for (; c < out; ++c)  // ragged edge (out not a multiple of 16: small test shapes)
+    for (int r = 0; r < NR; ++r) {
+      float s = 0.0f;
+      for (int j = 0; j < in; ++j) s += x[r * ldx + j] * w[int64_t(j) * out + c];
+      y[r * ldy + c] = s;
+    }
+}
+
+// gemm_xwt for NR rows: 2 weight rows × NR rows of x, lanes over `in`, summed at the end.
+template <int NR>
+[[gnu::always_inline]] inline void xwt_rows(int in, int out, const float* x, int64_t ldx, const float* w, float* y,
+                     int64_t ldy) {
+  const int in_v = in / kLanes * kLanes;
+  auto finish = [&](const Vf& v, int r, int o) {
+    float s = 0.0f;
+    for (int l = 0; l < kLanes; ++l) s += v[l];
+    for (int j = in_v; j < in; ++j) s += x[r * ldx + j] * w[int64_t(o) * in + j];
+    y[r * ldy + o] = s;
+  };
+  int o = 0;
+  for (; o + 2 <= out; o += 2) {
+    const float* w0 = w + int64_t(o) * in;
+    const float* w1 = w0 + in;
+    Vf acc[NR][2] = {};
+    for (int j = 0; j < in_v; j += kLanes) {
+      const Vf a0 = load(w0 + j), a1 = load(w1 + j);
+      for (int r = 0; r < NR; ++r) {
+        const Vf xv = load(x + r * ldx + j);
+        acc[r][0] += xv * a0;
+        acc[r][1] += xv * a1;
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      finish(acc[r][0], r, o);
+      finish(acc[r][1], r, o + 1);
+    }
+  }
+  for (; o < out; ++o) {
+    Vf acc[NR] = {};
+    for (int j = 0; j < in_v; j += kLanes) {
+      const Vf a = load(w + int64_t(o) * in + j);
+      for (int r = 0; r < NR; ++r) acc[r] += load(x + r * ldx + j) * a;
+    }
+    for (int r = 0; r < NR; ++r) finish(acc[r], r, o);
+  }
+}
+
+}  // namespace
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void gemm_xw(
+    int n, int in, int out, const float* x, int64_t ldx, const float* w, float* y, int64_t ldy) {
+  int i = 0;
+  for (; i + kRows <= n; i += kRows) xw_rows<kRows>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+  switch (n - i) {
+    case 3: return xw_rows<3>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    case 2: return xw_rows<2>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    case 1: return xw_rows<1>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    default: return;
+  }
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void gemm_xwt(
+    int n, int in, int out, const float* x, int64_t ldx, const float* w, float* y, int64_t ldy) {
+  int i = 0;
+  for (; i + kRows <= n; i += kRows)
+    xwt_rows<kRows>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+  switch (n - i) {
+    case 3: return xwt_rows<3>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    case 2: return xwt_rows<2>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    case 1: return xwt_rows<1>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    default: return;
+  }
+}
+
+}  // namespace mla::cpu
