@@ -16,13 +16,17 @@ constexpr int kRows = 4;  // rows of x per block: the weight is read once per bl
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-[[gnu::always_inline]] inline void store(float* p, Vf v) { std::memcpy(p, &v, sizeof v); }
-[[gnu::always_inline]] inline Vf splat(float a) { return Vf{} + a; }
+[[gnu::always_inline]] inline void store(float* p, Vf v) {
+  std::memcpy(p, &v, sizeof v);
+}
+[[gnu::always_inline]] inline Vf splat(float a) {
+  return Vf{} + a;
+}
 
 // gemm_xw for NR rows (NR ≤ kRows): accumulators [NR][2] vectors = 16 output columns per pass.
 template <int NR>
-[[gnu::always_inline]] inline void xw_rows(int in, int out, const float* x, int64_t ldx, const float* w, float* y,
-                    int64_t ldy) {
+[[gnu::always_inline]] inline void xw_rows(int in, int out, const float* x, int64_t ldx,
+                                           const float* w, float* y, int64_t ldy) {
   int c = 0;
   for (; c + 2 * kLanes <= out; c += 2 * kLanes) {
     Vf acc[NR][2] = {};
@@ -49,8 +53,8 @@ template <int NR>
 
 // gemm_xwt for NR rows: 2 weight rows × NR rows of x, lanes over `in`, summed at the end.
 template <int NR>
-[[gnu::always_inline]] inline void xwt_rows(int in, int out, const float* x, int64_t ldx, const float* w, float* y,
-                     int64_t ldy) {
+[[gnu::always_inline]] inline void xwt_rows(int in, int out, const float* x, int64_t ldx,
+                                            const float* w, float* y, int64_t ldy) {
   const int in_v = in / kLanes * kLanes;
   auto finish = [&](const Vf& v, int r, int o) {
     float s = 0.0f;
@@ -93,10 +97,14 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   int i = 0;
   for (; i + kRows <= n; i += kRows) xw_rows<kRows>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
   switch (n - i) {
-    case 3: return xw_rows<3>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-    case 2: return xw_rows<2>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-    case 1: return xw_rows<1>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-    default: return;
+    case 3:
+      return xw_rows<3>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    case 2:
+      return xw_rows<2>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    case 1:
+      return xw_rows<1>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    default:
+      return;
   }
 }
 
@@ -106,10 +114,14 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   for (; i + kRows <= n; i += kRows)
     xwt_rows<kRows>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
   switch (n - i) {
-    case 3: return xwt_rows<3>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-    case 2: return xwt_rows<2>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-    case 1: return xwt_rows<1>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-    default: return;
+    case 3:
+      return xwt_rows<3>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    case 2:
+      return xwt_rows<2>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    case 1:
+      return xwt_rows<1>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+    default:
+      return;
   }
 }
 

@@ -58,7 +58,7 @@ void run_case(bool transposed, int n, Shape s, Rng& rng) {
 }
 
 TEST(SmallGemm, MatchesFp64OnRaggedShapesStridesAndEveryRowCount) {
-  const Shape shapes[] = {{1, 1},   {7, 5},    {8, 16},   {9, 17},  {16, 33},
+  const Shape shapes[] = {{1, 1},     {7, 5},     {8, 16},  {9, 17}, {16, 33},
                           {128, 512}, {512, 128}, {64, 31}, {30, 48}};
   Rng rng(11);
   for (bool transposed : {false, true})
