@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu_features.h"
+
 namespace mla::cpu {
 namespace {
 
@@ -90,39 +92,79 @@ template <int NR>
   }
 }
 
-}  // namespace
-
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void gemm_xw(
-    int n, int in, int out, const float* x, int64_t ldx, const float* w, float* y, int64_t ldy) {
+// Every row of x in blocks of kRows, the last block partial; inlined into each ISA's copy below.
+template <template <int> class Rows>
+[[gnu::always_inline]] inline void by_row_blocks(int n, int in, int out, const float* x,
+                                                 int64_t ldx, const float* w, float* y,
+                                                 int64_t ldy) {
   int i = 0;
-  for (; i + kRows <= n; i += kRows) xw_rows<kRows>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+  for (; i + kRows <= n; i += kRows)
+    Rows<kRows>::run(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
   switch (n - i) {
     case 3:
-      return xw_rows<3>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+      return Rows<3>::run(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
     case 2:
-      return xw_rows<2>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+      return Rows<2>::run(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
     case 1:
-      return xw_rows<1>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
+      return Rows<1>::run(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
     default:
       return;
   }
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void gemm_xwt(
-    int n, int in, int out, const float* x, int64_t ldx, const float* w, float* y, int64_t ldy) {
-  int i = 0;
-  for (; i + kRows <= n; i += kRows)
-    xwt_rows<kRows>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-  switch (n - i) {
-    case 3:
-      return xwt_rows<3>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-    case 2:
-      return xwt_rows<2>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-    case 1:
-      return xwt_rows<1>(in, out, x + i * ldx, ldx, w, y + i * ldy, ldy);
-    default:
-      return;
+template <int NR>
+struct XwRows {
+  [[gnu::always_inline]] static void run(int in, int out, const float* x, int64_t ldx,
+                                         const float* w, float* y, int64_t ldy) {
+    xw_rows<NR>(in, out, x, ldx, w, y, ldy);
   }
+};
+template <int NR>
+struct XwtRows {
+  [[gnu::always_inline]] static void run(int in, int out, const float* x, int64_t ldx,
+                                         const float* w, float* y, int64_t ldy) {
+    xwt_rows<NR>(in, out, x, ldx, w, y, ldy);
+  }
+};
+
+// One copy per ISA, picked at the first call from cpu_features() (which honours MLA_ISA). Not
+// target_clones: its ifunc resolvers run before the sanitizer runtimes start (TSan crashes).
+#define MLA_SMALL_GEMM_COPY(NAME, ATTR)                                                     \
+  ATTR void NAME##_xw(int n, int in, int out, const float* x, int64_t ldx, const float* w,  \
+                      float* y, int64_t ldy) {                                              \
+    by_row_blocks<XwRows>(n, in, out, x, ldx, w, y, ldy);                                   \
+  }                                                                                         \
+  ATTR void NAME##_xwt(int n, int in, int out, const float* x, int64_t ldx, const float* w, \
+                       float* y, int64_t ldy) {                                             \
+    by_row_blocks<XwtRows>(n, in, out, x, ldx, w, y, ldy);                                  \
+  }
+MLA_SMALL_GEMM_COPY(avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))))
+MLA_SMALL_GEMM_COPY(avx2, __attribute__((target("avx2,fma"))))
+MLA_SMALL_GEMM_COPY(baseline, )
+#undef MLA_SMALL_GEMM_COPY
+
+using GemmFn = void (*)(int, int, int, const float*, int64_t, const float*, float*, int64_t);
+struct GemmCopies {
+  GemmFn xw, xwt;
+};
+
+const GemmCopies& copies() {
+  static const GemmCopies c = cpu_supports(CpuIsa::kAvx512) ? GemmCopies{avx512_xw, avx512_xwt}
+                              : cpu_supports(CpuIsa::kAvx2) ? GemmCopies{avx2_xw, avx2_xwt}
+                                                            : GemmCopies{baseline_xw, baseline_xwt};
+  return c;
+}
+
+}  // namespace
+
+void gemm_xw(int n, int in, int out, const float* x, int64_t ldx, const float* w, float* y,
+             int64_t ldy) {
+  copies().xw(n, in, out, x, ldx, w, y, ldy);
+}
+
+void gemm_xwt(int n, int in, int out, const float* x, int64_t ldx, const float* w, float* y,
+              int64_t ldy) {
+  copies().xwt(n, in, out, x, ldx, w, y, ldy);
 }
 
 }  // namespace mla::cpu

@@ -1,7 +1,7 @@
 // Small FP32 matrix products for the absorbed path (one head's W_UK or W_UV at a time), written
 // here so that the engine needs no BLAS library: n (queries) is small, the weight matrix is read
-// once per block of 4 rows of x. Compiled for AVX-512, AVX2 and baseline x86-64 (target_clones),
-// the best one picked when the program loads. FP32 accumulation in a fixed order (deterministic).
+// once per block of 4 rows of x. Compiled for AVX-512, AVX2 and baseline x86-64, the best one
+// this CPU has picked at the first call. FP32 accumulation in a fixed order (deterministic).
 #pragma once
 
 #include <cstdint>

@@ -53,8 +53,9 @@ void run_case(bool transposed, int n, Shape s, Rng& rng) {
     }
     for (int64_t o = s.out; o < ldy; ++o) ASSERT_EQ(y[size_t(i * ldy + o)], -7.0f) << what;
   }
-  if (n == 0)
+  if (n == 0) {
     for (float v : y) ASSERT_EQ(v, -7.0f) << what;
+  }
 }
 
 TEST(SmallGemm, MatchesFp64OnRaggedShapesStridesAndEveryRowCount) {
