@@ -7,8 +7,8 @@
 // limit), and none after a refused body (the server stops reading that connection). The first
 // input word picks the pieces and whether an API key is required. Invariants: a handler never sees
 // a body over the cap or other than its Content-Length (a compressed body would be inflated by the
-// library: it must be refused first); every response is a well-formed HTTP/1.1 status line;
-// nothing is read past the input.
+// library: it must be refused first), nor a protected route without the key; every response is a
+// well-formed HTTP/1.1 status line; nothing is read past the input.
 #include <httplib.h>
 
 #include <algorithm>
@@ -97,7 +97,13 @@ FuzzServer& server(bool with_key) {
     srv->set_pre_routing_handler([st](const httplib::Request& req, httplib::Response& res) {
       return mla::server::check_request(*st, req, res);
     });
-    auto check_body = [](const httplib::Request& req, httplib::Response& res) {
+    const bool keyed = !st->options.api_key.empty();
+    auto check_body = [keyed](const httplib::Request& req, httplib::Response& res) {
+      // No parse reaches a key-protected route without the key (/health and / are public).
+      if (keyed && req.path != "/health" && req.path != "/")
+        MLA_CHECK(req.get_header_value("Authorization") == "Bearer fuzz-key",
+                  "{} {} reached its handler with Authorization {:?}", req.method, req.path,
+                  req.get_header_value("Authorization"));
       if (req.method != "GET" && req.method != "HEAD")
         MLA_CHECK(std::stoull(req.get_header_value("Content-Length")) == req.body.size(),
                   "{} {}: a {}-byte body under Content-Length {:?}", req.method, req.path,

@@ -31,10 +31,11 @@ constexpr Route kRoutes[] = {
 
 // Equal strings, in time that depends only on their lengths (the key is never leaked by timing).
 bool constant_time_equal(std::string_view a, std::string_view b) {
-  unsigned diff = unsigned(a.size() ^ b.size());
+  unsigned diff = a.size() != b.size() ? 1u : 0u;
   const size_t n = std::max(a.size(), b.size());
   for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
+    const auto x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0u;
+    const auto y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0u;
     diff |= unsigned(x ^ y);
   }
   return diff == 0;
