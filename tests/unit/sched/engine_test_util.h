@@ -7,15 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "bpe_tokenizer_json.h"
 #include "model/generator.h"
 #include "model/tiny_checkpoint.h"
 #include "sched/engine.h"
 #include "temp_dir.h"
-#include "tokenizer/byte_level.h"
 
 namespace mla::sched::test_util {
 
@@ -100,22 +99,8 @@ inline bool expect_greedy_match(const std::vector<int32_t>& got, const Reference
 
 // A byte-level tokenizer: ids 0..255 are the bytes, 256.. are not in it (they decode to nothing).
 inline tok::Tokenizer byte_tokenizer() {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[tok::bytes_to_token_text(std::string(1, char(b)))] = b;
-  nlohmann::json j = {
-      {"version", "1.0"},
-      {"added_tokens", nlohmann::json::array()},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"post_processor", nullptr},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", nullptr},
-        {"vocab", vocab},
-        {"merges", nlohmann::json::array()}}}};
-  Result<tok::Tokenizer> t = tok::Tokenizer::from_json(j.dump(), "bytes.json");
+  Result<tok::Tokenizer> t =
+      tok::Tokenizer::from_json(tok::testing_tok::byte_level_bpe_json().dump(), "bytes.json");
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   return std::move(t).value();
 }

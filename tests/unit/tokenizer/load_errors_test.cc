@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "minimal_tokenizer_json.h"
+#include "bpe_tokenizer_json.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/json_read.h"
 #include "tokenizer/tokenizer.h"

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "minimal_tokenizer_json.h"
+#include "bpe_tokenizer_json.h"
 #include "temp_dir.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/chat_format.h"
