@@ -97,7 +97,10 @@ void BM_Linear(benchmark::State& state, DType dt, int64_t out, int64_t in, int64
 }
 
 const bool registered = [] {
-  const std::pair<int64_t, int64_t> shapes[] = {{2048, 2048}, {4096, 2048}};
+  // Square and tall shapes, and the V2-Lite expert shapes (gate / up 1408 × 2048, down 2048 ×
+  // 1408).
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {2048, 2048}, {4096, 2048}, {1408, 2048}, {2048, 1408}};
   for (DType dt : {DType::kBF16, DType::kF8E4M3})
     for (auto [out, in] : shapes)
       for (int64_t n : {1, 4, 16, 64, 512}) {

@@ -73,18 +73,29 @@ inline void lin_step(typename L::Vec (&acc)[R][N], const uint8_t* const (&wp)[R]
 }
 
 // Weight rows as the dot kernels see them: row r at data + r · in · bytes (the weight itself, or
-// a widened FP32 copy of some of its rows); output r of x row i at y[i · ldy + r].
+// a widened FP32 copy of some of its rows); output r of x row i at y[i · ldy + r]. `from_dram`:
+// the rows are the weight as stored, read once, so the next block is prefetched (lin_dot_rows);
+// a widened copy sits in L2 already, where prefetching cost 5–15% at n = 64 and 512.
 struct LinRows {
   const uint8_t* data;
   int64_t in, ldy;
+  bool from_dram;
 };
 
 // y[i · ldy + o0 + r] = Σ_j x[i][j] · W[o0 + r][j] for r < R, i < N, W as stored (FP8: value ·
 // 2^-8, a NaN byte makes the output NaN).  x [N, in] row stride in
+// `next` (or null): the rows the caller reads after these (R · in · kB bytes from there), fetched
+// into cache while these are multiplied. The R rows here are R short streams (2 KiB for an FP8
+// row of 2048): the hardware prefetcher ramps up too late on each, and DRAM reads stalled the
+// FP8 GEMV at ~14 GB/s. Prefetched into L2 (prefetcht2): into L1 (prefetcht0) it evicted the rows
+// being read and cost BF16 a third of its rate (docs/BENCHMARKS.md "Weight products").
 template <class L, DType D, int R, int N>
-void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y) {
+void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
+                  const uint8_t* next = nullptr) {
   using V = typename L::Vec;
   constexpr int kW = L::kW, kB = kLinBytes<D>;
+  // Next-block bytes per step of kW columns: the whole next block is requested by the last step.
+  constexpr int64_t kAheadBytes = int64_t(R) * kW * kB;
   const int64_t in = w.in;
   const uint8_t* row[R];
   V acc[R][N];
@@ -97,6 +108,10 @@ void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y) {
     const int64_t c1 = std::min(in, c0 + kLinScanCols);
     int64_t j = c0;
     for (; j + kW <= c1; j += kW) {
+      if (next) {
+        const uint8_t* p = next + (j / kW) * kAheadBytes;
+        for (int64_t b = 0; b < kAheadBytes; b += 64) __builtin_prefetch(p + b, 0, 1);
+      }
       const uint8_t* wp[R];
       for (int r = 0; r < R; ++r) wp[r] = row[r] + j * kB;
       lin_step<L, D, R, N>(acc, wp, x + j, in);
@@ -131,7 +146,10 @@ template <class L, DType D, int N>
 void lin_dot_group(const LinRows& w, int64_t r0, int64_t r1, const float* x, float* y) {
   constexpr int R = L::template rows<N>();
   int64_t o = r0;
-  for (; o + R <= r1; o += R) lin_dot_rows<L, D, R, N>(w, o, x, y);
+  constexpr int kB = kLinBytes<D>;
+  for (; o + R <= r1; o += R)
+    lin_dot_rows<L, D, R, N>(w, o, x, y,
+                             w.from_dram && o + R < r1 ? w.data + (o + R) * w.in * kB : nullptr);
   for (; o < r1; ++o) lin_dot_rows<L, D, 1, N>(w, o, x, y);
 }
 
@@ -164,11 +182,11 @@ template <class L, DType D>
 void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
                    int64_t r1) {
   static thread_local AlignedBuffer<float> scratch;
-  const LinRows stored{w.data, w.in, w.out};
+  const LinRows stored{w.data, w.in, w.out, true};
   if (D != DType::kF32 && D != DType::kBF16 && n > kLinWidenMinRows) {
     float* wide = ensure_scratch(scratch, size_t((r1 - r0) * w.in));
     lin_widen<L, D>(w, r0, r1 - r0, 0, w.in, wide);
-    const LinRows rows{reinterpret_cast<const uint8_t*>(wide), w.in, w.out};
+    const LinRows rows{reinterpret_cast<const uint8_t*>(wide), w.in, w.out, false};
     for (int64_t i0 = 0; i0 < n; i0 += kLinGroup)
       lin_dot_group_n<L, DType::kF32>(std::min<int64_t>(kLinGroup, n - i0), rows, 0, r1 - r0,
                                       x + i0 * w.in, y + i0 * w.out + r0);
