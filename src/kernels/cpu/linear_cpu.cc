@@ -6,6 +6,10 @@ namespace mla::cpu {
 
 namespace {
 
+// vdpbf16ps and vpermt2b (AVX512_VBMI); cpu_features covers the first (and the MLA_ISA cap).
+bool has_avx512_bf16_vbmi() {
+  return cpu_supports(CpuIsa::kAvx512Bf16) && __builtin_cpu_supports("avx512vbmi");
+}
 bool has_avx512() {
   return cpu_supports(CpuIsa::kAvx512);
 }
@@ -19,6 +23,7 @@ bool always() {
 }
 
 constexpr LinearCpuVariant kVariants[] = {
+    {"linear.cpu.avx512bf16", has_avx512_bf16_vbmi, linear_avx512bf16},
     {"linear.cpu.avx512", has_avx512, linear_avx512},
     {"linear.cpu.avx2", has_avx2, linear_avx2},
     {"linear.cpu.scalar", always, linear_scalar},
