@@ -29,9 +29,9 @@ void linear_avx2(const LinearWeight& w, int64_t n, const float* x, float* y, Thr
                  LinearPath path);
 void linear_avx512(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
                    LinearPath path);
-// linear_avx512 with the FP8 GEMV of one row of x on vdpbf16ps against x split into two BF16
-// halves: within 2^-16 of Σ|x·w| more than the FP32 variants (linear_avx512bf16.cc).
-void linear_avx512bf16(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+// linear_avx512 with the FP8 product of n ≤ 16 rows of x widened by vpermt2b table lookups
+// (linear_avx512vbmi.cc).
+void linear_avx512vbmi(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
                        LinearPath path);
 
 struct LinearCpuVariant {

@@ -202,16 +202,15 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
     if constexpr (D != DType::kF8E4M3) {
       lin_dot_group_n<L, D>(nx, stored, r0, r1, xg, yg);
     } else {
-      // kLinGroup rows of x, scaled; or one row for the split-x dot of linear_avx512bf16.cc (a
-      // single row of x: with more, it did no better than FP32 FMA), as BF16 pairs (2 × 2 bytes
-      // per column, columns padded to 64).
+      // kLinGroup rows of x, scaled (for linear_avx512vbmi.cc also permuted, columns padded to
+      // 64). That variant takes every group, so a row of x gets the same result alone and in a
+      // batch of up to kLinWidenMinRows rows.
       float* xs = ensure_scratch(scratch, size_t(kLinGroup * (w.in + 64)));
       for (int64_t rs = r0; rs < r1;) {
         const int64_t re = std::min(r1, (rs / w.block_rows + 1) * w.block_rows);
-        bool done = false;
-        if constexpr (requires { L::kFp8SplitDot; })
-          if (nx == 1) done = (L::fp8_split_dot(w, rs, re, r1, xg, yg, xs), true);
-        if (!done) {
+        if constexpr (requires { L::kFp8Lut; }) {
+          L::fp8_lut_dot(w, rs, re, r1, nx, xg, yg, xs);
+        } else {
           for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {
             const int64_t c1 = std::min(w.in, c0 + w.block_cols);
             const float s = lin_fp8_scale(w, rs, c0);
