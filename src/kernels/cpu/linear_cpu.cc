@@ -6,11 +6,6 @@ namespace mla::cpu {
 
 namespace {
 
-// vpermt2b (AVX512_VBMI), which cpu_features does not track: offered at its avx512bf16 level
-// (Zen 4, Sapphire Rapids, which have both), so that MLA_ISA=avx512 runs linear.cpu.avx512.
-bool has_avx512_vbmi() {
-  return cpu_supports(CpuIsa::kAvx512Bf16) && __builtin_cpu_supports("avx512vbmi");
-}
 bool has_avx512() {
   return cpu_supports(CpuIsa::kAvx512);
 }
@@ -24,7 +19,6 @@ bool always() {
 }
 
 constexpr LinearCpuVariant kVariants[] = {
-    {"linear.cpu.avx512vbmi", has_avx512_vbmi, linear_avx512vbmi},
     {"linear.cpu.avx512", has_avx512, linear_avx512},
     {"linear.cpu.avx2", has_avx2, linear_avx2},
     {"linear.cpu.scalar", always, linear_scalar},

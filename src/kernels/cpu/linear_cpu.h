@@ -29,10 +29,6 @@ void linear_avx2(const LinearWeight& w, int64_t n, const float* x, float* y, Thr
                  LinearPath path);
 void linear_avx512(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
                    LinearPath path);
-// linear_avx512 with the FP8 product of n ≤ 16 rows of x widened by vpermt2b table lookups
-// (linear_avx512vbmi.cc).
-void linear_avx512vbmi(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-                       LinearPath path);
 
 struct LinearCpuVariant {
   const char* name;  // "linear.cpu.<isa>"

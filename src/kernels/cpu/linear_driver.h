@@ -47,14 +47,11 @@ inline bool lin_fp8_nan_scalar(const uint8_t* p, int64_t count) {
 // weight_scale_inv[i / block_rows][j / block_cols] · 2^8: widen<kF8E4M3> yields value · 2^-8, so
 // the scale carries the 2^8 (exact: a power of two; it would overflow only for a scale above
 // 2^119, which no quantiser writes). The scale grid comes from an mmap'd file: unaligned.
-inline float lin_fp8_scale_raw(const LinearWeight& w, int64_t i, int64_t j) {
+inline float lin_fp8_scale(const LinearWeight& w, int64_t i, int64_t j) {
   const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
   float s;
   std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
-  return s;
-}
-inline float lin_fp8_scale(const LinearWeight& w, int64_t i, int64_t j) {
-  return lin_fp8_scale_raw(w, i, j) * 256.0f;
+  return s * 256.0f;
 }
 
 // acc[r][i] += widen(wp[r]) · x[i · ldx ..], one Vec of columns: R widened rows shared by N rows
@@ -202,23 +199,16 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
     if constexpr (D != DType::kF8E4M3) {
       lin_dot_group_n<L, D>(nx, stored, r0, r1, xg, yg);
     } else {
-      // kLinGroup rows of x, scaled (for linear_avx512vbmi.cc also permuted, columns padded to
-      // 64). That variant takes every group, so a row of x gets the same result alone and in a
-      // batch of up to kLinWidenMinRows rows.
-      float* xs = ensure_scratch(scratch, size_t(kLinGroup * (w.in + 64)));
+      float* xs = ensure_scratch(scratch, size_t(kLinGroup * w.in));
       for (int64_t rs = r0; rs < r1;) {
         const int64_t re = std::min(r1, (rs / w.block_rows + 1) * w.block_rows);
-        if constexpr (requires { L::kFp8Lut; }) {
-          L::fp8_lut_dot(w, rs, re, r1, nx, xg, yg, xs);
-        } else {
-          for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {
-            const int64_t c1 = std::min(w.in, c0 + w.block_cols);
-            const float s = lin_fp8_scale(w, rs, c0);
-            for (int64_t i = 0; i < nx; ++i)
-              for (int64_t j = c0; j < c1; ++j) xs[i * w.in + j] = xg[i * w.in + j] * s;
-          }
-          lin_dot_group_n<L, D>(nx, stored, rs, re, xs, yg);
+        for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {
+          const int64_t c1 = std::min(w.in, c0 + w.block_cols);
+          const float s = lin_fp8_scale(w, rs, c0);
+          for (int64_t i = 0; i < nx; ++i)
+            for (int64_t j = c0; j < c1; ++j) xs[i * w.in + j] = xg[i * w.in + j] * s;
         }
+        lin_dot_group_n<L, D>(nx, stored, rs, re, xs, yg);
         rs = re;
       }
     }
