@@ -105,7 +105,27 @@ void BM_Decode(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * f.corpus.size()));
 }
 
+// 1 MiB of one repeated character: the input that makes naive pre-tokenizers and BPE merges
+// quadratic (tests/unit/tokenizer/long_input_test.cc checks only that it stays far from that;
+// the ≤ 1 s per MiB target is measured here).
+void BM_EncodeOneMiBOfOneCharacter(benchmark::State& state) {
+  const Fixture& f = fixture();
+  if (!f.error.empty()) return state.SkipWithError(f.error.c_str());
+  static const char* const kChars[] = {"a", " ", "\n", "\xe4\xb8\xad"};
+  const std::string c = kChars[state.range(0)];
+  std::string text;
+  while (text.size() + c.size() <= (1u << 20)) text += c;
+  state.SetLabel(state.range(0) == 3 ? "U+4E2D" : (c == "\n" ? "\\n" : "'" + c + "'"));
+  for (auto _ : state) {
+    mla::Result<std::vector<int32_t>> r = f.tok->encode(text);
+    if (!r.ok()) return state.SkipWithError(r.status().to_string().c_str());
+    benchmark::DoNotOptimize(r->data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text.size()));
+}
+
 BENCHMARK(BM_EncodeWhole)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EncodeOneMiBOfOneCharacter)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EncodeWholeSpecial)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EncodeParagraphs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Decode)->Unit(benchmark::kMillisecond);

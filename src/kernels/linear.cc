@@ -56,4 +56,30 @@ Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, Thread
   return Status();
 }
 
+Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, std::string_view backend) {
+  if (backend != "cpu" && backend != "ref")
+    return invalid_argument("linear_many: unknown backend '" + std::string(backend) +
+                            "' (expected cpu or ref)");
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const LinearJob& job = jobs[j];
+    const std::string at = "linear_many job " + std::to_string(j);
+    if (!job.w) return invalid_argument(at + ": no weight");
+    MLA_RETURN_IF_ERROR(validate(*job.w));
+    if (job.n < 0) return invalid_argument(at + ": n = " + std::to_string(job.n) + " < 0");
+    if (job.n > 0 && (!job.x || !job.y))
+      return invalid_argument(at + ": x or y is null with n = " + std::to_string(job.n));
+  }
+  if (backend == "ref") {
+    for (const LinearJob& job : jobs)
+      MLA_RETURN_IF_ERROR(linear(*job.w, job.n, job.x, job.y, pool, backend));
+    return Status();
+  }
+  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
+    if (v.supported()) {
+      v.run_many(jobs, pool);
+      break;
+    }
+  return Status();
+}
+
 }  // namespace mla

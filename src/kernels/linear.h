@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "core/dtype.h"
@@ -34,5 +35,20 @@ Status validate(const LinearWeight& w);
 // backend "ref": kernels/ref's plain loop (FP64 accumulation), for checking.
 Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
               std::string_view backend = "cpu");
+
+// One product of linear_many: y[n, out] = x[n, in] · W_realᵀ.
+struct LinearJob {
+  const LinearWeight* w = nullptr;
+  int64_t n = 0;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+
+// Every job as linear() computes it (the same outputs, bit for bit), in one pass over the pool's
+// threads: for many small products (the experts of an MoE layer in decode), where a pass each
+// costs more in waking and waiting than the work it splits. The y of different jobs must not
+// overlap.
+Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool,
+                   std::string_view backend = "cpu");
 
 }  // namespace mla

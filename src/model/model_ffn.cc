@@ -52,20 +52,57 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
       tokens_of[size_t(e)].push_back(t);
       weights_of[size_t(e)].push_back(weight[size_t(t * K + k)]);
     }
-  std::vector<float> xe, ye;
+  // The active experts (ascending), then the shared experts over every token. Their gate / up
+  // products run in one linear_many pass, their down products in a second: in decode an expert
+  // is one small GEMV, and a pass over the pool each cost more than the work split.
+  struct Active {
+    const MlpLinear* mlp;
+    int64_t n;
+    const float* x;                    // [n, D]
+    size_t h_at, y_at;                 // offsets into h / u [n, width] and y [n, D]
+    const std::vector<int64_t>* toks;  // null: the shared experts (every token, scale 1)
+    const float* scale;
+  };
+  std::vector<Active> act;
+  size_t rows = 0, h_size = 0, y_size = 0;
+  for (int e = 0; e < E; ++e) rows += tokens_of[size_t(e)].size();
+  std::vector<float> xe(rows * size_t(D));
+  size_t x_at = 0;
   for (int e = 0; e < E; ++e) {
     const std::vector<int64_t>& toks = tokens_of[size_t(e)];
     if (toks.empty()) continue;
+    const MlpLinear& w = L.experts[size_t(e)];
     const int64_t ne = int64_t(toks.size());
-    xe.resize(size_t(ne * D));
-    ye.assign(size_t(ne * D), 0.0f);
-    for (int64_t i = 0; i < ne; ++i) std::copy_n(x + toks[size_t(i)] * D, D, &xe[size_t(i * D)]);
-    MLA_RETURN_IF_ERROR(swiglu(L.experts[size_t(e)], ne, xe.data(), weights_of[size_t(e)].data(),
-                               ye.data(), pool, be));
     for (int64_t i = 0; i < ne; ++i)
-      for (int64_t j = 0; j < D; ++j) out[toks[size_t(i)] * D + j] += ye[size_t(i * D + j)];
+      std::copy_n(x + toks[size_t(i)] * D, D, &xe[x_at + size_t(i * D)]);
+    act.push_back({&w, ne, &xe[x_at], h_size, y_size, &toks, weights_of[size_t(e)].data()});
+    x_at += size_t(ne * D);
+    h_size += size_t(ne * w.width);
+    y_size += size_t(ne * D);
   }
-  if (L.shared.width > 0) MLA_RETURN_IF_ERROR(swiglu(L.shared, n, x, nullptr, out, pool, be));
+  if (L.shared.width > 0) {
+    act.push_back({&L.shared, n, x, h_size, y_size, nullptr, nullptr});
+    h_size += size_t(n * L.shared.width);
+    y_size += size_t(n * D);
+  }
+  std::vector<float> g(h_size), u(h_size), y(y_size);
+  std::vector<LinearJob> jobs;
+  for (const Active& a : act) {
+    jobs.push_back({&a.mlp->gate, a.n, a.x, &g[a.h_at]});
+    jobs.push_back({&a.mlp->up, a.n, a.x, &u[a.h_at]});
+  }
+  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be));
+  for (size_t i = 0; i < h_size; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  jobs.clear();
+  for (const Active& a : act) jobs.push_back({&a.mlp->down, a.n, &g[a.h_at], &y[a.y_at]});
+  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be));
+  for (const Active& a : act)
+    for (int64_t i = 0; i < a.n; ++i) {
+      const int64_t t = a.toks ? (*a.toks)[size_t(i)] : i;
+      const float s = a.scale ? a.scale[i] : 1.0f;
+      const float* yi = &y[a.y_at + size_t(i * D)];
+      for (int64_t j = 0; j < D; ++j) out[t * D + j] += s * yi[j];
+    }
   return Status();
 }
 

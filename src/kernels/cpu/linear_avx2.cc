@@ -61,6 +61,10 @@ void linear_avx2(const LinearWeight& w, int64_t n, const float* x, float* y, Thr
   run_linear<LinAvx2>(w, n, x, y, pool, path);
 }
 
+void linear_many_avx2(std::span<const LinearJob> jobs, ThreadPool& pool) {
+  run_linear_many<LinAvx2>(jobs, pool);
+}
+
 }  // namespace mla::cpu
 
 #pragma GCC pop_options

@@ -19,9 +19,9 @@ bool always() {
 }
 
 constexpr LinearCpuVariant kVariants[] = {
-    {"linear.cpu.avx512", has_avx512, linear_avx512},
-    {"linear.cpu.avx2", has_avx2, linear_avx2},
-    {"linear.cpu.scalar", always, linear_scalar},
+    {"linear.cpu.avx512", has_avx512, linear_avx512, linear_many_avx512},
+    {"linear.cpu.avx2", has_avx2, linear_avx2, linear_many_avx2},
+    {"linear.cpu.scalar", always, linear_scalar, linear_many_scalar},
 };
 
 }  // namespace

@@ -219,13 +219,18 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
 // progress. For n > kLinGroup a chunk's widened FP32 rows must stay in L2 across the x groups.
 // FP8 chunks that are not widened are whole scale rows where they can be (x is scaled once per
 // scale row).
-template <class L, DType D>
-void lin_dot(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool) {
-  int64_t rows = (w.out + 8 * pool.num_threads() - 1) / (8 * pool.num_threads());
+// Output rows per chunk of one product, for `threads` threads.
+inline int64_t lin_chunk_rows(const LinearWeight& w, int64_t n, int threads) {
+  int64_t rows = (w.out + 8 * threads - 1) / (8 * threads);
   if (n > kLinGroup) rows = std::min(rows, kLinL2Bytes / (w.in * 4));  // FP32 bytes: the larger
   const int64_t unit =
-      D == DType::kF8E4M3 && n <= kLinWidenMinRows && w.block_rows <= rows ? w.block_rows : 4;
-  rows = (std::max<int64_t>(rows, unit) + unit - 1) / unit * unit;
+      w.dtype == DType::kF8E4M3 && n <= kLinWidenMinRows && w.block_rows <= rows ? w.block_rows : 4;
+  return (std::max<int64_t>(rows, unit) + unit - 1) / unit * unit;
+}
+
+template <class L, DType D>
+void lin_dot(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool) {
+  const int64_t rows = lin_chunk_rows(w, n, pool.num_threads());
   pool.parallel_for((w.out + rows - 1) / rows, [&](int64_t c, int) {
     const int64_t r0 = c * rows;
     lin_dot_chunk<L, D>(w, n, x, y, r0, std::min(w.out, r0 + rows));
@@ -288,6 +293,41 @@ void run_linear(const LinearWeight& w, int64_t n, const float* x, float* y, Thre
     default:
       return;  // validate() admits only the four dtypes above
   }
+}
+
+// Several products in one parallel_for: the chunks of every job (as lin_dot cuts them, so each
+// output is computed exactly as by its own call) are the loop's items.
+template <class L>
+void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool) {
+  struct Item {
+    int32_t job;
+    int64_t r0, r1;
+  };
+  std::vector<Item> items;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const LinearJob& job = jobs[j];
+    if (job.n == 0) continue;
+    const int64_t rows = lin_chunk_rows(*job.w, job.n, pool.num_threads());
+    for (int64_t r0 = 0; r0 < job.w->out; r0 += rows)
+      items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows)});
+  }
+  pool.parallel_for(int64_t(items.size()), [&](int64_t c, int) {
+    const Item& it = items[size_t(c)];
+    const LinearJob& job = jobs[size_t(it.job)];
+    const LinearWeight& w = *job.w;
+    switch (w.dtype) {
+      case DType::kBF16:
+        return lin_dot_chunk<L, DType::kBF16>(w, job.n, job.x, job.y, it.r0, it.r1);
+      case DType::kF16:
+        return lin_dot_chunk<L, DType::kF16>(w, job.n, job.x, job.y, it.r0, it.r1);
+      case DType::kF32:
+        return lin_dot_chunk<L, DType::kF32>(w, job.n, job.x, job.y, it.r0, it.r1);
+      case DType::kF8E4M3:
+        return lin_dot_chunk<L, DType::kF8E4M3>(w, job.n, job.x, job.y, it.r0, it.r1);
+      default:
+        return;  // validate() admits only the four dtypes above
+    }
+  });
 }
 
 }  // namespace

@@ -1,0 +1,141 @@
+// linear_many: several products in one pass over the pool give, bit for bit, what one linear()
+// call each gives, in every CPU variant; bad jobs are named.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/linear.h"
+
+namespace mla {
+namespace {
+
+struct Weight {
+  std::vector<uint8_t> data, scales;
+  LinearWeight w;
+};
+
+Weight random_weight(Rng& rng, DType dt, int64_t out, int64_t in) {
+  Weight t;
+  const int eb = dt == DType::kF8E4M3 ? 1 : (dt == DType::kF32 ? 4 : 2);
+  t.data.resize(size_t(out * in * eb));
+  for (int64_t k = 0; k < out * in; ++k) {
+    const float f = float(rng.normal());
+    if (dt == DType::kF8E4M3) {
+      t.data[size_t(k)] = uint8_t(rng.below(0x7F)) | uint8_t(rng.below(2) << 7);  // finite
+    } else if (dt == DType::kF32) {
+      std::memcpy(&t.data[size_t(4 * k)], &f, 4);
+    } else {
+      const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
+      std::memcpy(&t.data[size_t(2 * k)], &h, 2);
+    }
+  }
+  t.w.dtype = dt;
+  t.w.data = t.data.data();
+  t.w.out = out;
+  t.w.in = in;
+  if (dt == DType::kF8E4M3) {
+    const int64_t cells = ((out + 127) / 128) * ((in + 127) / 128);
+    t.scales.resize(size_t(4 * cells));
+    for (int64_t c = 0; c < cells; ++c) {
+      const float v = float(1e-3 * (1 + rng.uniform()));
+      std::memcpy(&t.scales[size_t(4 * c)], &v, 4);
+    }
+    t.w.scale_inv = t.scales.data();
+  }
+  return t;
+}
+
+TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
+  Rng rng(21);
+  // An MoE decode step's shapes in small: experts of one or a few tokens, a shared expert over
+  // all, mixed dtypes, an empty job, one above the widening threshold (n > 16).
+  const struct {
+    DType dt;
+    int64_t out, in, n;
+  } shapes[] = {{DType::kF8E4M3, 96, 200, 1},  {DType::kF8E4M3, 300, 130, 3},
+                {DType::kBF16, 64, 77, 2},     {DType::kF8E4M3, 40, 64, 0},
+                {DType::kF16, 33, 48, 5},      {DType::kF32, 17, 31, 1},
+                {DType::kF8E4M3, 130, 260, 20}};
+  std::vector<Weight> weights;
+  std::vector<std::vector<float>> xs;
+  for (const auto& s : shapes) {
+    weights.push_back(random_weight(rng, s.dt, s.out, s.in));
+    std::vector<float> x(size_t(s.n * s.in));
+    for (auto& v : x) v = float(rng.normal());
+    xs.push_back(std::move(x));
+  }
+  ThreadPool pool(3);
+  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
+    if (!v.supported()) continue;
+    std::vector<std::vector<float>> many(std::size(shapes)), one(std::size(shapes));
+    std::vector<LinearJob> jobs;
+    for (size_t j = 0; j < std::size(shapes); ++j) {
+      many[j].assign(size_t(shapes[j].n * shapes[j].out), -1.0f);
+      one[j].assign(many[j].size(), -2.0f);
+      jobs.push_back({&weights[j].w, shapes[j].n, xs[j].data(), many[j].data()});
+      if (shapes[j].n > 0)
+        v.run(weights[j].w, shapes[j].n, xs[j].data(), one[j].data(), pool, cpu::LinearPath::kAuto);
+    }
+    v.run_many(jobs, pool);
+    for (size_t j = 0; j < std::size(shapes); ++j)
+      for (size_t k = 0; k < many[j].size(); ++k)
+        ASSERT_EQ(many[j][k], one[j][k]) << v.name << " job " << j << " output " << k;
+  }
+  // The public entry takes the best variant; "ref" runs each job through ref::linear.
+  std::vector<std::vector<float>> got(std::size(shapes)), ref(std::size(shapes));
+  std::vector<LinearJob> jobs, ref_jobs;
+  for (size_t j = 0; j < std::size(shapes); ++j) {
+    got[j].assign(size_t(shapes[j].n * shapes[j].out), 0.0f);
+    ref[j] = got[j];
+    jobs.push_back({&weights[j].w, shapes[j].n, xs[j].data(), got[j].data()});
+    ref_jobs.push_back({&weights[j].w, shapes[j].n, xs[j].data(), ref[j].data()});
+  }
+  ASSERT_TRUE(linear_many(jobs, pool).ok());
+  ASSERT_TRUE(linear_many(ref_jobs, pool, "ref").ok());
+  for (size_t j = 0; j < std::size(shapes); ++j) {
+    std::vector<float> alone(got[j].size());
+    if (shapes[j].n > 0)
+      ASSERT_TRUE(linear(weights[j].w, shapes[j].n, xs[j].data(), alone.data(), pool).ok());
+    EXPECT_EQ(got[j], alone) << "job " << j;
+    std::vector<float> ref_alone(got[j].size());
+    if (shapes[j].n > 0)
+      ASSERT_TRUE(
+          linear(weights[j].w, shapes[j].n, xs[j].data(), ref_alone.data(), pool, "ref").ok());
+    EXPECT_EQ(ref[j], ref_alone) << "job " << j;
+  }
+}
+
+TEST(LinearMany, NamesTheBadJob) {
+  Rng rng(4);
+  const Weight good = random_weight(rng, DType::kBF16, 4, 8);
+  ThreadPool pool(1);
+  std::vector<float> x(16), y(8);
+  LinearWeight bad = good.w;
+  bad.in = 0;
+  auto error = [&](std::vector<LinearJob> jobs, std::string_view backend = "cpu") {
+    const Status s = linear_many(jobs, pool, backend);
+    EXPECT_FALSE(s.ok());
+    return s.to_string();
+  };
+  const LinearJob ok{&good.w, 2, x.data(), y.data()};
+  EXPECT_NE(error({ok, {nullptr, 1, x.data(), y.data()}}).find("job 1: no weight"),
+            std::string::npos);
+  EXPECT_NE(error({ok, {&bad, 1, x.data(), y.data()}}).find("in >= 1"), std::string::npos);
+  EXPECT_NE(error({{&good.w, -1, x.data(), y.data()}}).find("job 0: n = -1"), std::string::npos);
+  EXPECT_NE(error({{&good.w, 1, nullptr, y.data()}}).find("x or y is null"), std::string::npos);
+  EXPECT_NE(error({ok}, "cuda").find("'cuda'"), std::string::npos);
+  // Nothing to do is fine: no jobs, or jobs of n = 0 with null pointers.
+  EXPECT_TRUE(linear_many({}, pool).ok());
+  const LinearJob empty{&good.w, 0, nullptr, nullptr};
+  EXPECT_TRUE(linear_many(std::span<const LinearJob>(&empty, 1), pool).ok());
+}
+
+}  // namespace
+}  // namespace mla
