@@ -215,11 +215,10 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
   }
 }
 
-// The dot path: threads take chunks of output rows. About 8 chunks per thread even out uneven
-// progress. For n > kLinGroup a chunk's widened FP32 rows must stay in L2 across the x groups.
-// FP8 chunks that are not widened are whole scale rows where they can be (x is scaled once per
-// scale row).
-// Output rows per chunk of one product, for `threads` threads.
+// Output rows per chunk of one product, for `threads` threads. About 8 chunks per thread even
+// out uneven progress. For n > kLinGroup a chunk's widened FP32 rows must stay in L2 across the x
+// groups. FP8 chunks that are not widened are whole scale rows where they can be (x is scaled
+// once per scale row).
 inline int64_t lin_chunk_rows(const LinearWeight& w, int64_t n, int threads) {
   int64_t rows = (w.out + 8 * threads - 1) / (8 * threads);
   if (n > kLinGroup) rows = std::min(rows, kLinL2Bytes / (w.in * 4));  // FP32 bytes: the larger
@@ -228,6 +227,7 @@ inline int64_t lin_chunk_rows(const LinearWeight& w, int64_t n, int threads) {
   return (std::max<int64_t>(rows, unit) + unit - 1) / unit * unit;
 }
 
+// The dot path: threads take chunks of output rows.
 template <class L, DType D>
 void lin_dot(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool) {
   const int64_t rows = lin_chunk_rows(w, n, pool.num_threads());

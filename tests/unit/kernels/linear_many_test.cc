@@ -7,50 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/linear.h"
+#include "linear_test_weight.h"
 
 namespace mla {
 namespace {
-
-struct Weight {
-  std::vector<uint8_t> data, scales;
-  LinearWeight w;
-};
-
-Weight random_weight(Rng& rng, DType dt, int64_t out, int64_t in) {
-  Weight t;
-  const int eb = dt == DType::kF8E4M3 ? 1 : (dt == DType::kF32 ? 4 : 2);
-  t.data.resize(size_t(out * in * eb));
-  for (int64_t k = 0; k < out * in; ++k) {
-    const float f = float(rng.normal());
-    if (dt == DType::kF8E4M3) {
-      t.data[size_t(k)] = uint8_t(rng.below(0x7F)) | uint8_t(rng.below(2) << 7);  // finite
-    } else if (dt == DType::kF32) {
-      std::memcpy(&t.data[size_t(4 * k)], &f, 4);
-    } else {
-      const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
-      std::memcpy(&t.data[size_t(2 * k)], &h, 2);
-    }
-  }
-  t.w.dtype = dt;
-  t.w.data = t.data.data();
-  t.w.out = out;
-  t.w.in = in;
-  if (dt == DType::kF8E4M3) {
-    const int64_t cells = ((out + 127) / 128) * ((in + 127) / 128);
-    t.scales.resize(size_t(4 * cells));
-    for (int64_t c = 0; c < cells; ++c) {
-      const float v = float(1e-3 * (1 + rng.uniform()));
-      std::memcpy(&t.scales[size_t(4 * c)], &v, 4);
-    }
-    t.w.scale_inv = t.scales.data();
-  }
-  return t;
-}
 
 TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
   Rng rng(21);
@@ -63,10 +27,10 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
                 {DType::kBF16, 64, 77, 2},     {DType::kF8E4M3, 40, 64, 0},
                 {DType::kF16, 33, 48, 5},      {DType::kF32, 17, 31, 1},
                 {DType::kF8E4M3, 130, 260, 20}};
-  std::vector<Weight> weights;
+  std::vector<TestWeight> weights;
   std::vector<std::vector<float>> xs;
   for (const auto& s : shapes) {
-    weights.push_back(random_weight(rng, s.dt, s.out, s.in));
+    weights.push_back(make_weight(rng, s.dt, s.out, s.in, 1));
     std::vector<float> x(size_t(s.n * s.in));
     for (auto& v : x) v = float(rng.normal());
     xs.push_back(std::move(x));
@@ -114,7 +78,7 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
 
 TEST(LinearMany, NamesTheBadJob) {
   Rng rng(4);
-  const Weight good = random_weight(rng, DType::kBF16, 4, 8);
+  const TestWeight good = make_weight(rng, DType::kBF16, 4, 8, 0);
   ThreadPool pool(1);
   std::vector<float> x(16), y(8);
   LinearWeight bad = good.w;
