@@ -177,7 +177,7 @@ TEST_F(HttpServerTest, ShutdownDrainsOrEndsStreamsWithAnErrorEvent) {
   wait_in_flight(3);  // 2,000 tokens each: all three are still running (drained below)
   // The drain window is an upper bound (shutdown returns when the streams end): 3 × 2,000 tokens
   // took 43 s under TSan alone and over 60 s beside other TSan tests.
-#ifdef MLA_SANITIZE_BUILD
+#if defined(MLA_SANITIZE_BUILD) || defined(__SANITIZE_THREAD__)
   server_->shutdown(240s);
 #else
   server_->shutdown(60s);
