@@ -82,7 +82,7 @@ Result<DecodeResult> bench_decode(const DecodeCase& c, const MachineReport& m, T
   r.gbps = bytes / r.t.median_s * 1e-9;
   if (m.all.bf16_dot_gflops > 0) r.pct_of_bf16_peak = 100.0 * r.gflops / m.all.bf16_dot_gflops;
   const double peak =
-      v->compute == Intermediates::kBf16 ? m.all.bf16_dot_gflops : m.all.fp32_fma_gflops;
+      v->compute >= Intermediates::kBf16 ? m.all.bf16_dot_gflops : m.all.fp32_fma_gflops;
   const double bound = std::min(peak, m.all.mem_bw_gbps * flops / bytes);
   if (bound > 0) r.pct_of_roofline = 100.0 * r.gflops / bound;
   return r;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace mla {
@@ -65,6 +66,13 @@ CompareStats compare(const float* ref, const float* got, int64_t n, const Compar
 CompareStats compare(const double* ref, const float* got, int64_t n, const CompareRule& rule,
                      const double* bound) {
   return compare_impl(ref, got, n, rule, bound);
+}
+
+void bf16_probs_bound(const float* ref, const float* abs_out, int64_t n, const CompareRule& rule,
+                      double* bound) {
+  for (int64_t i = 0; i < n; ++i)
+    bound[i] = std::max(rule.atol, rule.rtol * std::fabs(double(ref[i]))) +
+               kBf16ProbsUnit * double(abs_out[i]);
 }
 
 std::string CompareStats::to_string() const {

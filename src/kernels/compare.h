@@ -21,6 +21,15 @@ CompareRule flashmla_out_rule();
 // LSE: 1e-6 abs or 8.01/65536 rel (FP32 logsumexp of BF16-rounded scores).
 CompareRule flashmla_lse_rule();
 
+// Per-element bound of a variant that rounds the probabilities of P·V to BF16 (with the V
+// scale of a quantised cache folded in): the rule's allowance plus u · Σ_t p_t |v_tc|, where
+// abs_out holds that sum (from the reference) and u = 2^-8 (one BF16 rounding of p · s, relative:
+// 8 significant bits) + 2^-22 (the FP32 roundings of p · s and of the reference's own code · s,
+// with room).
+inline constexpr double kBf16ProbsUnit = 0x1p-8 + 0x1p-22;
+void bf16_probs_bound(const float* ref, const float* abs_out, int64_t n, const CompareRule& rule,
+                      double* bound);
+
 struct CompareStats {
   int64_t n = 0;
   double max_err = 0.0;  // over elements finite in both

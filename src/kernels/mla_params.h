@@ -44,6 +44,9 @@ struct MlaDecodeParams {
   // columns at or past s_kv are left untouched.
   float* scores = nullptr;
   int64_t scores_stride = 0;
+  // Optional, for checking only, written by the reference alone: Σ_t p_t |v_t| [b, s_q, h_q,
+  // d_v], the magnitude that bounds the rounding of the probabilities of P·V to BF16.
+  float* abs_out = nullptr;
 };
 
 // Decompressed attention for one sequence's chunk of s_q new queries over s_kv cached tokens

@@ -36,6 +36,9 @@ struct PathResult {
   std::vector<float> scores;  // [s_q, H, s_kv]
   std::vector<float> out;     // [s_q, H, d_v]
   std::vector<float> lse;     // [H, s_q]
+  // Oracles only: Σ_t p_t |v_t| carried through |W_UV|, [s_q, H, d_v]: what bounds the rounding
+  // of the probabilities to BF16 in the output (compare.h).
+  std::vector<float> abs_out = {};
 };
 
 // Inputs as stored (BF16 or F32), widened to FP32 exactly.
@@ -167,6 +170,8 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
   std::vector<double> q_abs64(size_t(s_q) * H * d_row);
   ref::absorb_query(s_q, H, d_n, d_r, r, q.data(), w_uk.data(), q_abs64.data());
   std::vector<float> o_lat(size_t(s_q) * H * r);
+  std::vector<float> w_uv_abs(w_uv.size());
+  std::transform(w_uv.begin(), w_uv.end(), w_uv_abs.begin(), [](float x) { return std::fabs(x); });
   auto run_oracle = [&](const char* name, const CacheImage& c, DType qt, const void* qp) {
     PathResult res{name,
                    Intermediates::kFp64,
@@ -174,10 +179,18 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
                    std::vector<float>(n_scores),
                    std::vector<float>(n_out),
                    std::vector<float>(n_lse)};
-    ref::mla_decode(decode_params(c, qt, qp, o_lat.data(), res.lse.data(), res.scores.data()));
+    std::vector<float> abs_lat(o_lat.size());
+    MlaDecodeParams p = decode_params(c, qt, qp, o_lat.data(), res.lse.data(), res.scores.data());
+    p.abs_out = abs_lat.data();
+    ref::mla_decode(p);
     std::vector<double> o_lat64(o_lat.begin(), o_lat.end()), out64(n_out);
     ref::unabsorb_output(s_q, H, d_v, r, o_lat64.data(), w_uv.data(), out64.data());
     std::transform(out64.begin(), out64.end(), res.out.begin(), [](double x) { return float(x); });
+    o_lat64.assign(abs_lat.begin(), abs_lat.end());
+    ref::unabsorb_output(s_q, H, d_v, r, o_lat64.data(), w_uv_abs.data(), out64.data());
+    res.abs_out.resize(n_out);
+    std::transform(out64.begin(), out64.end(), res.abs_out.begin(),
+                   [](double x) { return float(x); });
     return res;
   };
   const PathResult oracle = run_oracle("ref.absorbed.fp64", cache, DType::kF64, q_abs64.data());
@@ -213,7 +226,7 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
       }
   }
   auto score_bound = [&](Intermediates c) {
-    const double g = (d_n + r + d_r + 2) * kU32 + (c == Intermediates::kBf16 ? kUBf16 : 0.0);
+    const double g = (d_n + r + d_r + 2) * kU32 + (c >= Intermediates::kBf16 ? kUBf16 : 0.0);
     std::vector<double> b(n_scores);
     for (int64_t i = 0; i < n_scores; ++i) b[i] = g * score_abs[i];
     return b;
@@ -277,9 +290,10 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
   }
 
   auto add_pairs = [&](const PathResult& a, const PathResult& b, const char* note) {
+    const std::vector<float>& oracle_abs = a.abs_out.empty() ? oracle16.abs_out : a.abs_out;
     const bool gating = note == nullptr;
     const Intermediates weaker = std::max(a.compute, b.compute);  // kFp64 < kFp32 < kBf16
-    const double cb = weaker == Intermediates::kBf16 ? 1.0 - 5e-6 : 1.0 - 1e-6;
+    const double cb = weaker >= Intermediates::kBf16 ? 1.0 - 5e-6 : 1.0 - 1e-6;
     // Scores: cosine and the derived per-element bound (twice it when both sides carry error).
     std::vector<double> bound = score_bound(weaker);
     if (a.compute != Intermediates::kFp64)
@@ -295,15 +309,26 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
                   false};
     ps.pass = ps.stats.pass;
     // Outputs: FlashMLA's per-element rule and the cosine bound of the weaker side.
+    // BF16 probabilities add 2^-8 · |W_UV| Σ p|v| per element, from the oracle that pair uses.
     CompareRule orule = flashmla_out_rule();
     orule.cos_min = cb;
-    VerifyPair po{a.name,
-                  b.name,
-                  "out",
-                  intermediates_name(weaker),
-                  compare(a.out.data(), b.out.data(), n_out, orule),
-                  cb,
-                  false};
+    std::vector<double> obound;
+    if (weaker == Intermediates::kBf16Probs) {
+      obound.resize(n_out);
+      bf16_probs_bound(a.out.data(), oracle_abs.data(), n_out, orule, obound.data());
+      if (a.compute != Intermediates::kFp64)
+        for (int64_t i = 0; i < n_out; ++i)
+          obound[i] = std::max(orule.atol, orule.rtol * std::fabs(double(a.out[i]))) +
+                      2 * kBf16ProbsUnit * oracle_abs[i];  // both sides may round probabilities
+    }
+    VerifyPair po{
+        a.name,
+        b.name,
+        "out",
+        intermediates_name(weaker),
+        compare(a.out.data(), b.out.data(), n_out, orule, obound.empty() ? nullptr : obound.data()),
+        cb,
+        false};
     po.pass = po.stats.pass && !po.stats.got_all_zero;
     // LSE, checked on its own (spec/mla.md §5): FlashMLA's 1e-6 abs or 8.01/65536 rel.
     VerifyPair pl{a.name,

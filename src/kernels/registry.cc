@@ -17,6 +17,8 @@ const char* intermediates_name(Intermediates c) {
       return "fp32";
     case Intermediates::kBf16:
       return "bf16";
+    case Intermediates::kBf16Probs:
+      return "bf16_probs";
   }
   return "?";
 }
@@ -42,6 +44,15 @@ bool on_isa(const P& p) {
 bool bf16dot_decode(const MlaDecodeParams& p) {
   return cpu_supports(CpuIsa::kAvx512Bf16) && p.kv_dtype == DType::kBF16 &&
          p.q_dtype == DType::kBF16 && p.d_qk % 2 == 0;
+}
+
+// The all-BF16 decode: BF16 query (as above) over a BF16 or quantised cache whose latent and
+// scale blocks split into channel pairs (even r and d_r).
+bool bf16pv_decode(const MlaDecodeParams& p) {
+  const bool cache = p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF8E4M3 ||
+                     p.kv_dtype == DType::kI8 || p.kv_dtype == DType::kE2M1;
+  return cpu_supports(CpuIsa::kAvx512Bf16) && cache && p.q_dtype == DType::kBF16 &&
+         p.d_qk % 2 == 0 && p.d_v % 2 == 0;
 }
 
 void ref_decode(const MlaDecodeParams& p, ThreadPool&) {
@@ -75,6 +86,8 @@ Result<const V*> select_from(const std::vector<V>& table, const P& p, std::strin
 
 const std::vector<MlaDecodeVariant>& mla_decode_variants() {
   static const std::vector<MlaDecodeVariant> table = {
+      {"mla_decode.cpu.avx512bf16.bf16pv", "cpu", Intermediates::kBf16Probs, bf16pv_decode,
+       cpu::mla_decode_avx512bf16pv},
       {"mla_decode.cpu.avx512bf16.bf16", "cpu", Intermediates::kBf16, bf16dot_decode,
        cpu::mla_decode_avx512bf16},
       {"mla_decode.cpu.avx512.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx512>,

@@ -12,9 +12,10 @@
 
 namespace mla {
 
-// Precision of the intermediates a variant keeps (query, probabilities), which decides the
-// tolerance it is held to (docs/kernels/mla_decode.md).
-enum class Intermediates { kFp64, kFp32, kBf16 };
+// Precision of the intermediates a variant keeps, which decides the tolerance it is held to
+// (docs/kernels/mla_decode.md): kBf16 rounds the query to BF16, kBf16Probs also the
+// probabilities of P·V (ordered: a larger value is a weaker guarantee).
+enum class Intermediates { kFp64, kFp32, kBf16, kBf16Probs };
 const char* intermediates_name(Intermediates c);
 
 template <typename Params>

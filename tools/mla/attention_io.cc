@@ -170,13 +170,16 @@ Result<DecodeInputs> read_decode_inputs(const std::string& path) {
 }
 
 Status write_decode_outputs(const std::string& path, const MlaDecodeParams& p,
-                            const std::string& variant) {
+                            const std::string& variant, const std::string& intermediates) {
   const int64_t n_out = int64_t(p.b) * p.s_q * p.h_q * p.d_v, n_lse = int64_t(p.b) * p.h_q * p.s_q;
   std::vector<TensorToWrite> t = {
       {"out", DType::kF32, {p.b, p.s_q, p.h_q, p.d_v}, p.out, size_t(n_out) * 4},
       {"lse", DType::kF32, {p.b, p.h_q, p.s_q}, p.lse, size_t(n_lse) * 4},
   };
-  return write_safetensors(path, t, {{"variant", variant}, {"lse_base", "e"}});
+  if (p.abs_out)
+    t.push_back({"abs_out", DType::kF32, {p.b, p.s_q, p.h_q, p.d_v}, p.abs_out, size_t(n_out) * 4});
+  return write_safetensors(
+      path, t, {{"variant", variant}, {"intermediates", intermediates}, {"lse_base", "e"}});
 }
 
 }  // namespace mla::cli

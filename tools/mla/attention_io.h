@@ -28,8 +28,9 @@ struct DecodeInputs {
 // (nvfp4; default kNvfp4DefaultGlobalScale).
 Result<DecodeInputs> read_decode_inputs(const std::string& path);
 
-// Writes out F32 [b, s_q, h_q, d_v] and lse F32 [b, h_q, s_q].
+// Writes out F32 [b, s_q, h_q, d_v], lse F32 [b, h_q, s_q] and, when p.abs_out is set, abs_out;
+// metadata: the variant and its intermediates (registry.h).
 Status write_decode_outputs(const std::string& path, const MlaDecodeParams& p,
-                            const std::string& variant);
+                            const std::string& variant, const std::string& intermediates);
 
 }  // namespace mla::cli

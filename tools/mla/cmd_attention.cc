@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attention_io.h"
 #include "commands.h"
@@ -38,11 +39,16 @@ int run_attention(const AttentionOptions& o) {
   }
   p.out = out->data();
   p.lse = lse->data();
+  // The reference also writes Σ p|v| (abs_out), which bounds what rounding the probabilities to
+  // BF16 may cost a variant (kernels/compare.h).
+  std::vector<float> abs_out((*v)->backend == "ref" ? size_t(n_out) : 0);
+  if (!abs_out.empty()) p.abs_out = abs_out.data();
   if (Status s = run_variant(**v, p, default_thread_pool()); !s.ok()) {
     fmt::print(stderr, "mla attention: {}\n", s.message());
     return 1;
   }
-  if (Status s = write_decode_outputs(o.out, p, (*v)->name); !s.ok()) {
+  if (Status s = write_decode_outputs(o.out, p, (*v)->name, intermediates_name((*v)->compute));
+      !s.ok()) {
     fmt::print(stderr, "mla attention: {}\n", s.message());
     return 1;
   }
@@ -63,7 +69,9 @@ void register_attention(CLI::App& app, int* exit_code) {
          "Input safetensors (metadata: softmax_scale, causal, d_v, kv_dtype, kv_global_scale)")
       ->required();
   cmd->add_option("--out", o->out,
-                  "Output safetensors: out F32 [b, s_q, h_q, d_v], lse F32 [b, h_q, s_q]")
+                  "Output safetensors: out F32 [b, s_q, h_q, d_v], lse F32 [b, h_q, s_q] (the ref "
+                  "backend adds abs_out, Σ p|v| [b, s_q, h_q, d_v]); metadata variant, "
+                  "intermediates")
       ->required();
   cmd->add_option("--backend", o->backend, "ref (FP64 reference) or cpu")
       ->capture_default_str()

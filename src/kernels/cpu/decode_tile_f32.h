@@ -15,6 +15,7 @@ namespace {
 template <class V>
 struct DecodeTileF32 {
   static constexpr int W = V::kWidth;
+  static constexpr int kRowBlock = kDecodeRowBlock;
   AlignedBuffer<float> qT, kr;
   int d_qk = 0, d_v = 0, dv_pad = 0, kr_stride = 0, ld = 0;
 

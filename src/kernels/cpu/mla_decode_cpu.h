@@ -14,6 +14,9 @@ void mla_decode_avx512(const MlaDecodeParams& p, ThreadPool& pool);
 // BF16 dot products (vdpbf16ps): query and probabilities rounded to BF16, FP32 accumulation.
 // Needs a BF16 cache.
 void mla_decode_avx512bf16(const MlaDecodeParams& p, ThreadPool& pool);
+// Both products as BF16 dot products: query and probabilities (times the V scale) in BF16, FP32
+// accumulation, as FlashMLA. BF16, FP8, INT8 and NVFP4 caches (exact BF16 codes, FP32 scales).
+void mla_decode_avx512bf16pv(const MlaDecodeParams& p, ThreadPool& pool);
 
 void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool);
 void mla_prefill_avx2(const MlaPrefillParams& p, ThreadPool& pool);

@@ -10,6 +10,7 @@
 //   void scores(int R, float* S)                             S [R][kTile] = q·k (unscaled)
 //   void pv(const float* P, int R, int n, const float* corr, RowBlockState st)
 //   int d_v_pad() const                                      O row length (multiple of 4·W)
+//   static constexpr int kRowBlock                           rows per work item
 #pragma once
 
 #include <cmath>
@@ -25,8 +26,9 @@
 namespace mla::cpu {
 namespace {
 
-constexpr int kDecodeRowBlock =
-    64;  // heads × queries per work item: O block 64 × 512 fp32 = 128 KiB
+// Heads × queries per work item unless the Tile policy says otherwise (Tile::kRowBlock): the O
+// block 64 × 512 fp32 is 128 KiB.
+constexpr int kDecodeRowBlock = 64;
 
 // Address of key t of sequence b in the paged cache, as bytes.
 inline const uint8_t* cache_row(const MlaDecodeParams& p, int b, int t, int64_t row_bytes) {
@@ -52,10 +54,10 @@ struct DecodeSplit {
 
 // Aims for ~4 items per thread of equal (tiles × rows) so that a lone long sequence is split
 // across threads by key range and many short ones are spread by sequence.
-inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads) {
+inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads, int row_block) {
   DecodeSplit d;
   const int rows = p.s_q * p.h_q;
-  d.row_blocks = (rows + kDecodeRowBlock - 1) / kDecodeRowBlock;
+  d.row_blocks = (rows + row_block - 1) / row_block;
   int64_t total_tiles = 0;
   for (int b = 0; b < p.b; ++b) total_tiles += (p.cache_seqlens[b] + kTile - 1) / kTile;
   const int64_t target_items = int64_t(4) * threads;
@@ -81,7 +83,8 @@ template <class V, class Tile>
 void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
   if (p.b == 0) return;
   const int rows = p.s_q * p.h_q;
-  const DecodeSplit plan = plan_decode(p, pool.num_threads());
+  constexpr int kRowBlock = Tile::kRowBlock;
+  const DecodeSplit plan = plan_decode(p, pool.num_threads(), kRowBlock);
   std::vector<float> part_o(size_t(plan.part_rows) * p.d_v), part_lse(plan.part_rows);
   // item → (b, split, row block): prefix sums over b.
   std::vector<int64_t> first_item(p.b + 1, 0);
@@ -93,7 +96,7 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
         int(std::upper_bound(first_item.begin(), first_item.end(), item) - first_item.begin()) - 1;
     const int64_t local = item - first_item[b];
     const int split = int(local / plan.row_blocks), rb = int(local % plan.row_blocks);
-    const int r0 = rb * kDecodeRowBlock, R = std::min(kDecodeRowBlock, rows - r0);
+    const int r0 = rb * kRowBlock, R = std::min(kRowBlock, rows - r0);
     const int s_kv = p.cache_seqlens[b];
     const int tile_begin = split * plan.tiles_per[b];
     const int tile_end = std::min((s_kv + kTile - 1) / kTile, tile_begin + plan.tiles_per[b]);

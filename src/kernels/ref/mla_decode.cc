@@ -54,6 +54,7 @@ void mla_decode(const MlaDecodeParams& p) {
   std::vector<double> score;       // [n] scaled logits of the visible keys
   std::vector<double> rows;        // [n, d_qk] the visible keys' cache rows, widened
   std::vector<double> acc(p.d_v);  // [d_v]
+  std::vector<double> acc_abs;     // [d_v] Σ p |v| when abs_out is asked for
 
   for (int b = 0; b < p.b; ++b) {
     const int s_kv = p.cache_seqlens[b];
@@ -90,10 +91,16 @@ void mla_decode(const MlaDecodeParams& p) {
         double denom = 0.0;
         for (int t = 0; t < n; ++t) denom += std::exp(score[t] - max_score);
         acc.assign(p.d_v, 0.0);
+        acc_abs.assign(p.abs_out ? p.d_v : 0, 0.0);
         for (int t = 0; t < n; ++t) {
           const double prob = std::exp(score[t] - max_score) / denom;
           for (int c = 0; c < p.d_v; ++c) acc[c] += prob * rows[size_t(t) * p.d_qk + c];
+          if (p.abs_out)
+            for (int c = 0; c < p.d_v; ++c)
+              acc_abs[c] += prob * std::fabs(rows[size_t(t) * p.d_qk + c]);
         }
+        if (p.abs_out)
+          for (int c = 0; c < p.d_v; ++c) p.abs_out[qh * p.d_v + c] = float(acc_abs[c]);
 
         float* out = p.out + qh * p.d_v;                         // [d_v]
         for (int c = 0; c < p.d_v; ++c) out[c] = float(acc[c]);  // all 0 for an empty row

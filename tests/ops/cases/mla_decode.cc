@@ -73,10 +73,11 @@ void run_decode_case(const DecodeSpec& spec, const Options& opt, Tally& tally) {
   p.softmax_scale = float(1.0 / std::sqrt(double(spec.d_qk)));  // unit-variance scores
   p.causal = spec.causal;
 
-  std::vector<float> out_ref(size_t(nq) * spec.d_v), lse_ref(nq);
+  std::vector<float> out_ref(size_t(nq) * spec.d_v), lse_ref(nq), abs_ref(out_ref.size());
   MlaDecodeParams pr = p;
   pr.out = out_ref.data();
   pr.lse = lse_ref.data();
+  pr.abs_out = abs_ref.data();
   const auto* ref = select_variant(pr, "ref").value();
   const Status ref_status = run_variant(*ref, pr, default_thread_pool());
   if (!ref_status.ok()) {
@@ -104,7 +105,15 @@ void run_decode_case(const DecodeSpec& spec, const Options& opt, Tally& tally) {
     }
     CompareRule out_rule = flashmla_out_rule();
     out_rule.cos_min = cos_bound(v.compute);
-    const CompareStats so = compare(out_ref.data(), out.data(), int64_t(out_ref.size()), out_rule);
+    // BF16 probabilities: FlashMLA's allowance plus the derived 2^-8 · Σ p|v| (compare.h).
+    std::vector<double> bound;
+    if (v.compute == Intermediates::kBf16Probs) {
+      bound.resize(out_ref.size());
+      bf16_probs_bound(out_ref.data(), abs_ref.data(), int64_t(out_ref.size()), out_rule,
+                       bound.data());
+    }
+    const CompareStats so = compare(out_ref.data(), out.data(), int64_t(out_ref.size()), out_rule,
+                                    bound.empty() ? nullptr : bound.data());
     const CompareStats sl =
         compare(lse_ref.data(), lse.data(), int64_t(lse_ref.size()), flashmla_lse_rule());
     const bool guards = out.guards_intact() && lse.guards_intact();

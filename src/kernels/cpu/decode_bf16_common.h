@@ -1,0 +1,110 @@
+// Pieces shared by the BF16-dot absorbed-decode tiles (AVX512_BF16): the query transposed into
+// BF16 channel pairs with rows as the lanes, and the score product over a range of channel pairs
+// with keys broadcast as 32-bit pairs. Include inside the ISA's target region. Internal linkage.
+#pragma once
+
+#include <cstring>
+
+#include "kernels/cpu/attention_tile.h"
+#include "kernels/mla_params.h"
+
+namespace mla::cpu {
+namespace {
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+
+// qT [d_qk / 2][ld] u32 = the BF16 channel pairs of query rows r0 .. r0+R-1 of sequence b;
+// padding rows (R .. ld) are zero.
+inline void transpose_q_pairs(const MlaDecodeParams& p, int b, int r0, int R, int ld,
+                              uint32_t* qT) {
+  const int d_qk = p.d_qk, d_qk2 = d_qk / 2;
+  const uint8_t* q =
+      static_cast<const uint8_t*>(p.q) + (int64_t(b) * p.s_q * p.h_q + r0) * d_qk * 2;
+  std::fill(qT, qT + size_t(d_qk2) * ld, 0u);
+  for (int i = 0; i < R; ++i)
+    for (int c2 = 0; c2 < d_qk2; ++c2)
+      qT[int64_t(c2) * ld + i] = load_u32(q + (int64_t(i) * d_qk + 2 * c2) * 2);
+}
+
+// How the products of one channel-pair range enter ST: stored as they are, or multiplied by a
+// per-key (or uniform) scale and stored or added. Quantised latents carry per-block scales that
+// the product applies once per key and block instead of once per value.
+struct ScoreRangeOp {
+  bool add = false;                  // ST += scaled product instead of ST = it
+  const float* key_scale = nullptr;  // [kTile] stride key_scale_stride, or null
+  int64_t key_scale_stride = 0;
+  float scale = 1.0f;  // used when key_scale is null
+  bool plain() const { return !add && key_scale == nullptr && scale == 1.0f; }
+};
+
+// ST[j0 + kk][v0 + 16k ...] (op)= Σ_{c2 in [c2a, c2b)} dot2(qT[c2][v0 + 16k ...], key_kk[c2]) for
+// NK keys × NV vectors of rows; keys are BF16 rows read as 32-bit channel pairs; j0 is the
+// tile index of the first key (for per-key scales).
+template <int NV, int NK>
+inline void score_block_rows_bf16(const uint32_t* qT, int ld, int c2a, int c2b,
+                                  const uint8_t* const* keys, int j0, const ScoreRangeOp& op,
+                                  float* ST) {
+  __m512 acc[NK][NV];
+  for (auto& a : acc)
+    for (auto& x : a) x = _mm512_setzero_ps();
+  for (int c2 = c2a; c2 < c2b; ++c2) {
+    __m512bh q[NV];
+    for (int k = 0; k < NV; ++k)
+      q[k] = (__m512bh)_mm512_loadu_si512(qT + int64_t(c2) * ld + 16 * k);
+    for (int kk = 0; kk < NK; ++kk) {
+      const __m512bh b = (__m512bh)_mm512_set1_epi32(int(load_u32(keys[kk] + 4 * c2)));
+      for (int k = 0; k < NV; ++k) acc[kk][k] = _mm512_dpbf16_ps(acc[kk][k], q[k], b);
+    }
+  }
+  if (op.plain()) {
+    for (int kk = 0; kk < NK; ++kk)
+      for (int k = 0; k < NV; ++k) _mm512_storeu_ps(ST + int64_t(kk) * ld + 16 * k, acc[kk][k]);
+    return;
+  }
+  for (int kk = 0; kk < NK; ++kk) {
+    const __m512 s = _mm512_set1_ps(
+        op.key_scale ? op.key_scale[int64_t(j0 + kk) * op.key_scale_stride] : op.scale);
+    for (int k = 0; k < NV; ++k) {
+      float* dst = ST + int64_t(kk) * ld + 16 * k;
+      const __m512 base = op.add ? _mm512_loadu_ps(dst) : _mm512_setzero_ps();
+      _mm512_storeu_ps(dst, _mm512_fmadd_ps(acc[kk][k], s, base));
+    }
+  }
+}
+
+// ST [kTile][ld] (op)= the products of channel pairs [c2a, c2b) of rows[0 .. kTile) with qT.
+// Fewer row vectors take more keys per block: vdpbf16ps needs ~10 independent accumulators.
+inline void score_tile_bf16(const uint32_t* qT, int ld, int c2a, int c2b,
+                            const uint8_t* const* rows, const ScoreRangeOp& op, float* ST) {
+  auto keys = [&]<int NV, int NK>(int v) {
+    static_assert(kTile % NK == 0, "key blocks tile the tile");
+    for (int j0 = 0; j0 < kTile; j0 += NK)
+      score_block_rows_bf16<NV, NK>(qT + v, ld, c2a, c2b, rows + j0, j0, op,
+                                    ST + int64_t(j0) * ld + v);
+  };
+  for (int v = 0; v < ld;) {
+    const int nv = std::min(4, (ld - v) / 16);
+    switch (nv) {
+      case 4:
+        keys.template operator()<4, 4>(v);
+        break;
+      case 3:
+        keys.template operator()<3, 4>(v);
+        break;
+      case 2:
+        keys.template operator()<2, 4>(v);
+        break;
+      default:
+        keys.template operator()<1, 8>(v);
+        break;
+    }
+    v += nv * 16;
+  }
+}
+
+}  // namespace
+}  // namespace mla::cpu
