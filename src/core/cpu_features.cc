@@ -4,7 +4,26 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace mla {
+namespace {
+
+// Linux hands out AMX tile state only to processes that ask for it (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); without the grant a tile instruction faults.
+bool request_amx_permission() {
+#if defined(__linux__) && defined(__x86_64__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = [] {
@@ -16,15 +35,20 @@ const CpuFeatures& cpu_features() {
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
+    r.amx_bf16 = r.avx512_bf16 && __builtin_cpu_supports("amx-tile") &&
+                 __builtin_cpu_supports("amx-bf16");
 #endif
     if (const char* cap = std::getenv("MLA_ISA")) {
       if (!std::strcmp(cap, "scalar"))
         r = CpuFeatures{};
       else if (!std::strcmp(cap, "avx2"))
-        r.avx512 = r.avx512_bf16 = false;
+        r.avx512 = r.avx512_bf16 = r.amx_bf16 = false;
       else if (!std::strcmp(cap, "avx512"))
-        r.avx512_bf16 = false;
+        r.avx512_bf16 = r.amx_bf16 = false;
+      else if (!std::strcmp(cap, "avx512bf16"))
+        r.amx_bf16 = false;
     }
+    if (r.amx_bf16) r.amx_bf16 = request_amx_permission();
     return r;
   }();
   return f;
@@ -41,6 +65,8 @@ bool cpu_supports(CpuIsa isa) {
       return f.avx512;
     case CpuIsa::kAvx512Bf16:
       return f.avx512_bf16;
+    case CpuIsa::kAmxBf16:
+      return f.amx_bf16;
   }
   return false;
 }
@@ -55,6 +81,8 @@ const char* cpu_isa_name(CpuIsa isa) {
       return "avx512";
     case CpuIsa::kAvx512Bf16:
       return "avx512bf16";
+    case CpuIsa::kAmxBf16:
+      return "amx";
   }
   return "?";
 }

@@ -1,15 +1,16 @@
-// Run-time CPU feature detection for kernel dispatch. MLA_ISA=scalar|avx2|avx512|avx512bf16 caps
-// what is reported (to test the lower variants on a bigger CPU).
+// Run-time CPU feature detection for kernel dispatch. MLA_ISA=scalar|avx2|avx512|avx512bf16|amx
+// caps what is reported (to test the lower variants on a bigger CPU).
 #pragma once
 
 namespace mla {
 
-enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kAmxBf16 = 4 };
 
 struct CpuFeatures {
   bool avx2_fma = false;     // AVX2 + FMA3
   bool avx512 = false;       // AVX-512 F, BW, VL, DQ
   bool avx512_bf16 = false;  // AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
+  bool amx_bf16 = false;     // AMX-TILE + AMX-BF16 with the kernel's permission to use tile data
 };
 
 // Detected once; honours the MLA_ISA cap.

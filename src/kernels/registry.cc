@@ -48,11 +48,16 @@ bool bf16dot_decode(const MlaDecodeParams& p) {
 
 // The all-BF16 decode: BF16 query (as above) over a BF16 or quantised cache whose latent and
 // scale blocks split into channel pairs (even r and d_r).
-bool bf16pv_decode(const MlaDecodeParams& p) {
+bool bf16pv_inputs(const MlaDecodeParams& p) {
   const bool cache = p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF8E4M3 ||
                      p.kv_dtype == DType::kI8 || p.kv_dtype == DType::kE2M1;
-  return cpu_supports(CpuIsa::kAvx512Bf16) && cache && p.q_dtype == DType::kBF16 &&
-         p.d_qk % 2 == 0 && p.d_v % 2 == 0;
+  return cache && p.q_dtype == DType::kBF16 && p.d_qk % 2 == 0 && p.d_v % 2 == 0;
+}
+bool bf16pv_decode(const MlaDecodeParams& p) {
+  return cpu_supports(CpuIsa::kAvx512Bf16) && bf16pv_inputs(p);
+}
+bool amx_decode(const MlaDecodeParams& p) {
+  return cpu_supports(CpuIsa::kAmxBf16) && bf16pv_inputs(p);
 }
 
 void ref_decode(const MlaDecodeParams& p, ThreadPool&) {
@@ -86,6 +91,8 @@ Result<const V*> select_from(const std::vector<V>& table, const P& p, std::strin
 
 const std::vector<MlaDecodeVariant>& mla_decode_variants() {
   static const std::vector<MlaDecodeVariant> table = {
+      {"mla_decode.cpu.amx.bf16pv", "cpu", Intermediates::kBf16Probs, amx_decode,
+       cpu::mla_decode_amx},
       {"mla_decode.cpu.avx512bf16.bf16pv", "cpu", Intermediates::kBf16Probs, bf16pv_decode,
        cpu::mla_decode_avx512bf16pv},
       {"mla_decode.cpu.avx512bf16.bf16", "cpu", Intermediates::kBf16, bf16dot_decode,

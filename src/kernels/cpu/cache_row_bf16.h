@@ -90,10 +90,11 @@ inline void nvfp4_values_to_bf16(const uint8_t* codes, const uint8_t* scales, in
   }
 }
 
-// One row [latent r | rope d_r] as BF16 into dst [r + d_r]; FP8 / INT8 block scales into
-// scales [ceil(r / kFp8ScaleBlock)]. For NVFP4 the layer's global scale is left to the caller.
+// One row as BF16: the latent into dst [r], the rope into rope [d_r] (dst + r for a plain row);
+// FP8 / INT8 block scales into scales [ceil(r / kFp8ScaleBlock)]. For NVFP4 the layer's global
+// scale is left to the caller.
 inline void decode_row_bf16(const CacheRowFormat& f, const uint8_t* row, uint16_t* dst,
-                            float* scales) {
+                            uint16_t* rope, float* scales) {
   const uint8_t* codes = row + f.layout.latent_offset_bytes;
   switch (f.dtype) {
     case DType::kF8E4M3:
@@ -108,10 +109,12 @@ inline void decode_row_bf16(const CacheRowFormat& f, const uint8_t* row, uint16_
     case DType::kE2M1:
       nvfp4_values_to_bf16(codes, row + f.layout.scale_offset_bytes, f.r, dst);
       break;
-    default:  // BF16 rows are read in place
+    default:  // BF16: copied as they are
+      std::memcpy(dst, row, size_t(f.r) * 2);
+      std::memcpy(rope, row + size_t(f.r) * 2, size_t(f.d_r) * 2);
       return;
   }
-  std::memcpy(dst + f.r, row + f.layout.rope_offset_bytes, size_t(f.d_r) * 2);
+  std::memcpy(rope, row + f.layout.rope_offset_bytes, size_t(f.d_r) * 2);
 }
 
 }  // namespace

@@ -6,15 +6,45 @@
 #include <cstring>
 
 #include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/cache_row_bf16.h"
 #include "kernels/mla_params.h"
 
 namespace mla::cpu {
 namespace {
 
+// Word permutes of two 32-word vectors a, b into (a[k], b[k]) pairs: kLo for k < 16, kHi above.
+alignas(64) constexpr uint16_t kPairLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                              37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                              11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+alignas(64) constexpr uint16_t kPairHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                              53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                              27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+// One vector: words 0-15 (a) and 16-31 (b) into pairs.
+alignas(64) constexpr uint16_t kPairHalves[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                  21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                  11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
 inline uint32_t load_u32(const uint8_t* p) {
   uint32_t w;
   std::memcpy(&w, p, 4);
   return w;
+}
+
+// vp [n_pairs][dv_pad] u32 = (v[2t][c], v[2t+1][c]) for the BF16 rows rows[0 .. 2·n_pairs);
+// channels d_v .. dv_pad (a multiple of 32) are zero.
+inline void build_v_pairs(const uint8_t* const* rows, int n_pairs, int d_v, int dv_pad,
+                          uint32_t* vp) {
+  const __m512i lo_idx = _mm512_load_si512(kPairLo), hi_idx = _mm512_load_si512(kPairHi);
+  for (int t2 = 0; t2 < n_pairs; ++t2) {
+    uint32_t* dst = vp + int64_t(t2) * dv_pad;
+    for (int ch = 0; ch < dv_pad; ch += 32) {
+      const __mmask32 m = first_n32(d_v - ch);
+      const __m512i x = _mm512_maskz_loadu_epi16(m, rows[2 * t2] + 2 * ch);
+      const __m512i y = _mm512_maskz_loadu_epi16(m, rows[2 * t2 + 1] + 2 * ch);
+      _mm512_store_si512(dst + ch, _mm512_permutex2var_epi16(x, lo_idx, y));
+      _mm512_store_si512(dst + ch + 16, _mm512_permutex2var_epi16(x, hi_idx, y));
+    }
+  }
 }
 
 // qT [d_qk / 2][ld] u32 = the BF16 channel pairs of query rows r0 .. r0+R-1 of sequence b;

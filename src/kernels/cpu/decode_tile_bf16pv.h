@@ -22,18 +22,6 @@
 namespace mla::cpu {
 namespace {
 
-// Word permutes of two 32-word vectors a, b into (a[k], b[k]) pairs: kLo for k < 16, kHi above.
-alignas(64) constexpr uint16_t kPairLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                              37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                              11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-alignas(64) constexpr uint16_t kPairHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
-                                              53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
-                                              27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-// One vector: words 0-15 (a) and 16-31 (b) into pairs.
-alignas(64) constexpr uint16_t kPairHalves[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                  21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                  11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-
 // O[i][ch .. ch+64) = O·corr + Σ_{t2 < np} dot2(pp[t2][i], vp[t2][ch ..]) for NR rows from i.
 template <int NR>
 inline void pv_rows_bf16(const uint32_t* pp, int ld, const uint32_t* vp, int dv_pad, int np, int i,
@@ -115,24 +103,11 @@ struct DecodeTileBf16Pv {
         rows[j] = src;
       } else {
         uint16_t* dst = kb.data() + int64_t(j) * kb_stride;
-        decode_row_bf16(f, src, dst, ks.data() + int64_t(j) * nblk);
+        decode_row_bf16(f, src, dst, dst + d_v, ks.data() + int64_t(j) * nblk);
         rows[j] = reinterpret_cast<const uint8_t*>(dst);
       }
     }
-    // V token pairs; the channels d_v .. dv_pad are zero.
-    const __m512i lo_idx = _mm512_load_si512(kPairLo), hi_idx = _mm512_load_si512(kPairHi);
-    for (int t2 = 0; t2 < (n + 1) / 2; ++t2) {
-      const uint8_t* a = rows[2 * t2];
-      const uint8_t* c = rows[2 * t2 + 1];
-      uint32_t* dst = vp.data() + int64_t(t2) * dv_pad;
-      for (int ch = 0; ch < dv_pad; ch += 32) {
-        const __mmask32 m = first_n32(d_v - ch);
-        const __m512i x = _mm512_maskz_loadu_epi16(m, a + 2 * ch);
-        const __m512i y = _mm512_maskz_loadu_epi16(m, c + 2 * ch);
-        _mm512_store_si512(dst + ch, _mm512_permutex2var_epi16(x, lo_idx, y));
-        _mm512_store_si512(dst + ch + 16, _mm512_permutex2var_epi16(x, hi_idx, y));
-      }
-    }
+    build_v_pairs(rows, (n + 1) / 2, d_v, dv_pad, vp.data());  // channels d_v .. dv_pad: 0
   }
 
   void scores(float* ST) {

@@ -17,6 +17,8 @@ void mla_decode_avx512bf16(const MlaDecodeParams& p, ThreadPool& pool);
 // Both products as BF16 dot products: query and probabilities (times the V scale) in BF16, FP32
 // accumulation, as FlashMLA. BF16, FP8, INT8 and NVFP4 caches (exact BF16 codes, FP32 scales).
 void mla_decode_avx512bf16pv(const MlaDecodeParams& p, ThreadPool& pool);
+// The same numerics on the AMX tile unit (tdpbf16ps for both products).
+void mla_decode_amx(const MlaDecodeParams& p, ThreadPool& pool);
 
 void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool);
 void mla_prefill_avx2(const MlaPrefillParams& p, ThreadPool& pool);

@@ -11,6 +11,7 @@
 //   void pv(const float* P, int R, int n, const float* corr, RowBlockState st)
 //   int d_v_pad() const                                      O row length (multiple of 4·W)
 //   static constexpr int kRowBlock                           rows per work item
+//   void end_item()                                          optional: after a work item's tiles
 #pragma once
 
 #include <cmath>
@@ -105,7 +106,8 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
     static thread_local DecodeScratch sc;
     tile.begin(p);
     const int ld_o = tile.d_v_pad(), ld = Tile::rows_pad(R);
-    RowBlockState st{ensure_scratch(sc.o, size_t(R) * ld_o), ld_o, ensure_scratch(sc.m, ld),
+    // O has ld rows (R padded to the vector width) so that a tile may update padding rows too.
+    RowBlockState st{ensure_scratch(sc.o, size_t(ld) * ld_o), ld_o, ensure_scratch(sc.m, ld),
                      ensure_scratch(sc.l, ld)};
     float* corr = ensure_scratch(sc.corr, ld);
     float* lse_rows = ensure_scratch(sc.lse, ld);
@@ -113,7 +115,7 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
     float* ST = ensure_scratch(sc.s, size_t(kTile) * ld);
     sc.score_rows.assign(R, nullptr);
     sc.tile_score_rows.assign(R, nullptr);
-    std::fill(st.o, st.o + size_t(R) * ld_o, 0.0f);
+    std::fill(st.o, st.o + size_t(ld) * ld_o, 0.0f);
     std::fill(st.m, st.m + ld, kNegInf);
     std::fill(st.l, st.l + ld, 0.0f);
     std::fill(limit, limit + ld, 0.0f);
@@ -140,6 +142,7 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
                            p.scores ? sc.tile_score_rows.data() : nullptr);
       tile.pv(ST, R, n, corr, st);
     }
+    if constexpr (requires { tile.end_item(); }) tile.end_item();  // e.g. release AMX state
 
     if (plan.splits[b] == 1) {
       float* out = p.out + (int64_t(b) * rows + r0) * p.d_v;

@@ -1,0 +1,210 @@
+// Tile policy of the AMX-BF16 absorbed decode: both products on the tile unit (tdpbf16ps), FP32
+// accumulation, the same numerics as decode_tile_bf16pv.h (BF16 query, probabilities times the V
+// scale rounded to BF16 once; cache codes exact in BF16, scales in FP32). Layouts, with the
+// channels padded per part so that every 32-channel step lies in one scale block:
+//   lat_pad = r rounded up to 32, dk_pad = lat_pad + d_r rounded up to 32
+//   qT: [dk_pad/2][ld] u32       query channel pairs, rows as columns: the B operand of S^T = K·Q^T
+//   kb: [kTile][dk_pad] u16      key rows in that layout (quantised caches, odd pages / dims);
+//                                a BF16 cache with aligned dims and pages is read in place (A)
+//   ST: [kTile][ld] f32          S^T, key-major as the driver's softmax wants
+//   pt: [32][ld] u32, pa: [nblk][ld][kTile] u16   probabilities as pairs, then row-major (A)
+//   vp: [kTile/2][dv_pad] u32    V as token pairs: the B operand of O = P·V
+// O [ld][dv_pad] (the driver's) is rescaled by corr in FP32 where a row's maximum moved, then
+// accumulated in place by the tile unit. docs/kernels/mla_decode.md.
+#pragma once
+
+#include "kernels/cpu/amx_tiles.h"
+#include "kernels/cpu/cache_row_bf16.h"
+#include "kernels/cpu/decode_bf16_common.h"
+#include "kernels/cpu/mla_decode_driver.h"
+#include "kernels/cpu/vec_avx512.h"
+
+namespace mla::cpu {
+namespace {
+
+struct DecodeTileAmx {
+  static constexpr int W = 16;
+  static constexpr int kRowBlock = 128;
+  AlignedBuffer<uint32_t> qT, vp, pt;
+  AlignedBuffer<uint16_t> kb, pa, zero_row;
+  AlignedBuffer<float> ks, tmp;
+  const uint8_t* rows[kTile] = {};
+  const uint8_t* ablk[kTile / 16] = {};  // A operand of each 16-key block
+  int64_t a_stride = 0;
+  DType kv = DType::kBF16;
+  int r = 0, d_r = 0, d_v = 0, dv_pad = 0, lat_pad = 0, dk_pad = 0, ld = 0, nblk = 1;
+  bool in_place = false;  // keys read from the paged cache directly
+  float global_scale = 1.0f;
+  int64_t row_bytes = 0;
+
+  int d_v_pad() const { return dv_pad; }
+  static int rows_pad(int R) { return round_up(R, W); }
+  bool block_scaled() const { return kv == DType::kF8E4M3 || kv == DType::kI8; }
+
+  void begin(const MlaDecodeParams& p) {
+    kv = p.kv_dtype;
+    r = d_v = p.d_v;
+    d_r = p.d_qk - p.d_v;
+    dv_pad = round_up(d_v, 4 * W);
+    lat_pad = round_up(r, 32);
+    dk_pad = lat_pad + round_up(d_r, 32);
+    nblk = block_scaled() ? (r + kFp8ScaleBlock - 1) / kFp8ScaleBlock : 1;
+    global_scale = kv == DType::kE2M1 ? p.kv_global_scale : 1.0f;
+    row_bytes = CacheRowFormat(kv, r, d_r, p.kv_global_scale).row_bytes;
+    in_place = kv == DType::kBF16 && r % 32 == 0 && d_r % 32 == 0 && p.page_size % 16 == 0;
+    const int ldm = rows_pad(kRowBlock);
+    ensure_scratch(qT, size_t(dk_pad / 2) * ldm);
+    ensure_scratch(vp, size_t(kTile / 2) * dv_pad);
+    ensure_scratch(pt, size_t(kTile / 2) * ldm);
+    ensure_scratch(pa, size_t(nblk) * ldm * kTile);
+    ensure_scratch(tmp, size_t(kTile) * ldm);
+    ensure_scratch(zero_row, size_t(dk_pad) + 64);
+    ensure_scratch(kb, size_t(kTile) * dk_pad);
+    ensure_scratch(ks, size_t(kTile) * nblk);
+    amx_configure();
+  }
+  void end_item() { _tile_release(); }
+
+  // qT in the padded channel layout; pairs past r / d_r and rows past R are zero.
+  void prepare_q(const MlaDecodeParams& p, int b, int r0, int R) {
+    ld = rows_pad(R);
+    const uint8_t* q =
+        static_cast<const uint8_t*>(p.q) + (int64_t(b) * p.s_q * p.h_q + r0) * p.d_qk * 2;
+    std::fill(qT.data(), qT.data() + size_t(dk_pad / 2) * ld, 0u);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* qi = q + int64_t(i) * p.d_qk * 2;
+      for (int c2 = 0; c2 < r / 2; ++c2) qT[int64_t(c2) * ld + i] = load_u32(qi + 4 * c2);
+      for (int c2 = 0; c2 < d_r / 2; ++c2)
+        qT[int64_t(lat_pad / 2 + c2) * ld + i] = load_u32(qi + 2 * r + 4 * c2);
+    }
+  }
+
+  void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
+    const CacheRowFormat f(kv, r, d_r, p.kv_global_scale);
+    const uint8_t* zero = reinterpret_cast<const uint8_t*>(zero_row.data());
+    for (int j = 0; j < kTile; ++j) {
+      if (j >= n) {
+        rows[j] = zero;
+        if (!in_place && j < round_up(n, 16))  // the last key block's A rows
+          std::fill(kb.data() + int64_t(j) * dk_pad, kb.data() + int64_t(j + 1) * dk_pad, 0);
+        continue;
+      }
+      const uint8_t* src = cache_row(p, b, t0 + j, row_bytes);
+      if (in_place) {
+        rows[j] = src;
+        continue;
+      }
+      uint16_t* dst = kb.data() + int64_t(j) * dk_pad;
+      decode_row_bf16(f, src, dst, dst + lat_pad, ks.data() + int64_t(j) * nblk);
+      std::fill(dst + r, dst + lat_pad, 0);
+      std::fill(dst + lat_pad + d_r, dst + dk_pad, 0);
+      rows[j] = reinterpret_cast<const uint8_t*>(dst);
+    }
+    a_stride = in_place ? row_bytes : int64_t(dk_pad) * 2;
+    for (int k = 0; k < kTile / 16; ++k) ablk[k] = rows[std::min(16 * k, n - 1)];
+    // Pairs past n up to the last 32-key step are zero (rows[] there is the zero row).
+    build_v_pairs(rows, round_up(n, 32) / 2, d_v, dv_pad, vp.data());
+    n_keys = n;
+  }
+  int n_keys = 0;
+
+  // out [16·nk keys][ld] = Σ over channel chunks [c0, c1) of K·Q^T (kLoad: added to out).
+  template <bool kLoad>
+  void score_chunks(int nk, int c0, int c1, float* out) {
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(qT.data()) + int64_t(c0) * 16 * ld * 4;
+    amx_product_grid<kLoad>(
+        nk, ld / 16, [&](int k) { return ablk[k] + int64_t(c0) * 64; }, 64, a_stride, b,
+        int64_t(16) * ld * 4, int64_t(ld) * 4, c1 - c0, out, int64_t(16) * ld, int64_t(ld) * 4);
+  }
+
+  // dst[t][:] (=|+=) s_t · src[t][:] for t < 16·nk; s_t = key_scale[t·stride] or scale.
+  void scale_rows(int nk, const float* src, float* dst, const float* key_scale, float scale,
+                  bool add) {
+    for (int t = 0; t < 16 * nk; ++t) {
+      const __m512 s = _mm512_set1_ps(key_scale ? key_scale[int64_t(t) * nblk] : scale);
+      for (int v = 0; v < ld; v += W) {
+        const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(src + int64_t(t) * ld + v), s);
+        float* d = dst + int64_t(t) * ld + v;
+        _mm512_storeu_ps(d, add ? _mm512_add_ps(_mm512_loadu_ps(d), x) : x);
+      }
+    }
+  }
+
+  // ST [kTile][ld]: key blocks past the tile's keys are left as they are (the softmax masks them).
+  void scores(float* ST) {
+    const int nk = (n_keys + 15) / 16, lat_chunks = lat_pad / 32, chunks = dk_pad / 32;
+    if (kv == DType::kBF16) {
+      score_chunks<false>(nk, 0, chunks, ST);
+      return;
+    }
+    if (block_scaled()) {
+      for (int j = 0; j < nblk; ++j) {
+        score_chunks<false>(nk, j * (kFp8ScaleBlock / 32),
+                            std::min(lat_chunks, (j + 1) * (kFp8ScaleBlock / 32)), tmp.data());
+        scale_rows(nk, tmp.data(), ST, ks.data() + j, 1.0f, j > 0);
+      }
+    } else {
+      score_chunks<false>(nk, 0, lat_chunks, tmp.data());
+      scale_rows(nk, tmp.data(), ST, nullptr, global_scale, false);
+    }
+    score_chunks<true>(nk, lat_chunks, chunks, ST);  // the BF16 rope adds unscaled
+  }
+
+  // pa[j] [ld][kTile] bf16 = P (times the V scale of block j) row-major, for keys < 32·steps.
+  void probabilities_to_rows(const float* PT, int steps) {
+    const __m512i halves = _mm512_load_si512(kPairHalves);
+    for (int j = 0; j < nblk; ++j) {
+      for (int t2 = 0; t2 < 16 * steps; ++t2) {
+        __m512 s0 = _mm512_set1_ps(global_scale), s1 = s0;
+        if (block_scaled()) {
+          const int t = 2 * t2;
+          s0 = _mm512_set1_ps(t < n_keys ? ks[int64_t(t) * nblk + j] : 0.0f);
+          s1 = _mm512_set1_ps(t + 1 < n_keys ? ks[int64_t(t + 1) * nblk + j] : 0.0f);
+        }
+        const float* p0 = PT + int64_t(2 * t2) * ld;
+        for (int v = 0; v < ld; v += W) {
+          const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(p0 + v), s0);
+          const __m512 c = _mm512_mul_ps(_mm512_loadu_ps(p0 + ld + v), s1);
+          const __m512i ac = (__m512i)_mm512_cvtne2ps_pbh(c, a);
+          _mm512_store_si512(pt.data() + int64_t(t2) * ld + v,
+                             _mm512_permutexvar_epi16(halves, ac));
+        }
+      }
+      uint32_t* dst = reinterpret_cast<uint32_t*>(pa.data() + int64_t(j) * ld * kTile);
+      for (int v = 0; v < ld; v += 16)
+        for (int s = 0; s < steps; ++s) {
+          __m512i blk[16];
+          for (int i = 0; i < 16; ++i)
+            blk[i] = _mm512_load_si512(pt.data() + int64_t(16 * s + i) * ld + v);
+          transpose16x16_epi32(blk);
+          for (int i = 0; i < 16; ++i)
+            _mm512_store_si512(dst + int64_t(v + i) * (kTile / 2) + 16 * s, blk[i]);
+        }
+    }
+  }
+
+  void pv(const float* PT, int R, int n, const float* corr, RowBlockState st) {
+    const int steps = (n + 31) / 32;  // 32 keys per tdpbf16ps
+    for (int i = 0; i < R; ++i) {
+      if (corr[i] == 1.0f) continue;
+      const __m512 c = _mm512_set1_ps(corr[i]);
+      float* o = st.o + int64_t(i) * st.ld_o;
+      for (int ch = 0; ch < dv_pad; ch += W)
+        _mm512_storeu_ps(o + ch, _mm512_mul_ps(_mm512_loadu_ps(o + ch), c));
+    }
+    probabilities_to_rows(PT, steps);
+    const int blk_ch = block_scaled() ? kFp8ScaleBlock : dv_pad;
+    for (int j = 0; j * blk_ch < dv_pad; ++j) {
+      const int ch0 = j * blk_ch, nch = std::min(blk_ch, dv_pad - ch0);
+      const uint8_t* a = reinterpret_cast<const uint8_t*>(pa.data() + int64_t(j) * ld * kTile);
+      amx_product_grid<true>(
+          ld / 16, nch / 16, [&](int k) { return a + int64_t(k) * 16 * kTile * 2; }, 64,
+          kTile * 2, reinterpret_cast<const uint8_t*>(vp.data() + ch0),
+          int64_t(16) * dv_pad * 4, int64_t(dv_pad) * 4, steps, st.o + ch0,
+          int64_t(16) * st.ld_o, st.ld_o * 4);
+    }
+  }
+};
+
+}  // namespace
+}  // namespace mla::cpu
