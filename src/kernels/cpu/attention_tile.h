@@ -67,16 +67,18 @@ constexpr int keys_per_block() {
 //   limit [ld] keys each row may see in this tile, as floats (0 for padding rows);
 //   m, l, corr [ld]. Masked keys become −inf before the max; rows that have seen nothing keep
 //   m = −inf, l = 0 and get corr 0 (their O is still zero).
+// keys: rows of ST (kTile, or a Tile policy's larger step of several tiles).
 template <class V>
 void softmax_tile_rows(float* ST, int ld, int R, const float* limit, int n_valid, float scale,
-                       RowBlockState st, float* corr, float* const* score_rows) {
+                       RowBlockState st, float* corr, float* const* score_rows,
+                       int keys = kTile) {
   constexpr int W = V::kWidth;
   const V vscale = V::set1(scale), ninf = V::set1(kNegInf), zero = V::zero();
   const V lowest = V::set1(-std::numeric_limits<float>::max());
   for (int r = 0; r < ld; r += W) {
     const V lim = V::load(limit + r);
     V mx = ninf;
-    for (int j = 0; j < kTile; ++j) {
+    for (int j = 0; j < keys; ++j) {
       float* s = ST + int64_t(j) * ld + r;
       const V x = V::where_lt(V::set1(float(j)), lim, V::load(s) * vscale, ninf);
       x.store(s);
@@ -90,7 +92,7 @@ void softmax_tile_rows(float* ST, int ld, int R, const float* limit, int n_valid
     const V m_ref = V::where_lt(m_new, lowest, zero, m_new);  // −inf rows: exp(−inf − 0) = 0
     const V c = V::exp(m_old - m_ref);
     V sum = zero;
-    for (int j = 0; j < kTile; ++j) {
+    for (int j = 0; j < keys; ++j) {
       float* s = ST + int64_t(j) * ld + r;
       const V p = V::exp(V::load(s) - m_ref);
       p.store(s);

@@ -4,11 +4,11 @@
 // channels padded per part so that every 32-channel step lies in one scale block:
 //   lat_pad = r rounded up to 32, dk_pad = lat_pad + d_r rounded up to 32
 //   qT: [dk_pad/2][ld] u32       query channel pairs, rows as columns: the B operand of S^T = K·Q^T
-//   kb: [kTile][dk_pad] u16      key rows in that layout (quantised caches, odd pages / dims);
+//   kb: [kKeys][dk_pad] u16      key rows in that layout (quantised caches, odd pages / dims);
 //                                a BF16 cache with aligned dims and pages is read in place (A)
-//   ST: [kTile][ld] f32          S^T, key-major as the driver's softmax wants
-//   pt: [32][ld] u32, pa: [nblk][ld][kTile] u16   probabilities as pairs, then row-major (A)
-//   vp: [kTile/2][dv_pad] u32    V as token pairs: the B operand of O = P·V
+//   ST: [kKeys][ld] f32          S^T, key-major as the driver's softmax wants
+//   pt: [kKeys/2][ld] u32, pa: [nblk][ld][kKeys] u16   probabilities as pairs, then row-major (A)
+//   vp: [kKeys/2][dv_pad] u32    V as token pairs: the B operand of O = P·V
 // O [ld][dv_pad] (the driver's) is rescaled by corr in FP32 where a row's maximum moved, then
 // accumulated in place by the tile unit. docs/kernels/mla_decode.md.
 #pragma once
@@ -25,11 +25,14 @@ namespace {
 struct DecodeTileAmx {
   static constexpr int W = 16;
   static constexpr int kRowBlock = 128;
+  // Keys per step: the softmax runs over 256 keys at once, so O is rescaled and its tiles loaded
+  // and stored once per 256 keys instead of per 64 (8 tdpbf16ps per accumulator tile, not 2).
+  static constexpr int kKeys = 256;
   AlignedBuffer<uint32_t> qT, vp, pt;
   AlignedBuffer<uint16_t> kb, pa, zero_row;
   AlignedBuffer<float> ks, tmp;
-  const uint8_t* rows[kTile] = {};
-  const uint8_t* ablk[kTile / 16] = {};  // A operand of each 16-key block
+  const uint8_t* rows[kKeys] = {};
+  const uint8_t* ablk[kKeys / 16] = {};  // A operand of each 16-key block
   int64_t a_stride = 0;
   DType kv = DType::kBF16;
   int r = 0, d_r = 0, d_v = 0, dv_pad = 0, lat_pad = 0, dk_pad = 0, ld = 0, nblk = 1;
@@ -54,13 +57,13 @@ struct DecodeTileAmx {
     in_place = kv == DType::kBF16 && r % 32 == 0 && d_r % 32 == 0 && p.page_size % 16 == 0;
     const int ldm = rows_pad(kRowBlock);
     ensure_scratch(qT, size_t(dk_pad / 2) * ldm);
-    ensure_scratch(vp, size_t(kTile / 2) * dv_pad);
-    ensure_scratch(pt, size_t(kTile / 2) * ldm);
-    ensure_scratch(pa, size_t(nblk) * ldm * kTile);
-    ensure_scratch(tmp, size_t(kTile) * ldm);
+    ensure_scratch(vp, size_t(kKeys / 2) * dv_pad);
+    ensure_scratch(pt, size_t(kKeys / 2) * ldm);
+    ensure_scratch(pa, size_t(nblk) * ldm * kKeys);
+    ensure_scratch(tmp, size_t(kKeys) * ldm);
     ensure_scratch(zero_row, size_t(dk_pad) + 64);
-    ensure_scratch(kb, size_t(kTile) * dk_pad);
-    ensure_scratch(ks, size_t(kTile) * nblk);
+    ensure_scratch(kb, size_t(kKeys) * dk_pad);
+    ensure_scratch(ks, size_t(kKeys) * nblk);
     amx_configure();
   }
   void end_item() { _tile_release(); }
@@ -82,7 +85,7 @@ struct DecodeTileAmx {
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
     const CacheRowFormat f(kv, r, d_r, p.kv_global_scale);
     const uint8_t* zero = reinterpret_cast<const uint8_t*>(zero_row.data());
-    for (int j = 0; j < kTile; ++j) {
+    for (int j = 0; j < kKeys; ++j) {
       if (j >= n) {
         rows[j] = zero;
         if (!in_place && j < round_up(n, 16))  // the last key block's A rows
@@ -101,7 +104,7 @@ struct DecodeTileAmx {
       rows[j] = reinterpret_cast<const uint8_t*>(dst);
     }
     a_stride = in_place ? row_bytes : int64_t(dk_pad) * 2;
-    for (int k = 0; k < kTile / 16; ++k) ablk[k] = rows[std::min(16 * k, n - 1)];
+    for (int k = 0; k < kKeys / 16; ++k) ablk[k] = rows[std::min(16 * k, n - 1)];
     // Pairs past n up to the last 32-key step are zero (rows[] there is the zero row).
     build_v_pairs(rows, round_up(n, 32) / 2, d_v, dv_pad, vp.data());
     n_keys = n;
@@ -130,7 +133,7 @@ struct DecodeTileAmx {
     }
   }
 
-  // ST [kTile][ld]: key blocks past the tile's keys are left as they are (the softmax masks them).
+  // ST [kKeys][ld]: key blocks past the tile's keys are left as they are (the softmax masks them).
   void scores(float* ST) {
     const int nk = (n_keys + 15) / 16, lat_chunks = lat_pad / 32, chunks = dk_pad / 32;
     if (kv == DType::kBF16) {
@@ -150,7 +153,7 @@ struct DecodeTileAmx {
     score_chunks<true>(nk, lat_chunks, chunks, ST);  // the BF16 rope adds unscaled
   }
 
-  // pa[j] [ld][kTile] bf16 = P (times the V scale of block j) row-major, for keys < 32·steps.
+  // pa[j] [ld][kKeys] bf16 = P (times the V scale of block j) row-major, for keys < 32·steps.
   void probabilities_to_rows(const float* PT, int steps) {
     const __m512i halves = _mm512_load_si512(kPairHalves);
     for (int j = 0; j < nblk; ++j) {
@@ -170,7 +173,7 @@ struct DecodeTileAmx {
                              _mm512_permutexvar_epi16(halves, ac));
         }
       }
-      uint32_t* dst = reinterpret_cast<uint32_t*>(pa.data() + int64_t(j) * ld * kTile);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(pa.data() + int64_t(j) * ld * kKeys);
       for (int v = 0; v < ld; v += 16)
         for (int s = 0; s < steps; ++s) {
           __m512i blk[16];
@@ -178,7 +181,7 @@ struct DecodeTileAmx {
             blk[i] = _mm512_load_si512(pt.data() + int64_t(16 * s + i) * ld + v);
           transpose16x16_epi32(blk);
           for (int i = 0; i < 16; ++i)
-            _mm512_store_si512(dst + int64_t(v + i) * (kTile / 2) + 16 * s, blk[i]);
+            _mm512_store_si512(dst + int64_t(v + i) * (kKeys / 2) + 16 * s, blk[i]);
         }
     }
   }
@@ -196,10 +199,10 @@ struct DecodeTileAmx {
     const int blk_ch = block_scaled() ? kFp8ScaleBlock : dv_pad;
     for (int j = 0; j * blk_ch < dv_pad; ++j) {
       const int ch0 = j * blk_ch, nch = std::min(blk_ch, dv_pad - ch0);
-      const uint8_t* a = reinterpret_cast<const uint8_t*>(pa.data() + int64_t(j) * ld * kTile);
+      const uint8_t* a = reinterpret_cast<const uint8_t*>(pa.data() + int64_t(j) * ld * kKeys);
       amx_product_grid<true>(
-          ld / 16, nch / 16, [&](int k) { return a + int64_t(k) * 16 * kTile * 2; }, 64,
-          kTile * 2, reinterpret_cast<const uint8_t*>(vp.data() + ch0),
+          ld / 16, nch / 16, [&](int k) { return a + int64_t(k) * 16 * kKeys * 2; }, 64,
+          kKeys * 2, reinterpret_cast<const uint8_t*>(vp.data() + ch0),
           int64_t(16) * dv_pad * 4, int64_t(dv_pad) * 4, steps, st.o + ch0,
           int64_t(16) * st.ld_o, st.ld_o * 4);
     }

@@ -6,8 +6,9 @@
 // Tile policy interface (one object per thread, reused across calls):
 //   void begin(const MlaDecodeParams&)                      sizes scratch for these dims
 //   void prepare_q(const MlaDecodeParams&, int b, int r0, int R)   rows r0.. of sequence b
-//   void load_tile(const MlaDecodeParams&, int b, int t0, int n)   keys t0 .. t0+n-1
-//   void scores(int R, float* S)                             S [R][kTile] = q·k (unscaled)
+//   void load_tile(const MlaDecodeParams&, int b, int t0, int n)   keys t0 .. t0+n-1 (n ≤ kKeys)
+//   static constexpr int kKeys                               optional: keys per step (kTile)
+//   void scores(float* ST)                                   ST [kKeys][ld] = q·k (unscaled)
 //   void pv(const float* P, int R, int n, const float* corr, RowBlockState st)
 //   int d_v_pad() const                                      O row length (multiple of 4·W)
 //   static constexpr int kRowBlock                           rows per work item
@@ -80,11 +81,21 @@ inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads, int row_bl
   return d;
 }
 
+// Keys a Tile policy takes per step: Tile::kKeys (a multiple of kTile) when it says, else kTile.
+template <class Tile>
+constexpr int tile_keys() {
+  if constexpr (requires { Tile::kKeys; }) {
+    static_assert(Tile::kKeys % kTile == 0, "steps of whole tiles");
+    return Tile::kKeys;
+  }
+  return kTile;
+}
+
 template <class V, class Tile>
 void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
   if (p.b == 0) return;
   const int rows = p.s_q * p.h_q;
-  constexpr int kRowBlock = Tile::kRowBlock;
+  constexpr int kRowBlock = Tile::kRowBlock, kKeys = tile_keys<Tile>();
   const DecodeSplit plan = plan_decode(p, pool.num_threads(), kRowBlock);
   std::vector<float> part_o(size_t(plan.part_rows) * p.d_v), part_lse(plan.part_rows);
   // item → (b, split, row block): prefix sums over b.
@@ -112,7 +123,7 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
     float* corr = ensure_scratch(sc.corr, ld);
     float* lse_rows = ensure_scratch(sc.lse, ld);
     float* limit = ensure_scratch(sc.limit, ld);  // keys visible per row in the tile, as floats
-    float* ST = ensure_scratch(sc.s, size_t(kTile) * ld);
+    float* ST = ensure_scratch(sc.s, size_t(kKeys) * ld);
     sc.score_rows.assign(R, nullptr);
     sc.tile_score_rows.assign(R, nullptr);
     std::fill(st.o, st.o + size_t(ld) * ld_o, 0.0f);
@@ -124,8 +135,9 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
         sc.score_rows[i] = p.scores + (int64_t(b) * rows + r0 + i) * p.scores_stride;
 
     tile.prepare_q(p, b, r0, R);
-    for (int tt = tile_begin; tt < tile_end; ++tt) {
-      const int t0 = tt * kTile, n = std::min(kTile, s_kv - t0);
+    const int key_end = std::min(s_kv, tile_end * kTile);
+    for (int tt = tile_begin; tt < tile_end; tt += kKeys / kTile) {
+      const int t0 = tt * kTile, n = std::min(kKeys, key_end - t0);
       bool any = false;
       for (int i = 0; i < R; ++i) {
         const int s = (r0 + i) / p.h_q;
@@ -139,7 +151,7 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
       if (p.scores)
         for (int i = 0; i < R; ++i) sc.tile_score_rows[i] = sc.score_rows[i] + t0;
       softmax_tile_rows<V>(ST, ld, R, limit, n, p.softmax_scale, st, corr,
-                           p.scores ? sc.tile_score_rows.data() : nullptr);
+                           p.scores ? sc.tile_score_rows.data() : nullptr, kKeys);
       tile.pv(ST, R, n, corr, st);
     }
     if constexpr (requires { tile.end_item(); }) tile.end_item();  // e.g. release AMX state
