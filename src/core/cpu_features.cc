@@ -35,8 +35,8 @@ const CpuFeatures& cpu_features() {
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
-    r.amx_bf16 = r.avx512_bf16 && __builtin_cpu_supports("amx-tile") &&
-                 __builtin_cpu_supports("amx-bf16");
+    r.amx_bf16 =
+        r.avx512_bf16 && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
 #endif
     if (const char* cap = std::getenv("MLA_ISA")) {
       if (!std::strcmp(cap, "scalar"))

@@ -30,13 +30,13 @@ inline uint32_t load_u32(const uint8_t* p) {
   return w;
 }
 
-// vp [n_pairs][dv_pad] u32 = (v[2t][c], v[2t+1][c]) for the BF16 rows rows[0 .. 2·n_pairs);
-// channels d_v .. dv_pad (a multiple of 32) are zero.
+// vp [n_pairs][vp_stride] u32 = (v[2t][c], v[2t+1][c]) for the BF16 rows rows[0 .. 2·n_pairs),
+// c < dv_pad (a multiple of 32); channels d_v .. dv_pad are zero.
 inline void build_v_pairs(const uint8_t* const* rows, int n_pairs, int d_v, int dv_pad,
-                          uint32_t* vp) {
+                          uint32_t* vp, int64_t vp_stride) {
   const __m512i lo_idx = _mm512_load_si512(kPairLo), hi_idx = _mm512_load_si512(kPairHi);
   for (int t2 = 0; t2 < n_pairs; ++t2) {
-    uint32_t* dst = vp + int64_t(t2) * dv_pad;
+    uint32_t* dst = vp + int64_t(t2) * vp_stride;
     for (int ch = 0; ch < dv_pad; ch += 32) {
       const __mmask32 m = first_n32(d_v - ch);
       const __m512i x = _mm512_maskz_loadu_epi16(m, rows[2 * t2] + 2 * ch);

@@ -8,9 +8,10 @@
 //                                a BF16 cache with aligned dims and pages is read in place (A)
 //   ST: [kKeys][ld] f32          S^T, key-major as the driver's softmax wants
 //   pt: [kKeys/2][ld] u32, pa: [nblk][ld][kKeys] u16   probabilities as pairs, then row-major (A)
-//   vp: [kKeys/2][dv_pad] u32    V as token pairs: the B operand of O = P·V
-// O [ld][dv_pad] (the driver's) is rescaled by corr in FP32 where a row's maximum moved, then
-// accumulated in place by the tile unit. docs/kernels/mla_decode.md.
+//   vp: [kKeys/2][ldv] u32       V as token pairs: the B operand of O = P·V
+// (ldv = dv_pad + 16: rows 2 KiB apart would share L1 sets.) O [ld][ldv] (the driver's) is rescaled
+// by corr in FP32 where a row's maximum moved, then accumulated in place by the tile unit.
+// docs/kernels/mla_decode.md.
 #pragma once
 
 #include "kernels/cpu/amx_tiles.h"
@@ -35,12 +36,12 @@ struct DecodeTileAmx {
   const uint8_t* ablk[kKeys / 16] = {};  // A operand of each 16-key block
   int64_t a_stride = 0;
   DType kv = DType::kBF16;
-  int r = 0, d_r = 0, d_v = 0, dv_pad = 0, lat_pad = 0, dk_pad = 0, ld = 0, nblk = 1;
+  int r = 0, d_r = 0, d_v = 0, dv_pad = 0, ldv = 0, lat_pad = 0, dk_pad = 0, ld = 0, nblk = 1;
   bool in_place = false;  // keys read from the paged cache directly
   float global_scale = 1.0f;
   int64_t row_bytes = 0;
 
-  int d_v_pad() const { return dv_pad; }
+  int d_v_pad() const { return ldv; }  // O's row stride
   static int rows_pad(int R) { return round_up(R, W); }
   bool block_scaled() const { return kv == DType::kF8E4M3 || kv == DType::kI8; }
 
@@ -49,6 +50,7 @@ struct DecodeTileAmx {
     r = d_v = p.d_v;
     d_r = p.d_qk - p.d_v;
     dv_pad = round_up(d_v, 4 * W);
+    ldv = dv_pad + W;
     lat_pad = round_up(r, 32);
     dk_pad = lat_pad + round_up(d_r, 32);
     nblk = block_scaled() ? (r + kFp8ScaleBlock - 1) / kFp8ScaleBlock : 1;
@@ -57,7 +59,7 @@ struct DecodeTileAmx {
     in_place = kv == DType::kBF16 && r % 32 == 0 && d_r % 32 == 0 && p.page_size % 16 == 0;
     const int ldm = rows_pad(kRowBlock);
     ensure_scratch(qT, size_t(dk_pad / 2) * ldm);
-    ensure_scratch(vp, size_t(kKeys / 2) * dv_pad);
+    ensure_scratch(vp, size_t(kKeys / 2) * ldv);
     ensure_scratch(pt, size_t(kKeys / 2) * ldm);
     ensure_scratch(pa, size_t(nblk) * ldm * kKeys);
     ensure_scratch(tmp, size_t(kKeys) * ldm);
@@ -68,18 +70,29 @@ struct DecodeTileAmx {
   }
   void end_item() { _tile_release(); }
 
-  // qT in the padded channel layout; pairs past r / d_r and rows past R are zero.
+  // qT in the padded channel layout; pairs past r / d_r and rows past R are zero. Blocks of
+  // 16 rows × 16 channel pairs are transposed in registers.
   void prepare_q(const MlaDecodeParams& p, int b, int r0, int R) {
     ld = rows_pad(R);
     const uint8_t* q =
         static_cast<const uint8_t*>(p.q) + (int64_t(b) * p.s_q * p.h_q + r0) * p.d_qk * 2;
+    // (first pair in q, pairs, first qT row) of the latent and the rope part
+    const int parts[2][3] = {{0, r / 2, 0}, {r / 2, d_r / 2, lat_pad / 2}};
     std::fill(qT.data(), qT.data() + size_t(dk_pad / 2) * ld, 0u);
-    for (int i = 0; i < R; ++i) {
-      const uint8_t* qi = q + int64_t(i) * p.d_qk * 2;
-      for (int c2 = 0; c2 < r / 2; ++c2) qT[int64_t(c2) * ld + i] = load_u32(qi + 4 * c2);
-      for (int c2 = 0; c2 < d_r / 2; ++c2)
-        qT[int64_t(lat_pad / 2 + c2) * ld + i] = load_u32(qi + 2 * r + 4 * c2);
-    }
+    for (const auto& part : parts)
+      for (int c2 = 0; c2 < part[1]; c2 += 16) {
+        const __mmask16 m = first_n16(part[1] - c2);
+        for (int v = 0; v < ld; v += 16) {
+          __m512i blk[16];
+          for (int i = 0; i < 16; ++i)
+            blk[i] = v + i < R ? _mm512_maskz_loadu_epi32(
+                                     m, q + (int64_t(v + i) * p.d_qk + 2 * (part[0] + c2)) * 2)
+                               : _mm512_setzero_si512();
+          transpose16x16_epi32(blk);
+          for (int i = 0; i < std::min(16, part[1] - c2); ++i)
+            _mm512_storeu_si512(qT.data() + int64_t(part[2] + c2 + i) * ld + v, blk[i]);
+        }
+      }
   }
 
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
@@ -106,7 +119,7 @@ struct DecodeTileAmx {
     a_stride = in_place ? row_bytes : int64_t(dk_pad) * 2;
     for (int k = 0; k < kKeys / 16; ++k) ablk[k] = rows[std::min(16 * k, n - 1)];
     // Pairs past n up to the last 32-key step are zero (rows[] there is the zero row).
-    build_v_pairs(rows, round_up(n, 32) / 2, d_v, dv_pad, vp.data());
+    build_v_pairs(rows, round_up(n, 32) / 2, d_v, dv_pad, vp.data(), ldv);
     n_keys = n;
   }
   int n_keys = 0;
@@ -201,10 +214,9 @@ struct DecodeTileAmx {
       const int ch0 = j * blk_ch, nch = std::min(blk_ch, dv_pad - ch0);
       const uint8_t* a = reinterpret_cast<const uint8_t*>(pa.data() + int64_t(j) * ld * kKeys);
       amx_product_grid<true>(
-          ld / 16, nch / 16, [&](int k) { return a + int64_t(k) * 16 * kKeys * 2; }, 64,
-          kKeys * 2, reinterpret_cast<const uint8_t*>(vp.data() + ch0),
-          int64_t(16) * dv_pad * 4, int64_t(dv_pad) * 4, steps, st.o + ch0,
-          int64_t(16) * st.ld_o, st.ld_o * 4);
+          ld / 16, nch / 16, [&](int k) { return a + int64_t(k) * 16 * kKeys * 2; }, 64, kKeys * 2,
+          reinterpret_cast<const uint8_t*>(vp.data() + ch0), int64_t(16) * ldv * 4,
+          int64_t(ldv) * 4, steps, st.o + ch0, int64_t(16) * st.ld_o, st.ld_o * 4);
     }
   }
 };

@@ -107,7 +107,7 @@ struct DecodeTileBf16Pv {
         rows[j] = reinterpret_cast<const uint8_t*>(dst);
       }
     }
-    build_v_pairs(rows, (n + 1) / 2, d_v, dv_pad, vp.data());  // channels d_v .. dv_pad: 0
+    build_v_pairs(rows, (n + 1) / 2, d_v, dv_pad, vp.data(), dv_pad);  // channels d_v .. dv_pad: 0
   }
 
   void scores(float* ST) {
