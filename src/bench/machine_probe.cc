@@ -55,6 +55,37 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_probe(int64_t iters) {
   return _mm512_reduce_add_ps(s);
 }
 
+// Four independent accumulator tiles (tdpbf16ps: 16 × 16 × 32 multiply-adds, ~16 cycles each,
+// a longer latency): C_k += A · B with fixed operands.
+__attribute__((target("amx-tile,amx-bf16"))) float amx_probe(int64_t iters) {
+  struct alignas(64) {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } cfg;
+  for (int i = 0; i < 6; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+  alignas(64) static uint16_t ab[16 * 32];
+  alignas(64) static float c[16 * 16];
+  std::fill(std::begin(ab), std::end(ab), uint16_t(0x3380));  // ~6e-8: sums stay finite
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 5);
+    _tile_dpbf16ps(2, 4, 5);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+constexpr double kAmxFlopsPerIter = 4.0 * 16 * 16 * 32 * 2;
+
 __attribute__((target("avx2"))) float read_probe(const float* p, int64_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   for (int64_t i = 0; i + 32 <= n; i += 32) {
@@ -102,7 +133,7 @@ MachineRates measure(ThreadPool& pool, int threads, bool quick, const AlignedBuf
   const int reps = quick ? 3 : 5;
   const int64_t iters = quick ? 2'000'000 : 10'000'000;
   const bool avx512 = cpu_supports(CpuIsa::kAvx512), avx2 = cpu_supports(CpuIsa::kAvx2);
-  std::vector<double> fma, bf16, bw;
+  std::vector<double> fma, bf16, amx, bw;
   for (int rep = 0; rep < reps; ++rep) {
     if (avx512 || avx2) {
       const double s = run_on_threads(pool, threads, [&](int) {
@@ -115,6 +146,12 @@ MachineRates measure(ThreadPool& pool, int threads, bool quick, const AlignedBuf
           run_on_threads(pool, threads, [&](int) { g_sink = g_sink + bf16_probe(iters); });
       bf16.push_back(double(iters) * kChains * 32 * 2 * threads / s * 1e-9);
     }
+    if (cpu_supports(CpuIsa::kAmxBf16)) {
+      const int64_t amx_iters = iters / 16;  // ~64 cycles per iteration
+      const double s =
+          run_on_threads(pool, threads, [&](int) { g_sink = g_sink + amx_probe(amx_iters); });
+      amx.push_back(double(amx_iters) * kAmxFlopsPerIter * threads / s * 1e-9);
+    }
     if (avx2) {
       const int64_t per = int64_t(buf.size()) / threads / 32 * 32;
       const double s = run_on_threads(
@@ -124,6 +161,7 @@ MachineRates measure(ThreadPool& pool, int threads, bool quick, const AlignedBuf
   }
   if (!fma.empty()) r.fp32_fma_gflops = median_of(fma);
   if (!bf16.empty()) r.bf16_dot_gflops = median_of(bf16);
+  if (!amx.empty()) r.amx_bf16_gflops = median_of(amx);
   if (!bw.empty()) r.mem_bw_gbps = median_of(bw);
   return r;
 }

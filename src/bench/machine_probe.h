@@ -1,6 +1,7 @@
-// Measured limits of the machine the engine runs on: FP32 FMA and BF16 dot-product peaks and
-// memory read bandwidth, on one thread and on all threads. Every kernel figure `mla bench`
-// prints is given as a fraction of these (spec/cpu-kernels.md lists what was seen on this kind).
+// Measured limits of the machine the engine runs on: FP32 FMA, BF16 dot-product and AMX-BF16
+// tile peaks and memory read bandwidth, on one thread and on all threads. Every kernel figure `mla
+// bench` prints is given as a fraction of these (spec/cpu-kernels.md lists what was seen on this
+// kind).
 #pragma once
 
 #include "core/thread_pool.h"
@@ -11,6 +12,7 @@ struct MachineRates {
   int threads = 1;
   double fp32_fma_gflops = 0;  // vfmadd on the widest vectors the CPU has
   double bf16_dot_gflops = 0;  // vdpbf16ps; 0 when the CPU lacks AVX512_BF16
+  double amx_bf16_gflops = 0;  // tdpbf16ps on the AMX tile unit; 0 without AMX-BF16
   double mem_bw_gbps = 0;      // streaming read of a buffer far larger than the caches
 };
 
