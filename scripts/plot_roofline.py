@@ -53,6 +53,9 @@ def main():
     xs = [0.5 * 1.25 ** i for i in range(60)]
     ax.plot(xs, [min(bf16, bw * x) for x in xs], "k-", label=f"BF16 dot {bf16:.0f} GFLOP/s, {bw:.1f} GB/s")
     ax.plot(xs, [min(fp32, bw * x) for x in xs], "k--", label=f"FP32 FMA {fp32:.0f} GFLOP/s")
+    amx = machine.get("amx_bf16_gflops", 0)
+    if amx:  # the AMX tile unit, where the CPU has one
+        ax.plot(xs, [min(amx, bw * x) for x in xs], "k:", label=f"AMX BF16 {amx:.0f} GFLOP/s")
     marks = {"bf16": "o", "fp8_e4m3": "s", "int8": "^", "nvfp4": "D"}
     for c in decode:
         intensity = c["gflops"] / c["gbps"]  # FLOP per byte of cache (and q/out) read
