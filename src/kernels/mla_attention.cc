@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/cpu/absorb.h"
 #include "kernels/ref/mla_ref.h"
 #include "kernels/registry.h"
@@ -74,8 +76,9 @@ struct AbsorbedCall {
   const MlaAbsorbedWeights* w;
   float softmax_scale;
   bool causal;
-  float* out;  // [b, s_q, h_q, d_v]
-  float* lse;  // [b, h_q, s_q]
+  DType absorbed_q_dtype;  // kF32 or kBF16
+  float* out;              // [b, s_q, h_q, d_v]
+  float* lse;              // [b, h_q, s_q]
 };
 
 Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view backend) {
@@ -107,6 +110,13 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
   dp.max_blocks_per_seq = c.max_blocks_per_seq;
   dp.q_dtype = ref ? DType::kF64 : DType::kF32;
   dp.q = ref ? static_cast<const void*>(q_abs64.data()) : q_abs.data();
+  std::vector<uint16_t> q_abs16;  // [rows, H, d_abs] when the kernel takes a BF16 query
+  if (!ref && c.absorbed_q_dtype == DType::kBF16) {
+    q_abs16.resize(q_abs.size());
+    std::transform(q_abs.begin(), q_abs.end(), q_abs16.begin(), f32_to_bf16);
+    dp.q_dtype = DType::kBF16;
+    dp.q = q_abs16.data();
+  }
   dp.kv_dtype = c.kv_dtype;
   dp.kv_global_scale = c.kv_global_scale;
   dp.kv_cache = c.kv_cache;
@@ -133,6 +143,9 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
 
 Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool, std::string_view backend) {
   if (!p.w) return invalid_argument("mla_decode_batch: weights are required");
+  if (p.absorbed_q_dtype != DType::kF32 && p.absorbed_q_dtype != DType::kBF16)
+    return invalid_argument(fmt::format("mla_decode_batch: absorbed_q_dtype {} is not f32 or bf16",
+                                        dtype_name(p.absorbed_q_dtype)));
   if (p.b == 0) return Status();
   AbsorbedCall c{p.b,
                  1,
@@ -149,6 +162,7 @@ Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool, std::st
                  p.w,
                  p.softmax_scale,
                  /*causal=*/true,
+                 p.absorbed_q_dtype,
                  p.out,
                  p.lse};
   return run_absorbed(c, pool, backend);
@@ -157,6 +171,9 @@ Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool, std::st
 Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
                               std::string_view backend) {
   if (!p.w) return invalid_argument("mla_attention: weights are required");
+  if (p.absorbed_q_dtype != DType::kF32 && p.absorbed_q_dtype != DType::kBF16)
+    return invalid_argument(fmt::format("mla_attention: absorbed_q_dtype {} is not f32 or bf16",
+                                        dtype_name(p.absorbed_q_dtype)));
   const MlaAbsorbedWeights& w = *p.w;
   const int H = w.h_q, r = w.r, d_n = w.d_n, d_v = w.d_v;
   const MlaPath path = choose_mla_path(p.s_q, p.prefill_absorption_threshold);
@@ -194,10 +211,24 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
                     p.page_size, p.s_kv));
   const int pages = int((int64_t(p.s_kv) + p.page_size - 1) / p.page_size);
   const int32_t seqlen = p.s_kv;
-  AbsorbedCall c{
-      1,          p.s_q,           p.d_r,        p.q,           p.kv_dtype, p.kv_global_scale,
-      p.kv_cache, p.page_size,     p.num_blocks, p.block_table, pages,      &seqlen,
-      &w,         p.softmax_scale, p.causal,     p.out,         p.lse};
+  AbsorbedCall c{1,
+                 p.s_q,
+                 p.d_r,
+                 p.q,
+                 p.kv_dtype,
+                 p.kv_global_scale,
+                 p.kv_cache,
+                 p.page_size,
+                 p.num_blocks,
+                 p.block_table,
+                 pages,
+                 &seqlen,
+                 &w,
+                 p.softmax_scale,
+                 p.causal,
+                 p.absorbed_q_dtype,
+                 p.out,
+                 p.lse};
   MLA_RETURN_IF_ERROR(run_absorbed(c, pool, backend));
   return path;
 }

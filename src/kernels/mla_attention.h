@@ -30,6 +30,12 @@ const char* mla_path_name(MlaPath p);
 
 inline constexpr int kDefaultPrefillAbsorptionThreshold = 256;
 
+// The dtype of the absorbed query the decode kernel reads: kF32 (the FP32 variants: exact to
+// FP32 activations) or kBF16 (rounded once, FlashMLA's numerics: the BF16-dot and AMX variants,
+// probabilities in BF16 too; docs/kernels/mla_decode.md gives the error bounds). The reference
+// backend always keeps it in FP64.
+inline constexpr DType kDefaultAbsorbedQueryDtype = DType::kF32;
+
 struct MlaAttentionParams {
   int s_q = 0, d_r = 64;
   const float* q = nullptr;        // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
@@ -44,8 +50,9 @@ struct MlaAttentionParams {
   bool causal = true;
   // s_q ≤ threshold → absorbed; measured per machine by `mla bench` (docs/kernels/mla_decode.md).
   int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
-  float* out = nullptr;  // [s_q, h_q, d_v] fp32
-  float* lse = nullptr;  // [h_q, s_q] fp32
+  DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;  // absorbed path only
+  float* out = nullptr;                                 // [s_q, h_q, d_v] fp32
+  float* lse = nullptr;                                 // [h_q, s_q] fp32
 };
 
 MlaPath choose_mla_path(int s_q, int threshold);
@@ -68,6 +75,7 @@ struct MlaDecodeBatchParams {
   const int32_t* seqlens = nullptr;  // [b] keys per sequence, the new token included
   const MlaAbsorbedWeights* w = nullptr;
   float softmax_scale = 1.0f;
+  DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;
   float* out = nullptr;  // [b, h_q, d_v] fp32
   float* lse = nullptr;  // [b, h_q] fp32
 };

@@ -99,6 +99,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     p.seqlens = seqlens.data();
     p.w = &L.absorbed;
     p.softmax_scale = m.softmax_scale;
+    p.absorbed_q_dtype = m.options.attention_q_dtype;
     p.out = od.data();
     p.lse = lse.data();
     MLA_RETURN_IF_ERROR(mla_decode_batch(p, pool, m.options.backend));
@@ -126,6 +127,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     p.softmax_scale = m.softmax_scale;
     p.causal = true;
     p.prefill_absorption_threshold = m.options.prefill_absorption_threshold;
+    p.absorbed_q_dtype = m.options.attention_q_dtype;
     p.out = out + first_token[s] * H * d_v;
     p.lse = lse.data();
     MLA_ASSIGN_OR_RETURN(MlaPath path, mla_attention(p, pool, m.options.backend));

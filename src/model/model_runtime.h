@@ -27,6 +27,9 @@ struct RuntimeOptions {
   KvCacheDtype kv_dtype = KvCacheDtype::kBF16;
   // Prefill chunks of at most this many tokens take the absorbed path (kernels/mla_attention.h).
   int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
+  // The absorbed query's dtype at the decode kernel: kF32, or kBF16 for the BF16-dot / AMX
+  // kernels (kernels/mla_attention.h).
+  DType attention_q_dtype = kDefaultAbsorbedQueryDtype;
   // Longest sequence (prompt + generated) the RoPE table covers; 0: max_position_embeddings,
   // capped at kDefaultMaxContext to keep the table small on machines that will never get there.
   int64_t max_context = 0;

@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "io/tune_file.h"
+#include "runtime_flags.h"
 #include "sched/engine.h"
 
 namespace mla::cli {
@@ -30,7 +31,7 @@ struct OfflineOptions {
   int page_size = 64, threads = 0, prefill_threshold = -1;
   int64_t num_blocks = 0;
   double kv_cache_gib = 1.0;
-  std::string kv_dtype = "bf16", backend = "cpu";
+  std::string kv_dtype = "bf16", backend = "cpu", attention_dtype = "f32";
   uint64_t seed = 0;
   bool json = false;
 };
@@ -78,6 +79,7 @@ int run_offline(const OfflineOptions& o) {
   RuntimeOptions ro;
   ro.backend = o.backend;
   ro.kv_dtype = *kv;
+  ro.attention_q_dtype = attention_dtype_of(o.attention_dtype);
   ro.prefill_absorption_threshold =
       o.prefill_threshold >= 0
           ? o.prefill_threshold
@@ -212,6 +214,7 @@ void register_bench_offline(CLI::App* bench, int* exit_code) {
   cmd->add_option("--kv-cache-gib", o->kv_cache_gib, "KV cache size when --num-blocks is 0")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache format: bf16, fp8_e4m3, int8, nvfp4");
+  add_attention_dtype_flag(cmd, &o->attention_dtype);
   cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)");
   cmd->add_option("--backend", o->backend, "cpu or ref");
   cmd->add_option("--prefill-threshold", o->prefill_threshold,

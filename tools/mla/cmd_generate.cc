@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "io/tune_file.h"
 #include "model/generator.h"
+#include "runtime_flags.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer_config.h"
 #include "tokenizer_fit.h"
@@ -33,6 +34,7 @@ struct GenerateCliOptions {
   float top_p = 1.0f;
   uint64_t seed = 0;
   std::string kv_dtype = "bf16";
+  std::string attention_dtype = "f32";
   int threads = 0;
   std::string backend = "cpu";
   int prefill_threshold = -1;  // -1: the tuned value, else the default
@@ -102,6 +104,7 @@ int run_generate(const GenerateCliOptions& o) {
   RuntimeOptions ro;
   ro.backend = o.backend;
   ro.kv_dtype = *kv;
+  ro.attention_q_dtype = attention_dtype_of(o.attention_dtype);
   ro.max_context = o.max_context;
   ro.prefill_absorption_threshold =
       o.prefill_threshold >= 0
@@ -177,6 +180,7 @@ int run_generate(const GenerateCliOptions& o) {
     j["decode_tokens_per_s"] = decode_tps;
     j["kv_bytes_used"] = r->kv_bytes_used;
     j["kv_bytes_per_token"] = r->kv_bytes_per_token;
+    j["attention_dtype"] = o.attention_dtype;
     j["active_weight_bytes_per_token"] = (*model)->active_weight_bytes_per_token();
     j["decode_steps"] = r->decode_steps;
     j["prefill_seconds"] = r->prefill_seconds;
@@ -219,6 +223,7 @@ void register_generate(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass (1 = all)");
   cmd->add_option("--seed", o->seed, "Sampling seed (default 0)");
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16, fp8_e4m3, int8, nvfp4");
+  add_attention_dtype_flag(cmd, &o->attention_dtype);
   cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--backend", o->backend, "cpu (default) or ref (the reference kernels)")

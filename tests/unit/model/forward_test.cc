@@ -211,6 +211,42 @@ TEST_P(ForwardTest, ServingCachesStayNearTheExactCache) {
   }
 }
 
+// The absorbed query rounded to BF16 (and, on the BF16 / AMX kernels, the probabilities too):
+// each attention output moves by ≲ 2^-8 of Σ p|v| (docs/kernels/mla_decode.md), amplified
+// through the layers, so as for the serving caches no tight model-level bound exists. What must
+// hold: prefill and decode run, and the logits follow the FP32 attention's closely: 1 − cos
+// grows as the square of the relative error, ~(2^-8)^2 / 2 ≈ 8e-6 per rounding, seen 1e-6 – 1e-5
+// on the tiny models; cos > 0.9999 allows a 1.4% relative error, while a query or output in the
+// wrong layout would give cos ≈ 0 on random weights.
+TEST_P(ForwardTest, Bf16AttentionFollowsFp32Attention) {
+  RuntimeOptions f32;
+  f32.kv_dtype = KvCacheDtype::kBF16;
+  RuntimeOptions bf16 = f32;
+  bf16.attention_q_dtype = DType::kBF16;
+  auto a = load(f32), b = load(bf16);
+  ASSERT_TRUE(a && b);
+  GenerateOptions go;
+  go.max_new_tokens = 4;
+  go.ignore_eos = true;
+  go.keep_prompt_activations = go.keep_decode_logits = true;
+  auto ra = generate(*a, prompt(20), go, pool_);
+  auto rb = generate(*b, prompt(20), go, pool_);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  for (auto which : {&GenerateResult::prompt_logits, &GenerateResult::decode_logits}) {
+    const std::vector<float>& x = *ra.*which;
+    const std::vector<float>& y = *rb.*which;
+    ASSERT_EQ(x.size(), y.size());
+    ASSERT_FALSE(x.empty());
+    double dot = 0, nx = 0, ny = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      dot += double(x[i]) * y[i];
+      nx += double(x[i]) * x[i];
+      ny += double(y[i]) * y[i];
+    }
+    EXPECT_GT(dot / std::sqrt(nx * ny), 0.9999);
+  }
+}
+
 TEST_P(ForwardTest, BadBatchesAreRefused) {
   auto m = load();
   ASSERT_TRUE(m);

@@ -66,6 +66,24 @@ TEST_F(GenerateCli, RunsBf16AndFp8ModelsAndReportsFigures) {
   }
 }
 
+// --attention-dtype bf16 runs the absorbed decode on the BF16 kernels (AMX where present) for
+// prefill chunks and decode steps alike; an unknown value is refused by the flag parser.
+TEST_F(GenerateCli, RunsTheBf16AttentionKernels) {
+  const std::string m = make("v2-lite");
+  const test::RunResult r = test::run_mla(
+      "generate -m '" + m + "' --tokens 1,2,3,4,5 -n 5 --ignore-eos --attention-dtype bf16 --json",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["generated"].size(), 5u);
+  EXPECT_EQ(j["attention_dtype"], "bf16");
+  EXPECT_EQ(j["chunks"][0]["path"], "absorbed");
+  const test::RunResult bad =
+      test::run_mla("generate -m '" + m + "' --tokens 1,2 -n 1 --attention-dtype fp16", true);
+  EXPECT_NE(bad.exit_code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("--attention-dtype"), std::string::npos) << bad.out;
+}
+
 TEST_F(GenerateCli, StreamsTextAndReportsThePathOfEachChunk) {
   const std::string m = make("v2-lite");
   const test::RunResult r =

@@ -1,0 +1,23 @@
+// Flags shared by the commands that run a model (generate, serve, bench offline).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace mla::cli {
+
+// --attention-dtype f32|bf16: the absorbed query's dtype at the decode kernel
+// (kernels/mla_attention.h). bf16 runs the BF16-dot / AMX kernels, FlashMLA's numerics.
+inline void add_attention_dtype_flag(CLI::App* cmd, std::string* value) {
+  cmd->add_option("--attention-dtype", *value,
+                  "Absorbed query at the attention kernel: f32 (default) or bf16 (BF16 / AMX "
+                  "kernels, probabilities in BF16 too)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+}
+inline DType attention_dtype_of(const std::string& value) {
+  return value == "bf16" ? DType::kBF16 : DType::kF32;
+}
+
+}  // namespace mla::cli
