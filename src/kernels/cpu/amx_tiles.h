@@ -59,11 +59,11 @@ inline void transpose16x16_epi32(__m512i r[16]) {
 // C[k][j] (k < NK, j < NJ) = Σ_{s < steps} A_k(s) · B_j(s), stored (or, with kLoad, added to what
 // c holds) at c + k·c_k + j·16 floats with row stride c_stride bytes.
 //   A_k(s): 16 rows at a[k] + s·a_s (bytes), row stride a_stride bytes;
-//   B_j(s): 16 pair rows at b + j·64 + s·b_s (bytes), row stride b_stride bytes.
+//   B_j(s): 16 pair rows at b + j·b_j + s·b_s (bytes), row stride b_stride bytes.
 template <int NK, int NJ, bool kLoad>
 inline void amx_product(const uint8_t* a0, const uint8_t* a1, int64_t a_s, int64_t a_stride,
-                        const uint8_t* b, int64_t b_s, int64_t b_stride, int steps, float* c,
-                        int64_t c_k, int64_t c_stride) {
+                        const uint8_t* b, int64_t b_j, int64_t b_s, int64_t b_stride, int steps,
+                        float* c, int64_t c_k, int64_t c_stride) {
   static_assert(NK >= 1 && NK <= 2 && NJ >= 1 && NJ <= 2, "2 × 2 accumulator tiles at most");
   auto cp = [&](int k, int j) { return c + k * c_k + j * 16; };
   if constexpr (kLoad) {
@@ -81,7 +81,7 @@ inline void amx_product(const uint8_t* a0, const uint8_t* a1, int64_t a_s, int64
     _tile_loadd(4, a0 + s * a_s, a_stride);
     _tile_loadd(6, b + s * b_s, b_stride);
     if constexpr (NK > 1) _tile_loadd(5, a1 + s * a_s, a_stride);
-    if constexpr (NJ > 1) _tile_loadd(7, b + 64 + s * b_s, b_stride);
+    if constexpr (NJ > 1) _tile_loadd(7, b + b_j + s * b_s, b_stride);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (NJ > 1) _tile_dpbf16ps(1, 4, 7);
     if constexpr (NK > 1) _tile_dpbf16ps(2, 5, 6);
@@ -97,26 +97,26 @@ inline void amx_product(const uint8_t* a0, const uint8_t* a1, int64_t a_s, int64
 // A block k's base address.
 template <bool kLoad, class AOf>
 inline void amx_product_grid(int nk, int nj, AOf a_of, int64_t a_s, int64_t a_stride,
-                             const uint8_t* b, int64_t b_s, int64_t b_stride, int steps, float* c,
-                             int64_t c_k, int64_t c_stride) {
+                             const uint8_t* b, int64_t b_j, int64_t b_s, int64_t b_stride,
+                             int steps, float* c, int64_t c_k, int64_t c_stride) {
   for (int k = 0; k < nk; k += 2) {
     const bool k2 = k + 1 < nk;
     const uint8_t* a0 = a_of(k);
     const uint8_t* a1 = k2 ? a_of(k + 1) : a0;
     for (int j = 0; j < nj; j += 2) {
-      const uint8_t* bj = b + j * 64;
+      const uint8_t* bj = b + j * b_j;
       float* ckj = c + k * c_k + j * 16;
       if (k2 && j + 1 < nj)
-        amx_product<2, 2, kLoad>(a0, a1, a_s, a_stride, bj, b_s, b_stride, steps, ckj, c_k,
+        amx_product<2, 2, kLoad>(a0, a1, a_s, a_stride, bj, b_j, b_s, b_stride, steps, ckj, c_k,
                                  c_stride);
       else if (k2)
-        amx_product<2, 1, kLoad>(a0, a1, a_s, a_stride, bj, b_s, b_stride, steps, ckj, c_k,
+        amx_product<2, 1, kLoad>(a0, a1, a_s, a_stride, bj, b_j, b_s, b_stride, steps, ckj, c_k,
                                  c_stride);
       else if (j + 1 < nj)
-        amx_product<1, 2, kLoad>(a0, a1, a_s, a_stride, bj, b_s, b_stride, steps, ckj, c_k,
+        amx_product<1, 2, kLoad>(a0, a1, a_s, a_stride, bj, b_j, b_s, b_stride, steps, ckj, c_k,
                                  c_stride);
       else
-        amx_product<1, 1, kLoad>(a0, a1, a_s, a_stride, bj, b_s, b_stride, steps, ckj, c_k,
+        amx_product<1, 1, kLoad>(a0, a1, a_s, a_stride, bj, b_j, b_s, b_stride, steps, ckj, c_k,
                                  c_stride);
     }
   }
