@@ -122,6 +122,7 @@ Result<std::vector<PrefillResult>> bench_prefill(const PrefillCase& c, const Mac
   p.w = &w;
   p.softmax_scale = float(1.0 / std::sqrt(192.0));
   p.causal = true;
+  p.absorbed_q_dtype = c.attention_q_dtype;
   p.out = out.data();
   p.lse = lse.data();
 

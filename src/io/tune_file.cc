@@ -44,6 +44,12 @@ Result<TuneData> read_tune_file(const std::string& path) {
     return data_loss(path +
                      ": field \"prefill_absorption_threshold\" must be an integer in [0, 2^24]");
   d.prefill_absorption_threshold = int(it->get<int64_t>());
+  if (auto b = j.find("prefill_absorption_threshold_bf16"); b != j.end()) {
+    if (!b->is_number_integer() || b->get<int64_t>() < 0 || b->get<int64_t>() > (1 << 24))
+      return data_loss(
+          path + ": field \"prefill_absorption_threshold_bf16\" must be an integer in [0, 2^24]");
+    d.prefill_absorption_threshold_bf16 = int(b->get<int64_t>());
+  }
   if (auto m = j.find("measured_on"); m != j.end() && m->is_string())
     d.measured_on = m->get<std::string>();
   return d;
@@ -54,8 +60,10 @@ Status write_tune_file(const std::string& path, const TuneData& data) {
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   if (ec) return io_error(path + ": cannot create its directory: " + ec.message());
-  const nlohmann::json j = {{"prefill_absorption_threshold", data.prefill_absorption_threshold},
-                            {"measured_on", data.measured_on}};
+  nlohmann::json j = {{"prefill_absorption_threshold", data.prefill_absorption_threshold},
+                      {"measured_on", data.measured_on}};
+  if (data.prefill_absorption_threshold_bf16 >= 0)
+    j["prefill_absorption_threshold_bf16"] = data.prefill_absorption_threshold_bf16;
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -68,13 +76,16 @@ Status write_tune_file(const std::string& path, const TuneData& data) {
   return {};
 }
 
-std::optional<int> tuned_prefill_absorption_threshold() {
-  static const std::optional<int> value = []() -> std::optional<int> {
+std::optional<int> tuned_prefill_absorption_threshold(DType attention) {
+  static const std::optional<TuneData> data = []() -> std::optional<TuneData> {
     auto d = read_tune_file(tune_file_path());
     if (!d.ok()) return std::nullopt;
-    return d->prefill_absorption_threshold;
+    return *d;
   }();
-  return value;
+  if (!data) return std::nullopt;
+  if (attention == DType::kBF16 && data->prefill_absorption_threshold_bf16 >= 0)
+    return data->prefill_absorption_threshold_bf16;
+  return data->prefill_absorption_threshold;
 }
 
 }  // namespace mla

@@ -14,6 +14,8 @@
 #include "commands.h"
 #include "core/kv_format.h"
 #include "io/tune_file.h"
+#include "kernels/mla_attention.h"
+#include "runtime_flags.h"
 
 namespace mla::cli {
 namespace {
@@ -119,6 +121,7 @@ struct PrefillOptions {
   std::vector<int> m{64, 256, 1024}, l{1024, 4096}, h_q{128};
   int reps = 3;
   bool json = false;
+  std::string attention_dtype = "f32";
 };
 
 ordered_json prefill_json(const bench::PrefillResult& r) {
@@ -142,7 +145,9 @@ int run_prefill(const PrefillOptions& o) {
     for (int l : o.l)
       for (int mm : o.m) {
         fmt::print(stderr, "prefill M={} L={} h_q={}...\n", mm, l, h);
-        auto rs = bench::bench_prefill({mm, l, h, DType::kBF16}, m, default_thread_pool(), o.reps);
+        auto rs =
+            bench::bench_prefill({mm, l, h, DType::kBF16, attention_dtype_of(o.attention_dtype)}, m,
+                                 default_thread_pool(), o.reps);
         if (!rs.ok()) {
           fmt::print(stderr, "mla bench prefill: {}\n", rs.status().message());
           return 1;
@@ -163,6 +168,7 @@ struct ThresholdOptions {
   std::vector<int> m{16, 32, 64, 128, 192, 256, 384, 512, 768, 1024}, l{1024, 4096, 16384};
   int h_q = 128, reps = 1;
   bool json = false, write = false;
+  std::string attention_dtype = "f32";
 };
 
 // One swept point: chunk length and the two paths' times.
@@ -195,7 +201,8 @@ int run_threshold(const ThresholdOptions& o) {
     for (int mm : o.m) {
       fmt::print(stderr, "threshold M={} L={}...\n", mm, l);
       auto rs =
-          bench::bench_prefill({mm, l, o.h_q, DType::kBF16}, m, default_thread_pool(), o.reps);
+          bench::bench_prefill({mm, l, o.h_q, DType::kBF16, attention_dtype_of(o.attention_dtype)},
+                               m, default_thread_pool(), o.reps);
       if (!rs.ok()) {
         fmt::print(stderr, "mla bench threshold: {}\n", rs.status().message());
         return 1;
@@ -220,10 +227,15 @@ int run_threshold(const ThresholdOptions& o) {
   else
     fmt::print("prefill_absorption_threshold = {} (smallest over the contexts)\n", worst);
   if (o.write) {
-    TuneData d;
-    d.prefill_absorption_threshold = worst;
-    d.measured_on = fmt::format("{} threads, h_q {}", m.all.threads, o.h_q);
+    // One attention dtype per run: the other's figure is kept from the file when there is one.
     const std::string path = tune_file_path();
+    TuneData d;
+    d.prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
+    if (auto old = read_tune_file(path); old.ok()) d = *old;
+    (o.attention_dtype == "bf16" ? d.prefill_absorption_threshold_bf16
+                                 : d.prefill_absorption_threshold) = worst;
+    d.measured_on =
+        fmt::format("{} threads, h_q {}, {} attention", m.all.threads, o.h_q, o.attention_dtype);
     if (Status s = write_tune_file(path, d); !s.ok()) {
       fmt::print(stderr, "mla tune: {}\n", s.message());
       return 1;
@@ -241,6 +253,7 @@ void add_threshold_flags(CLI::App* cmd, ThresholdOptions* o) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", o->json, "Print JSON");
+  add_attention_dtype_flag(cmd, &o->attention_dtype);
 }
 
 }  // namespace
@@ -296,6 +309,7 @@ void register_bench(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   pre->add_flag("--json", p->json, "Print JSON");
+  add_attention_dtype_flag(pre, &p->attention_dtype);
   pre->callback([p, exit_code] { *exit_code = run_prefill(*p); });
 
   auto t = std::make_shared<ThresholdOptions>();

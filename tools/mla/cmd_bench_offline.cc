@@ -80,10 +80,10 @@ int run_offline(const OfflineOptions& o) {
   ro.backend = o.backend;
   ro.kv_dtype = *kv;
   ro.attention_q_dtype = attention_dtype_of(o.attention_dtype);
-  ro.prefill_absorption_threshold =
-      o.prefill_threshold >= 0
-          ? o.prefill_threshold
-          : tuned_prefill_absorption_threshold().value_or(kDefaultPrefillAbsorptionThreshold);
+  ro.prefill_absorption_threshold = o.prefill_threshold >= 0
+                                        ? o.prefill_threshold
+                                        : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
+                                              .value_or(kDefaultPrefillAbsorptionThreshold);
   fmt::print(stderr, "loading {}...\n", o.model);
   auto model = Model::load(o.model, ro);
   if (!model.ok()) return fail(model.status());

@@ -135,10 +135,10 @@ int run_serve(ServeCliOptions o) {
   ro.kv_dtype = *kv;
   ro.attention_q_dtype = attention_dtype_of(o.attention_dtype);
   ro.max_context = o.max_model_len;
-  ro.prefill_absorption_threshold =
-      o.prefill_threshold >= 0
-          ? o.prefill_threshold
-          : tuned_prefill_absorption_threshold().value_or(kDefaultPrefillAbsorptionThreshold);
+  ro.prefill_absorption_threshold = o.prefill_threshold >= 0
+                                        ? o.prefill_threshold
+                                        : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
+                                              .value_or(kDefaultPrefillAbsorptionThreshold);
   auto model = Model::load(o.model, ro);
   if (!model.ok()) return fail(model.status());
   std::unique_ptr<tok::LoadedTokenizer> tk;

@@ -205,7 +205,8 @@ struct DecodeTileAmx {
     }
   }
 
-  __attribute__((noinline)) void pv(const float* PT, int R, int n, const float* corr, RowBlockState st) {
+  __attribute__((noinline)) void pv(const float* PT, int R, int n, const float* corr,
+                                    RowBlockState st) {
     const int steps = (n + 31) / 32;  // 32 keys per tdpbf16ps
     for (int i = 0; i < R; ++i) {
       if (corr[i] == 1.0f) continue;

@@ -59,6 +59,19 @@ TEST(BenchCli, TuneWritesTheThresholdFile) {
   EXPECT_GE(threshold,
             0);  // within the swept range: 0 (decompressed always) .. 16 (absorbed always)
   EXPECT_LE(threshold, 16);
+  EXPECT_FALSE(j.contains("prefill_absorption_threshold_bf16"));
+
+  // A BF16-attention sweep adds its own figure and keeps the FP32 one.
+  setenv("MLA_TUNE_FILE", path.c_str(), 1);
+  const auto b = run_mla("tune --m 8,16 --l 64 --h-q 4 --attention-dtype bf16", false);
+  unsetenv("MLA_TUNE_FILE");
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  std::ifstream in2(path);
+  const auto j2 = nlohmann::json::parse(in2);
+  EXPECT_EQ(j2.at("prefill_absorption_threshold").get<int>(), threshold);
+  const int bf16 = j2.at("prefill_absorption_threshold_bf16").get<int>();
+  EXPECT_GE(bf16, 0);
+  EXPECT_LE(bf16, 16);
 }
 
 TEST(BenchCli, BadFlagsFail) {
