@@ -10,7 +10,8 @@
 //   static constexpr int kKeys                               optional: keys per step (kTile)
 //   void scores(float* ST)                                   ST [kKeys][ld] = q·k (unscaled)
 //   void pv(const float* P, int R, int n, const float* corr, RowBlockState st)
-//   int d_v_pad() const                                      O row length (multiple of 4·W)
+//   int d_v_pad() const                                      O row stride (≥ d_v; pv_tile wants a
+//                                                            multiple of 4·W)
 //   static constexpr int kRowBlock                           rows per work item
 //   void end_item()                                          optional: after a work item's tiles
 #pragma once
@@ -56,7 +57,9 @@ struct DecodeSplit {
 
 // Aims for ~4 items per thread of equal (tiles × rows) so that a lone long sequence is split
 // across threads by key range and many short ones are spread by sequence.
-inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads, int row_block) {
+// Key ranges are whole steps of step_tiles tiles where that does not leave a thread idle.
+inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads, int row_block,
+                               int step_tiles) {
   DecodeSplit d;
   const int rows = p.s_q * p.h_q;
   d.row_blocks = (rows + row_block - 1) / row_block;
@@ -71,7 +74,8 @@ inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads, int row_bl
   for (int b = 0; b < p.b; ++b) {
     const int64_t tiles = (p.cache_seqlens[b] + kTile - 1) / kTile;
     const int64_t want = std::max<int64_t>(1, tiles / per_item);  // key ranges for this sequence
-    const int64_t tp = std::max<int64_t>(1, (tiles + want - 1) / want);
+    int64_t tp = std::max<int64_t>(1, (tiles + want - 1) / want);
+    if (tp > step_tiles) tp = (tp + step_tiles - 1) / step_tiles * step_tiles;
     d.tiles_per[b] = int(tp);
     d.splits[b] = int(std::max<int64_t>(1, (tiles + tp - 1) / tp));
     d.part_off[b] = d.part_rows;
@@ -96,7 +100,7 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
   if (p.b == 0) return;
   const int rows = p.s_q * p.h_q;
   constexpr int kRowBlock = Tile::kRowBlock, kKeys = tile_keys<Tile>();
-  const DecodeSplit plan = plan_decode(p, pool.num_threads(), kRowBlock);
+  const DecodeSplit plan = plan_decode(p, pool.num_threads(), kRowBlock, kKeys / kTile);
   std::vector<float> part_o(size_t(plan.part_rows) * p.d_v), part_lse(plan.part_rows);
   // item → (b, split, row block): prefix sums over b.
   std::vector<int64_t> first_item(p.b + 1, 0);
@@ -151,7 +155,8 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
       if (p.scores)
         for (int i = 0; i < R; ++i) sc.tile_score_rows[i] = sc.score_rows[i] + t0;
       softmax_tile_rows<V>(ST, ld, R, limit, n, p.softmax_scale, st, corr,
-                           p.scores ? sc.tile_score_rows.data() : nullptr, kKeys);
+                           p.scores ? sc.tile_score_rows.data() : nullptr,
+                           std::min(kKeys, round_up(n, kTile)));  // rows past n: masked
       tile.pv(ST, R, n, corr, st);
     }
     if constexpr (requires { tile.end_item(); }) tile.end_item();  // e.g. release AMX state

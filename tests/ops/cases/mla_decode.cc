@@ -174,6 +174,14 @@ void add_mla_decode_cases(std::vector<OpCase>& cases, const Options& opt) {
   add({2, 1, 0, 16, 64, false, false}, 576, 512, DType::kBF16, DType::kBF16);
   add({1, 1, 65, 1, 64, false, false}, 576, 512, DType::kBF16, DType::kF32);
   add({2, 5, 200, 6, 16, true, true}, 80, 64, DType::kBF16, DType::kBF16);
+  // BF16 cache with latent and rope not multiples of 32 (the AMX copy path), no rope at all,
+  // pages of 32 (a multiple of 16: AMX keys in place) and of 24 (not), and a sequence long
+  // enough to split into key ranges with partly filled 256-key steps, in quick mode too.
+  add({2, 2, 150, 20, 16, false, true}, 200, 136, DType::kBF16, DType::kBF16);
+  add({1, 2, 70, 16, 16, false, true}, 64, 64, DType::kBF16, DType::kBF16);
+  add({1, 2, 700, 128, 32, false, true}, 576, 512, DType::kBF16, DType::kBF16);
+  add({2, 1, 300, 16, 24, true, false}, 576, 512, DType::kBF16, DType::kBF16);
+  add({2, 1, 300, 16, 24, true, false}, 576, 512, DType::kBF16, DType::kF8E4M3);
   // Quantised caches (core/kv_format.h): the reference reads the same records, so the rule is
   // as tight as for BF16; dims include a latent that is not a multiple of the scale blocks.
   for (DType kt : {DType::kF8E4M3, DType::kI8, DType::kE2M1}) {
