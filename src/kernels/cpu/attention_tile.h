@@ -69,10 +69,8 @@ constexpr int keys_per_block() {
 //   m = −inf, l = 0 and get corr 0 (their O is still zero).
 // keys: rows of ST (kTile, or a Tile policy's larger step of several tiles).
 template <class V>
-__attribute__((noinline)) void softmax_tile_rows(float* ST, int ld, int R, const float* limit,
-                                                 int n_valid, float scale, RowBlockState st,
-                                                 float* corr, float* const* score_rows,
-                                                 int keys = kTile) {
+void softmax_tile_rows(float* ST, int ld, int R, const float* limit, int n_valid, float scale,
+                       RowBlockState st, float* corr, float* const* score_rows, int keys = kTile) {
   constexpr int W = V::kWidth;
   const V vscale = V::set1(scale), ninf = V::set1(kNegInf), zero = V::zero();
   const V lowest = V::set1(-std::numeric_limits<float>::max());

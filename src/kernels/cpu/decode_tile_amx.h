@@ -70,15 +70,9 @@ struct DecodeTileAmx {
   }
   void end_item() { _tile_release(); }
 
-  // qT holds one 1 KiB B tile per (16-row block, 32-channel chunk), contiguous: [ld/16][dk_pad/32]
-  // [16 pairs][16 rows]. Address of pair c2, rows v .. v+15 (v a multiple of 16).
-  uint32_t* q_block(int c2, int v) {
-    return qT.data() + (int64_t(v / 16) * (dk_pad / 32) + c2 / 16) * 256 + (c2 % 16) * 16;
-  }
-
   // qT in the padded channel layout; pairs past r / d_r and rows past R are zero. Blocks of
   // 16 rows × 16 channel pairs are transposed in registers.
-  __attribute__((noinline)) void prepare_q(const MlaDecodeParams& p, int b, int r0, int R) {
+  void prepare_q(const MlaDecodeParams& p, int b, int r0, int R) {
     ld = rows_pad(R);
     const uint8_t* q =
         static_cast<const uint8_t*>(p.q) + (int64_t(b) * p.s_q * p.h_q + r0) * p.d_qk * 2;
@@ -96,12 +90,12 @@ struct DecodeTileAmx {
                                : _mm512_setzero_si512();
           transpose16x16_epi32(blk);
           for (int i = 0; i < std::min(16, part[1] - c2); ++i)
-            _mm512_storeu_si512(q_block(part[2] + c2 + i, v), blk[i]);
+            _mm512_storeu_si512(qT.data() + int64_t(part[2] + c2 + i) * ld + v, blk[i]);
         }
       }
   }
 
-  __attribute__((noinline)) void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
+  void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
     const CacheRowFormat f(kv, r, d_r, p.kv_global_scale);
     const uint8_t* zero = reinterpret_cast<const uint8_t*>(zero_row.data());
     for (int j = 0; j < kKeys; ++j) {
@@ -133,10 +127,10 @@ struct DecodeTileAmx {
   // out [16·nk keys][ld] = Σ over channel chunks [c0, c1) of K·Q^T (kLoad: added to out).
   template <bool kLoad>
   void score_chunks(int nk, int c0, int c1, float* out) {
-    const uint8_t* b = reinterpret_cast<const uint8_t*>(q_block(16 * c0, 0));
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(qT.data()) + int64_t(c0) * 16 * ld * 4;
     amx_product_grid<kLoad>(
-        nk, ld / 16, [&](int k) { return ablk[k] + int64_t(c0) * 64; }, 64, a_stride, b,
-        int64_t(dk_pad / 32) * 1024, 1024, 64, c1 - c0, out, int64_t(16) * ld, int64_t(ld) * 4);
+        nk, ld / 16, [&](int k) { return ablk[k] + int64_t(c0) * 64; }, 64, a_stride, b, 64,
+        int64_t(16) * ld * 4, int64_t(ld) * 4, c1 - c0, out, int64_t(16) * ld, int64_t(ld) * 4);
   }
 
   // dst[t][:] (=|+=) s_t · src[t][:] for t < 16·nk; s_t = key_scale[t·stride] or scale.
@@ -153,7 +147,7 @@ struct DecodeTileAmx {
   }
 
   // ST [kKeys][ld]: key blocks past the tile's keys are left as they are (the softmax masks them).
-  __attribute__((noinline)) void scores(float* ST) {
+  void scores(float* ST) {
     const int nk = (n_keys + 15) / 16, lat_chunks = lat_pad / 32, chunks = dk_pad / 32;
     if (kv == DType::kBF16) {
       score_chunks<false>(nk, 0, chunks, ST);
@@ -173,7 +167,7 @@ struct DecodeTileAmx {
   }
 
   // pa[j] [ld][kKeys] bf16 = P (times the V scale of block j) row-major, for keys < 32·steps.
-  __attribute__((noinline)) void probabilities_to_rows(const float* PT, int steps) {
+  void probabilities_to_rows(const float* PT, int steps) {
     const __m512i halves = _mm512_load_si512(kPairHalves);
     for (int j = 0; j < nblk; ++j) {
       for (int t2 = 0; t2 < 16 * steps; ++t2) {
@@ -205,8 +199,7 @@ struct DecodeTileAmx {
     }
   }
 
-  __attribute__((noinline)) void pv(const float* PT, int R, int n, const float* corr,
-                                    RowBlockState st) {
+  void pv(const float* PT, int R, int n, const float* corr, RowBlockState st) {
     const int steps = (n + 31) / 32;  // 32 keys per tdpbf16ps
     for (int i = 0; i < R; ++i) {
       if (corr[i] == 1.0f) continue;
