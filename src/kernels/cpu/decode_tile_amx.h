@@ -62,7 +62,7 @@ struct DecodeTileAmx {
     ensure_scratch(vp, size_t(kKeys / 2) * ldv);
     ensure_scratch(pt, size_t(kKeys / 2) * ldm);
     ensure_scratch(pa, size_t(nblk) * ldm * kKeys);
-    ensure_scratch(tmp, size_t(kKeys) * ldm);
+    ensure_scratch(tmp, size_t(nblk) * kKeys * ldm);
     ensure_scratch(zero_row, size_t(dk_pad) + 64);
     ensure_scratch(kb, size_t(kKeys) * dk_pad);
     ensure_scratch(ks, size_t(kKeys) * nblk);
@@ -133,36 +133,37 @@ struct DecodeTileAmx {
         int64_t(16) * ld * 4, int64_t(ld) * 4, c1 - c0, out, int64_t(16) * ld, int64_t(ld) * 4);
   }
 
-  // dst[t][:] (=|+=) s_t · src[t][:] for t < 16·nk; s_t = key_scale[t·stride] or scale.
-  void scale_rows(int nk, const float* src, float* dst, const float* key_scale, float scale,
-                  bool add) {
+  // ST[t][:] = Σ_j s_tj · part_j[t][:] for t < 16·nk, the nb partial products part_j
+  // [kKeys][ld] at tmp + j·kKeys·ld; s_tj = ks[t·nblk + j] (block-scaled) or the global g.
+  void combine_scaled(int nk, int nb, float* ST) {
+    const int64_t part = int64_t(kKeys) * ld;
     for (int t = 0; t < 16 * nk; ++t) {
-      const __m512 s = _mm512_set1_ps(key_scale ? key_scale[int64_t(t) * nblk] : scale);
+      const float* sc = block_scaled() ? ks.data() + int64_t(t) * nblk : &global_scale;  // [nb]
+      const float* src = tmp.data() + int64_t(t) * ld;
       for (int v = 0; v < ld; v += W) {
-        const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(src + int64_t(t) * ld + v), s);
-        float* d = dst + int64_t(t) * ld + v;
-        _mm512_storeu_ps(d, add ? _mm512_add_ps(_mm512_loadu_ps(d), x) : x);
+        __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(src + v), _mm512_set1_ps(sc[0]));
+        for (int j = 1; j < nb; ++j)
+          acc = _mm512_fmadd_ps(_mm512_loadu_ps(src + j * part + v), _mm512_set1_ps(sc[j]), acc);
+        _mm512_storeu_ps(ST + int64_t(t) * ld + v, acc);
       }
     }
   }
 
   // ST [kKeys][ld]: key blocks past the tile's keys are left as they are (the softmax masks them).
+  // Quantised latents: each scale block's product into its own buffer, then one pass applies the
+  // scales (per key and block, or NVFP4's g); the BF16 rope is added by the tile unit.
   void scores(float* ST) {
     const int nk = (n_keys + 15) / 16, lat_chunks = lat_pad / 32, chunks = dk_pad / 32;
     if (kv == DType::kBF16) {
       score_chunks<false>(nk, 0, chunks, ST);
       return;
     }
-    if (block_scaled()) {
-      for (int j = 0; j < nblk; ++j) {
-        score_chunks<false>(nk, j * (kFp8ScaleBlock / 32),
-                            std::min(lat_chunks, (j + 1) * (kFp8ScaleBlock / 32)), tmp.data());
-        scale_rows(nk, tmp.data(), ST, ks.data() + j, 1.0f, j > 0);
-      }
-    } else {
-      score_chunks<false>(nk, 0, lat_chunks, tmp.data());
-      scale_rows(nk, tmp.data(), ST, nullptr, global_scale, false);
-    }
+    const int blk_chunks = block_scaled() ? kFp8ScaleBlock / 32 : lat_chunks;
+    const int nb = (lat_chunks + blk_chunks - 1) / blk_chunks;
+    for (int j = 0; j < nb; ++j)
+      score_chunks<false>(nk, j * blk_chunks, std::min(lat_chunks, (j + 1) * blk_chunks),
+                          tmp.data() + int64_t(j) * kKeys * ld);
+    combine_scaled(nk, nb, ST);
     score_chunks<true>(nk, lat_chunks, chunks, ST);  // the BF16 rope adds unscaled
   }
 
