@@ -10,7 +10,7 @@ struct CpuFeatures {
   bool avx2_fma = false;     // AVX2 + FMA3
   bool avx512 = false;       // AVX-512 F, BW, VL, DQ
   bool avx512_bf16 = false;  // AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
-  bool amx_bf16 = false;     // AMX-TILE + AMX-BF16 with the kernel's permission to use tile data
+  bool amx_bf16 = false;     // AMX-TILE + AMX-BF16 (+ VBMI) and the kernel's grant of tile data
 };
 
 // Detected once; honours the MLA_ISA cap.

@@ -21,9 +21,14 @@ namespace {
 // built from core/dtype's exact conversion (NaN codes → NaN, subnormals exact).
 struct Fp8Bf16Table {
   alignas(64) uint16_t w[128];
+  alignas(64) uint8_t hi[128], lo[128];  // the same words split into bytes (byte permutes)
   alignas(64) float e2m1[16];
   Fp8Bf16Table() {
-    for (int i = 0; i < 128; ++i) w[i] = f32_to_bf16(fp8_e4m3_to_f32(uint8_t(i)));
+    for (int i = 0; i < 128; ++i) {
+      w[i] = f32_to_bf16(fp8_e4m3_to_f32(uint8_t(i)));
+      hi[i] = uint8_t(w[i] >> 8);
+      lo[i] = uint8_t(w[i] & 0xff);
+    }
     for (int i = 0; i < 16; ++i) e2m1[i] = e2m1_to_f32(uint8_t(i));
   }
 };
@@ -41,6 +46,29 @@ inline __mmask16 first_n16(int n) {
 }
 
 // dst[0:n] = BF16 of the E4M3 codes src[0:n].
+#ifdef __AVX512VBMI__
+// 64 codes per step: two 128-entry byte lookups (high and low byte of each word), the sign into
+// the high byte, and byte interleaves; the input's qwords are pre-ordered so that the
+// interleaves (within 128-bit lanes) leave codes 0-31 and 32-63 in order.
+inline void fp8_codes_to_bf16(const uint8_t* src, int n, uint16_t* dst) {
+  const Fp8Bf16Table& t = fp8_bf16_table();
+  const __m512i hi0 = _mm512_load_si512(t.hi), hi1 = _mm512_load_si512(t.hi + 64),
+                lo0 = _mm512_load_si512(t.lo), lo1 = _mm512_load_si512(t.lo + 64);
+  const __m512i order = _mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0);
+  const __m512i mag_mask = _mm512_set1_epi8(0x7f), sign_mask = _mm512_set1_epi8(char(0x80));
+  for (int i = 0; i < n; i += 64) {
+    const int len = std::min(64, n - i);
+    const __mmask64 m = len >= 64 ? ~__mmask64(0) : (__mmask64(1) << len) - 1;
+    const __m512i x = _mm512_permutexvar_epi64(order, _mm512_maskz_loadu_epi8(m, src + i));
+    const __m512i mag = _mm512_and_si512(x, mag_mask);
+    const __m512i hb =
+        _mm512_or_si512(_mm512_permutex2var_epi8(hi0, mag, hi1), _mm512_and_si512(x, sign_mask));
+    const __m512i lb = _mm512_permutex2var_epi8(lo0, mag, lo1);
+    _mm512_mask_storeu_epi16(dst + i, first_n32(len), _mm512_unpacklo_epi8(lb, hb));
+    _mm512_mask_storeu_epi16(dst + i + 32, first_n32(len - 32), _mm512_unpackhi_epi8(lb, hb));
+  }
+}
+#else
 inline void fp8_codes_to_bf16(const uint8_t* src, int n, uint16_t* dst) {
   const Fp8Bf16Table& t = fp8_bf16_table();
   const __m512i t0 = _mm512_load_si512(t.w), t1 = _mm512_load_si512(t.w + 32),
@@ -58,6 +86,7 @@ inline void fp8_codes_to_bf16(const uint8_t* src, int n, uint16_t* dst) {
     _mm512_mask_storeu_epi16(dst + i, m, v);
   }
 }
+#endif
 
 // dst[0:n] = BF16 of the INT8 codes src[0:n] (|code| ≤ 127 < 2^8: exact).
 inline void int8_codes_to_bf16(const uint8_t* src, int n, uint16_t* dst) {

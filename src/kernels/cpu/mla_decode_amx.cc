@@ -3,7 +3,8 @@
 #include "kernels/cpu/isa_prelude.h"
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,amx-tile,amx-bf16")
+#pragma GCC target( \
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,amx-tile,amx-bf16")
 
 #include "kernels/cpu/decode_tile_amx.h"
 #include "kernels/cpu/mla_decode_driver.h"

@@ -189,6 +189,7 @@ void add_mla_decode_cases(std::vector<OpCase>& cases, const Options& opt) {
     add({3, 2, 140, 3, 16, true, true}, 576, 512, DType::kF32, kt);
     add({2, 4, 20, 16, 16, false, true}, 576, 512, DType::kBF16, kt);
     add({2, 1, 77, 5, 16, false, false}, 200, 136, DType::kF32, kt);
+    add({2, 2, 77, 5, 16, false, true}, 200, 136, DType::kBF16, kt);  // BF16 / AMX: code tails
     if (!opt.quick) add({1, 1, 4096, 128, 64, false, false}, 576, 512, DType::kBF16, kt);
   }
   // NaN must come out where the reference has it, also through key-range splits and their
