@@ -81,6 +81,12 @@ struct AbsorbedCall {
   float* lse;              // [b, h_q, s_q]
 };
 
+Status check_absorbed_q_dtype(const char* op, DType t) {
+  if (t == DType::kF32 || t == DType::kBF16) return Status();
+  return invalid_argument(
+      fmt::format("{}: absorbed_q_dtype {} is not f32 or bf16", op, dtype_name(t)));
+}
+
 Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view backend) {
   const MlaAbsorbedWeights& w = *c.w;
   const int H = w.h_q, r = w.r, d_n = w.d_n, d_v = w.d_v;
@@ -143,9 +149,7 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
 
 Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool, std::string_view backend) {
   if (!p.w) return invalid_argument("mla_decode_batch: weights are required");
-  if (p.absorbed_q_dtype != DType::kF32 && p.absorbed_q_dtype != DType::kBF16)
-    return invalid_argument(fmt::format("mla_decode_batch: absorbed_q_dtype {} is not f32 or bf16",
-                                        dtype_name(p.absorbed_q_dtype)));
+  MLA_RETURN_IF_ERROR(check_absorbed_q_dtype("mla_decode_batch", p.absorbed_q_dtype));
   if (p.b == 0) return Status();
   AbsorbedCall c{p.b,
                  1,
@@ -171,9 +175,7 @@ Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool, std::st
 Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
                               std::string_view backend) {
   if (!p.w) return invalid_argument("mla_attention: weights are required");
-  if (p.absorbed_q_dtype != DType::kF32 && p.absorbed_q_dtype != DType::kBF16)
-    return invalid_argument(fmt::format("mla_attention: absorbed_q_dtype {} is not f32 or bf16",
-                                        dtype_name(p.absorbed_q_dtype)));
+  MLA_RETURN_IF_ERROR(check_absorbed_q_dtype("mla_attention", p.absorbed_q_dtype));
   const MlaAbsorbedWeights& w = *p.w;
   const int H = w.h_q, r = w.r, d_n = w.d_n, d_v = w.d_v;
   const MlaPath path = choose_mla_path(p.s_q, p.prefill_absorption_threshold);
