@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #if defined(__linux__) && defined(__x86_64__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -23,6 +26,18 @@ bool request_amx_permission() {
 #endif
 }
 
+// CPUID leaf 7: AMX-TILE (EDX 24), AMX-BF16 (EDX 22) and AVX512_VBMI (ECX 1), which the AMX
+// kernels also use. Read directly: not every compiler's __builtin_cpu_supports knows AMX.
+bool amx_bf16_and_vbmi_in_cpuid() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (d >> 24 & 1) && (d >> 22 & 1) && (c >> 1 & 1);
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {
@@ -35,8 +50,7 @@ const CpuFeatures& cpu_features() {
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
-    r.amx_bf16 =
-        r.avx512_bf16 && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
+    r.amx_bf16 = r.avx512_bf16 && amx_bf16_and_vbmi_in_cpuid();
 #endif
     if (const char* cap = std::getenv("MLA_ISA")) {
       if (!std::strcmp(cap, "scalar"))
