@@ -7,6 +7,7 @@
 //   kb: [kKeys][dk_pad] u16      key rows in that layout (quantised caches, odd pages / dims);
 //                                a BF16 cache with aligned dims and pages is read in place (A)
 //   ST: [kKeys][ld] f32          S^T, key-major as the driver's softmax wants
+//   tmp: [nblk][kKeys][ld] f32   each scale block's partial S^T (quantised caches), scaled into ST
 //   pt: [kKeys/2][ld] u32, pa: [nblk][ld][kKeys] u16   probabilities as pairs, then row-major (A)
 //   vp: [kKeys/2][ldv] u32       V as token pairs: the B operand of O = P·V
 // (ldv = dv_pad + 16: rows 2 KiB apart would share L1 sets.) O [ld][ldv] (the driver's) is rescaled
