@@ -118,7 +118,7 @@ struct DecodeTileAmx {
       rows[j] = reinterpret_cast<const uint8_t*>(dst);
     }
     a_stride = in_place ? row_bytes : int64_t(dk_pad) * 2;
-    for (int k = 0; k < kKeys / 16; ++k) ablk[k] = rows[std::min(16 * k, n - 1)];
+    for (int k = 0; k < kKeys / 16; ++k) ablk[k] = rows[std::min(16 * k, std::max(n - 1, 0))];
     // Pairs past n up to the last 32-key step are zero (rows[] there is the zero row).
     build_v_pairs(rows, round_up(n, 32) / 2, d_v, dv_pad, vp.data(), ldv);
     n_keys = n;
