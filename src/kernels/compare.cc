@@ -69,10 +69,10 @@ CompareStats compare(const double* ref, const float* got, int64_t n, const Compa
 }
 
 void bf16_probs_bound(const float* ref, const float* abs_out, int64_t n, const CompareRule& rule,
-                      double* bound) {
+                      double* bound, int sides) {
   for (int64_t i = 0; i < n; ++i)
     bound[i] = std::max(rule.atol, rule.rtol * std::fabs(double(ref[i]))) +
-               kBf16ProbsUnit * double(abs_out[i]);
+               sides * kBf16ProbsUnit * double(abs_out[i]);
 }
 
 std::string CompareStats::to_string() const {

@@ -27,8 +27,9 @@ CompareRule flashmla_lse_rule();
 // 8 significant bits) + 2^-22 (the FP32 roundings of p · s and of the reference's own code · s,
 // with room).
 inline constexpr double kBf16ProbsUnit = 0x1p-8 + 0x1p-22;
+// sides = 2 when both outputs compared may round their probabilities.
 void bf16_probs_bound(const float* ref, const float* abs_out, int64_t n, const CompareRule& rule,
-                      double* bound);
+                      double* bound, int sides = 1);
 
 struct CompareStats {
   int64_t n = 0;

@@ -315,11 +315,9 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
     std::vector<double> obound;
     if (weaker == Intermediates::kBf16Probs) {
       obound.resize(n_out);
-      bf16_probs_bound(a.out.data(), oracle_abs.data(), n_out, orule, obound.data());
-      if (a.compute != Intermediates::kFp64)
-        for (int64_t i = 0; i < n_out; ++i)
-          obound[i] = std::max(orule.atol, orule.rtol * std::fabs(double(a.out[i]))) +
-                      2 * kBf16ProbsUnit * oracle_abs[i];  // both sides may round probabilities
+      const int rounding_sides = a.compute == Intermediates::kFp64 ? 1 : 2;
+      bf16_probs_bound(a.out.data(), oracle_abs.data(), n_out, orule, obound.data(),
+                       rounding_sides);
     }
     VerifyPair po{
         a.name,

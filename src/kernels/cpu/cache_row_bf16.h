@@ -18,18 +18,16 @@ namespace mla::cpu {
 namespace {
 
 // E4M3 magnitude code (7 bits) → BF16 bits, as four vectors of 32 words for two-source permutes;
-// built from core/dtype's exact conversion (NaN codes → NaN, subnormals exact).
+// built from load_f32.h's exact code → FP32 table (NaN codes → NaN, subnormals exact).
 struct Fp8Bf16Table {
   alignas(64) uint16_t w[128];
   alignas(64) uint8_t hi[128], lo[128];  // the same words split into bytes (byte permutes)
-  alignas(64) float e2m1[16];
   Fp8Bf16Table() {
     for (int i = 0; i < 128; ++i) {
-      w[i] = f32_to_bf16(fp8_e4m3_to_f32(uint8_t(i)));
+      w[i] = f32_to_bf16(narrow_tables().fp8[i]);
       hi[i] = uint8_t(w[i] >> 8);
       lo[i] = uint8_t(w[i] & 0xff);
     }
-    for (int i = 0; i < 16; ++i) e2m1[i] = e2m1_to_f32(uint8_t(i));
   }
 };
 inline const Fp8Bf16Table& fp8_bf16_table() {
@@ -101,9 +99,8 @@ inline void int8_codes_to_bf16(const uint8_t* src, int n, uint16_t* dst) {
 // e4m3 block scales of one row; n even.
 inline void nvfp4_values_to_bf16(const uint8_t* codes, const uint8_t* scales, int n,
                                  uint16_t* dst) {
-  const Fp8Bf16Table& t = fp8_bf16_table();
   const float* fp8 = narrow_tables().fp8;
-  const __m512 e2m1 = _mm512_load_ps(t.e2m1);
+  const __m512 e2m1 = _mm512_loadu_ps(narrow_tables().e2m1);
   const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
   const __m512i nib = _mm512_set1_epi32(0xf);
   for (int i = 0; i < n; i += kNvfp4ScaleBlock) {

@@ -47,6 +47,27 @@ inline void build_v_pairs(const uint8_t* const* rows, int n_pairs, int d_v, int 
   }
 }
 
+// pp [n_pairs][ld] u32 = BF16 pairs (P[2t][r]·s_2t, P[2t+1][r]·s_2t+1) of the probabilities
+// PT [≥ 2·n_pairs][ld] (key-major), each times its key's V scale s_t = key_scale[t·stride]
+// (0 for keys t ≥ n) or, without key scales, the uniform scale. One BF16 rounding per term.
+inline void probability_pairs(const float* PT, int ld, int n_pairs, int n, const float* key_scale,
+                              int64_t key_scale_stride, float scale, uint32_t* pp) {
+  const __m512i halves = _mm512_load_si512(kPairHalves);
+  auto s_of = [&](int t) {
+    return _mm512_set1_ps(!key_scale ? scale : t < n ? key_scale[t * key_scale_stride] : 0.0f);
+  };
+  for (int t2 = 0; t2 < n_pairs; ++t2) {
+    const __m512 s0 = s_of(2 * t2), s1 = s_of(2 * t2 + 1);
+    const float* p0 = PT + int64_t(2 * t2) * ld;
+    for (int r = 0; r < ld; r += 16) {
+      const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(p0 + r), s0);
+      const __m512 b = _mm512_mul_ps(_mm512_loadu_ps(p0 + ld + r), s1);
+      const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in words 0-15
+      _mm512_store_si512(pp + int64_t(t2) * ld + r, _mm512_permutexvar_epi16(halves, ab));
+    }
+  }
+}
+
 // qT [d_qk / 2][ld] u32 = the BF16 channel pairs of query rows r0 .. r0+R-1 of sequence b;
 // padding rows (R .. ld) are zero.
 inline void transpose_q_pairs(const MlaDecodeParams& p, int b, int r0, int R, int ld,

@@ -29,8 +29,8 @@ struct DecodeTileAmx {
   static constexpr int kRowBlock = 128;
   // Keys per step: the softmax runs over 128 keys at once, so O is rescaled and its tiles loaded
   // and stored once per 128 keys instead of per 64 (4 tdpbf16ps per accumulator tile, not 2).
-  // Measured (h_q 128, s_kv 16384): 64 keys 4.87 ms, 256 keys 3.9 ms, 128 keys 3.6 ms (the
-  // step's keys, scores and V pairs stay in L2 beside O; 512 keys: 4.3 ms).
+  // 128 measured fastest of 64 to 512 (docs/BENCHMARKS.md): the step's keys, scores and V
+  // pairs stay in L2 beside O.
   static constexpr int kKeys = 128;
   AlignedBuffer<uint32_t> qT, vp, pt;
   AlignedBuffer<uint16_t> kb, pa, zero_row;
@@ -40,6 +40,7 @@ struct DecodeTileAmx {
   int64_t a_stride = 0;
   DType kv = DType::kBF16;
   int r = 0, d_r = 0, d_v = 0, dv_pad = 0, ldv = 0, lat_pad = 0, dk_pad = 0, ld = 0, nblk = 1;
+  int n_keys = 0;         // keys of the current step
   bool in_place = false;  // keys read from the paged cache directly
   float global_scale = 1.0f;
   int64_t row_bytes = 0;
@@ -65,10 +66,10 @@ struct DecodeTileAmx {
     ensure_scratch(vp, size_t(kKeys / 2) * ldv);
     ensure_scratch(pt, size_t(kKeys / 2) * ldm);
     ensure_scratch(pa, size_t(nblk) * ldm * kKeys);
-    ensure_scratch(tmp, size_t(nblk) * kKeys * ldm);
     ensure_scratch(zero_row, size_t(dk_pad) + 64);
-    ensure_scratch(kb, size_t(kKeys) * dk_pad);
     ensure_scratch(ks, size_t(kKeys) * nblk);
+    if (!in_place) ensure_scratch(kb, size_t(kKeys) * dk_pad);
+    if (kv != DType::kBF16) ensure_scratch(tmp, size_t(nblk) * kKeys * ldm);  // scores()
     amx_configure();
   }
   void end_item() { _tile_release(); }
@@ -125,7 +126,6 @@ struct DecodeTileAmx {
     build_v_pairs(rows, round_up(n, 32) / 2, d_v, dv_pad, vp.data(), ldv);
     n_keys = n;
   }
-  int n_keys = 0;
 
   // out [16·nk keys][ld] = Σ over channel chunks [c0, c1) of K·Q^T (kLoad: added to out).
   template <bool kLoad>
@@ -172,24 +172,9 @@ struct DecodeTileAmx {
 
   // pa[j] [ld][kKeys] bf16 = P (times the V scale of block j) row-major, for keys < 32·steps.
   void probabilities_to_rows(const float* PT, int steps) {
-    const __m512i halves = _mm512_load_si512(kPairHalves);
     for (int j = 0; j < nblk; ++j) {
-      for (int t2 = 0; t2 < 16 * steps; ++t2) {
-        __m512 s0 = _mm512_set1_ps(global_scale), s1 = s0;
-        if (block_scaled()) {
-          const int t = 2 * t2;
-          s0 = _mm512_set1_ps(t < n_keys ? ks[int64_t(t) * nblk + j] : 0.0f);
-          s1 = _mm512_set1_ps(t + 1 < n_keys ? ks[int64_t(t + 1) * nblk + j] : 0.0f);
-        }
-        const float* p0 = PT + int64_t(2 * t2) * ld;
-        for (int v = 0; v < ld; v += W) {
-          const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(p0 + v), s0);
-          const __m512 c = _mm512_mul_ps(_mm512_loadu_ps(p0 + ld + v), s1);
-          const __m512i ac = (__m512i)_mm512_cvtne2ps_pbh(c, a);
-          _mm512_store_si512(pt.data() + int64_t(t2) * ld + v,
-                             _mm512_permutexvar_epi16(halves, ac));
-        }
-      }
+      probability_pairs(PT, ld, 16 * steps, n_keys, block_scaled() ? ks.data() + j : nullptr, nblk,
+                        global_scale, pt.data());
       uint32_t* dst = reinterpret_cast<uint32_t*>(pa.data() + int64_t(j) * ld * kKeys);
       for (int v = 0; v < ld; v += 16)
         for (int s = 0; s < steps; ++s) {

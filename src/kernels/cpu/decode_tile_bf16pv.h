@@ -54,7 +54,7 @@ struct DecodeTileBf16Pv {
   AlignedBuffer<float> ks;
   const uint8_t* rows[kTile] = {};
   DType kv = DType::kBF16;
-  int d_qk = 0, d_qk2 = 0, d_v = 0, dv_pad = 0, kb_stride = 0, ld = 0, n_cur = 0;
+  int d_qk = 0, d_qk2 = 0, d_v = 0, dv_pad = 0, kb_stride = 0, ld = 0;
   int nblk = 1;               // scale blocks of V (FP8 / INT8: ceil(r / 128)), else 1
   float global_scale = 1.0f;  // NVFP4: the layer's g, applied to latent scores and to P
   int64_t row_bytes = 0;
@@ -90,7 +90,6 @@ struct DecodeTileBf16Pv {
   }
 
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
-    n_cur = n;
     const CacheRowFormat f(kv, d_v, d_qk - d_v, p.kv_global_scale);
     const uint8_t* zero = reinterpret_cast<const uint8_t*>(zero_row.data());
     for (int j = 0; j < kTile; ++j) {
@@ -137,26 +136,10 @@ struct DecodeTileBf16Pv {
 
   // Probabilities into BF16 token pairs (per V scale block), then O += P·V block by block.
   void pv(const float* PT, int R, int n, const float* corr, RowBlockState st) {
-    const int np = (n + 1) / 2;
-    const __m512i halves = _mm512_load_si512(kPairHalves);
-    for (int j = 0; j < nblk; ++j) {
-      uint32_t* ppj = pp.data() + int64_t(j) * (kTile / 2) * ld;
-      for (int t2 = 0; t2 < np; ++t2) {
-        __m512 s0 = _mm512_set1_ps(global_scale), s1 = s0;
-        if (block_scaled()) {
-          s0 = _mm512_set1_ps(ks[int64_t(2 * t2) * nblk + j]);
-          s1 = _mm512_set1_ps(2 * t2 + 1 < n ? ks[int64_t(2 * t2 + 1) * nblk + j] : 0.0f);
-        }
-        const float* p0 = PT + int64_t(2 * t2) * ld;
-        const float* p1 = p0 + ld;  // row 2·t2 + 1 < kTile: probability 0 past n
-        for (int r = 0; r < ld; r += W) {
-          const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(p0 + r), s0);
-          const __m512 b = _mm512_mul_ps(_mm512_loadu_ps(p1 + r), s1);
-          const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in words 0-15
-          _mm512_store_si512(ppj + int64_t(t2) * ld + r, _mm512_permutexvar_epi16(halves, ab));
-        }
-      }
-    }
+    const int np = (n + 1) / 2;  // row 2·np − 1 < kTile of PT: probability 0 past n
+    for (int j = 0; j < nblk; ++j)
+      probability_pairs(PT, ld, np, n, block_scaled() ? ks.data() + j : nullptr, nblk, global_scale,
+                        pp.data() + int64_t(j) * (kTile / 2) * ld);
     for (int ch = 0; ch < dv_pad; ch += 4 * W) {
       const int j = block_scaled() ? ch / kFp8ScaleBlock : 0;
       const uint32_t* ppj = pp.data() + int64_t(j) * (kTile / 2) * ld;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "kernels/compare.h"
 #include "temp_dir.h"
 
 namespace {
@@ -134,9 +135,9 @@ constexpr double kLseAtol = 1e-6, kLseRtol = 8.01 / 65536;
 
 // A variant that rounds the probabilities of P·V to BF16 (metadata intermediates "bf16_probs")
 // may add u · Σ p|v| per element, Σ p|v| being the reference's abs_out: one BF16 rounding of
-// p · s (2^-8: 8 significant bits) and the FP32 roundings around it (kernels/compare.h,
-// kBf16ProbsUnit).
-constexpr double kBf16ProbsUnit = 0x1p-8 + 0x1p-22;
+// p · s (2^-8: 8 significant bits) and the FP32 roundings around it (u = kBf16ProbsUnit of
+// kernels/compare.h, the one definition the harness and `mla verify` use too).
+using mla::kBf16ProbsUnit;
 
 // Returns what failed, empty on pass. extra (optional) widens each element's allowance.
 std::string compare(const char* label, const F32Tensor& ref, const F32Tensor& got, double atol,

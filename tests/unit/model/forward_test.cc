@@ -32,6 +32,17 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, cons
   EXPECT_EQ(bad, 0) << what;
 }
 
+// Cosine similarity of two logit vectors of the same size, in FP64.
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot += double(a[i]) * b[i];
+    na += double(a[i]) * a[i];
+    nb += double(b[i]) * b[i];
+  }
+  return dot / std::sqrt(na * nb);
+}
+
 class ForwardTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -201,13 +212,8 @@ TEST_P(ForwardTest, ServingCachesStayNearTheExactCache) {
     ASSERT_TRUE(a.ok());
     const std::string name(kv_cache_dtype_name(kv));
     EXPECT_LT(a->kv_bytes_per_token, base->kv_bytes_per_token) << name;
-    double dot = 0, na = 0, nb = 0;
-    for (size_t i = 0; i < a->prompt_logits.size(); ++i) {
-      dot += double(a->prompt_logits[i]) * base->prompt_logits[i];
-      na += double(a->prompt_logits[i]) * a->prompt_logits[i];
-      nb += double(base->prompt_logits[i]) * base->prompt_logits[i];
-    }
-    EXPECT_GT(dot / std::sqrt(na * nb), 0.9) << name;
+    ASSERT_EQ(a->prompt_logits.size(), base->prompt_logits.size()) << name;
+    EXPECT_GT(cosine(a->prompt_logits, base->prompt_logits), 0.9) << name;
   }
 }
 
@@ -237,13 +243,7 @@ TEST_P(ForwardTest, Bf16AttentionFollowsFp32Attention) {
     const std::vector<float>& y = *rb.*which;
     ASSERT_EQ(x.size(), y.size());
     ASSERT_FALSE(x.empty());
-    double dot = 0, nx = 0, ny = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      dot += double(x[i]) * y[i];
-      nx += double(x[i]) * x[i];
-      ny += double(y[i]) * y[i];
-    }
-    EXPECT_GT(dot / std::sqrt(nx * ny), 0.9999);
+    EXPECT_GT(cosine(x, y), 0.9999);
   }
 }
 
