@@ -38,6 +38,17 @@ bool amx_bf16_and_vbmi_in_cpuid() {
 #endif
 }
 
+// CPUID leaf 7 ECX: GFNI (bit 8) and AVX512_VBMI (bit 1), read directly like AMX above.
+bool gfni_and_vbmi_in_cpuid() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (c >> 8 & 1) && (c >> 1 & 1);
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {
@@ -49,6 +60,7 @@ const CpuFeatures& cpu_features() {
     r.avx512 = r.avx2_fma && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
+    r.avx512_gfni = r.avx512 && gfni_and_vbmi_in_cpuid();
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
     r.amx_bf16 = r.avx512_bf16 && amx_bf16_and_vbmi_in_cpuid();
 #endif
@@ -56,9 +68,9 @@ const CpuFeatures& cpu_features() {
       if (!std::strcmp(cap, "scalar"))
         r = CpuFeatures{};
       else if (!std::strcmp(cap, "avx2"))
-        r.avx512 = r.avx512_bf16 = r.amx_bf16 = false;
+        r.avx512 = r.avx512_gfni = r.avx512_bf16 = r.amx_bf16 = false;
       else if (!std::strcmp(cap, "avx512"))
-        r.avx512_bf16 = r.amx_bf16 = false;
+        r.avx512_gfni = r.avx512_bf16 = r.amx_bf16 = false;
       else if (!std::strcmp(cap, "avx512bf16"))
         r.amx_bf16 = false;
     }

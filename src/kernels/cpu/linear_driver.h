@@ -7,6 +7,10 @@
 //                       unless nan = false (the caller has checked the bytes with fp8_nan)
 //   fp8_nan(p, count)   whether any of count E4M3 bytes is a NaN (0x7F / 0xFF)
 //   rows<N>()           W rows per register block next to N rows of x
+//   optional, a wider FP8 step for n = 1 (kFp8Cols columns):
+//     widen_fp8_cols(p, Vec (&)[kFp8Cols / kW], NanAcc&)  what kFp8Cols / kW calls of
+//                         widen<kF8E4M3, false> give, also folding the bytes into a NaN
+//                         accumulator (fp8_nan_zero(), fp8_nan_hit(acc))
 // Include after the ISA's `#pragma GCC target` (and linear_cpu.h, scratch.h before it); all of it
 // has internal linkage. Numerics: weights are widened exactly (FP8 · scale rounds once in FP32),
 // products are accumulated in FP32 lanes and summed across lanes at the end of a row.
@@ -72,6 +76,35 @@ inline void lin_step(typename L::Vec (&acc)[R][N], const uint8_t* const (&wp)[R]
   }
 }
 
+// Columns per FP8 dot step: L::kFp8Cols where the traits decode several vectors at once.
+template <class L>
+constexpr int lin_fp8_cols() {
+  if constexpr (requires { L::kFp8Cols; })
+    return L::kFp8Cols;
+  else
+    return L::kW;
+}
+
+// lin_step<L, kF8E4M3, R, 1> over lin_fp8_cols<L>() columns: acc[r] takes the decoded vectors
+// in column order, as successive kW steps would, so the output bits are the same. The row of x
+// stays in registers for all R weight rows.
+template <class L, int R, class NanAcc>
+inline void lin_step_fp8_wide(typename L::Vec (&acc)[R][1], const uint8_t* const (&wp)[R],
+                              const float* x, NanAcc& nan) {
+  using V = typename L::Vec;
+  constexpr int Q = lin_fp8_cols<L>() / L::kW;
+  V xv[Q];
+#pragma GCC unroll 8
+  for (int q = 0; q < Q; ++q) xv[q] = V::load(x + q * L::kW);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    V wv[Q];
+    L::widen_fp8_cols(wp[r], wv, nan);
+#pragma GCC unroll 8
+    for (int q = 0; q < Q; ++q) acc[r][0] = fma(wv[q], xv[q], acc[r][0]);
+  }
+}
+
 // Weight rows as the dot kernels see them: row r at data + r · in · bytes (the weight itself, or
 // a widened FP32 copy of some of its rows); output r of x row i at y[i · ldy + r]. `from_dram`:
 // the rows are the weight as stored, read once, so the next block is prefetched (lin_dot_rows);
@@ -106,7 +139,24 @@ void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
   }
   for (int64_t c0 = 0; c0 < in; c0 += kLinScanCols) {
     const int64_t c1 = std::min(in, c0 + kLinScanCols);
-    int64_t j = c0;
+    int64_t j = c0, scan_from = c0;
+    if constexpr (D == DType::kF8E4M3 && N == 1 && lin_fp8_cols<L>() > kW) {
+      constexpr int kC = lin_fp8_cols<L>();
+      auto nan_acc = L::fp8_nan_zero();
+      for (; j + kC <= c1; j += kC) {
+        if (next) {
+          const uint8_t* p = next + (j / kW) * kAheadBytes;
+          for (int64_t b = 0; b < kAheadBytes * (kC / kW); b += 64) __builtin_prefetch(p + b, 0, 1);
+        }
+        const uint8_t* wp[R];
+        for (int r = 0; r < R; ++r) wp[r] = row[r] + j;
+        lin_step_fp8_wide<L, R>(acc, wp, x + j, nan_acc);
+      }
+      // Some row of the block has a NaN byte here (never, in a real checkpoint): find which.
+      if (L::fp8_nan_hit(nan_acc))
+        for (int r = 0; r < R; ++r) nan[r] |= L::fp8_nan(row[r] + c0, j - c0);
+      scan_from = j;
+    }
     for (; j + kW <= c1; j += kW) {
       if (next) {
         const uint8_t* p = next + (j / kW) * kAheadBytes;
@@ -133,7 +183,8 @@ void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
     // A NaN weight makes its output NaN for every x: a byte scan instead of a mask per vector,
     // after the dot loop so that it reads L1 (scanning first stalled on DRAM: −25% at n = 1).
     if constexpr (D == DType::kF8E4M3)
-      for (int r = 0; r < R; ++r) nan[r] |= L::fp8_nan(row[r] + c0, c1 - c0);
+      if (scan_from < c1)
+        for (int r = 0; r < R; ++r) nan[r] |= L::fp8_nan(row[r] + scan_from, c1 - scan_from);
   }
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < N; ++i)

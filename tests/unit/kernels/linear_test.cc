@@ -143,12 +143,45 @@ TEST(Linear, ARowOfXGetsTheSameOutputAloneAndInABatch) {
     }
 }
 
+// linear.cpu.avx512gfni decodes FP8 by bit moves where linear.cpu.avx512 goes through FP16, to
+// the same values, and takes the products in the same order: every output is the same bit for
+// bit, every finite code (subnormals included) and NaN bytes in the 64-column steps, their tail
+// and the ragged end of a row.
+TEST(Linear, GfniFp8DecodingGivesTheFp16RoutesBits) {
+  const auto v = cpu::linear_cpu_variants();
+  if (!v[0].supported()) GTEST_SKIP() << v[0].name << " needs GFNI and AVX-512 VBMI";
+  ThreadPool pool(2);
+  Rng rng(5);
+  const Shape shapes[] = {{300, 2100}, {130, 260}, {33, 2048, 3, 5}, {17, 700, 16, 24}};
+  for (const Shape& s : shapes) {
+    TestWeight t = make_weight(rng, DType::kF8E4M3, s.out, s.in, 2, s.block_rows, s.block_cols);
+    uint8_t* bytes = const_cast<uint8_t*>(t.w.data);
+    bytes[1 * s.in + 70] = 0x7F;         // in a 64-column step
+    bytes[4 * s.in + s.in - 1] = 0xFF;   // the last column
+    if (s.in > 520) bytes[9 * s.in + 520] = 0x7F;  // a step of the second 512-column segment
+    for (int64_t n : {1, 2, 4, 5, 16}) {
+      std::vector<float> x(size_t(n * s.in)), a(size_t(n * s.out)), b(a.size());
+      for (auto& e : x) e = float(rng.normal());
+      v[0].run(t.w, n, x.data(), a.data(), pool, cpu::LinearPath::kAuto);
+      v[1].run(t.w, n, x.data(), b.data(), pool, cpu::LinearPath::kAuto);
+      for (size_t k = 0; k < a.size(); ++k) {
+        if (std::isnan(b[k])) {
+          ASSERT_TRUE(std::isnan(a[k])) << "out " << s.out << " in " << s.in << " n " << n;
+          continue;
+        }
+        ASSERT_EQ(a[k], b[k]) << "out " << s.out << " in " << s.in << " n " << n << " at " << k;
+      }
+    }
+  }
+}
+
 TEST(Linear, ListsTheVariantsBestFirstWithScalarAlwaysThere) {
   const auto v = cpu::linear_cpu_variants();
-  ASSERT_EQ(v.size(), 3u);
-  EXPECT_STREQ(v[0].name, "linear.cpu.avx512");
-  EXPECT_STREQ(v[2].name, "linear.cpu.scalar");
-  EXPECT_TRUE(v[2].supported());
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_STREQ(v[0].name, "linear.cpu.avx512gfni");
+  EXPECT_STREQ(v[1].name, "linear.cpu.avx512");
+  EXPECT_STREQ(v[3].name, "linear.cpu.scalar");
+  EXPECT_TRUE(v[3].supported());
   for (const auto& x : v) std::printf("%s: %s\n", x.name, x.supported() ? "supported" : "skipped");
 }
 
