@@ -156,8 +156,8 @@ TEST(Linear, GfniFp8DecodingGivesTheFp16RoutesBits) {
   for (const Shape& s : shapes) {
     TestWeight t = make_weight(rng, DType::kF8E4M3, s.out, s.in, 2, s.block_rows, s.block_cols);
     uint8_t* bytes = const_cast<uint8_t*>(t.w.data);
-    bytes[1 * s.in + 70] = 0x7F;         // in a 64-column step
-    bytes[4 * s.in + s.in - 1] = 0xFF;   // the last column
+    bytes[1 * s.in + 70] = 0x7F;                   // in a 64-column step
+    bytes[4 * s.in + s.in - 1] = 0xFF;             // the last column
     if (s.in > 520) bytes[9 * s.in + 520] = 0x7F;  // a step of the second 512-column segment
     for (int64_t n : {1, 2, 4, 5, 16}) {
       std::vector<float> x(size_t(n * s.in)), a(size_t(n * s.out)), b(a.size());
