@@ -122,6 +122,18 @@ SafetensorsFile::~SafetensorsFile() {
   unmap();
 }
 
+Status SafetensorsFile::populate() const {
+#if defined(__linux__)
+  constexpr int kMadvPopulateRead = 22;  // MADV_POPULATE_READ, Linux 5.14 (uapi mman-common.h)
+  if (map_ && ::madvise(map_, file_size_, kMadvPopulateRead) != 0) {
+    const int err = errno;
+    if (err == EINVAL || err == ENOSYS) return Status();  // older kernel: stays lazy
+    return io_error(fmt::format("{}: cannot read the mapped file: {}", path_, errno_text(err)));
+  }
+#endif
+  return Status();
+}
+
 void SafetensorsFile::unmap() {
   if (map_) ::munmap(map_, file_size_);
   map_ = nullptr;

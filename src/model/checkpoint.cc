@@ -32,6 +32,12 @@ class Progress {
                  done, shards_, gib(bytes), gib(total_), tty_ ? "" : "\n");
     if (tty_ && done == shards_) std::fputc('\n', stderr);
   }
+  void paged_in(uint64_t bytes) {
+    if (!on_) return;
+    std::fprintf(stderr, "%smla: paged in %.1f of %.1f GiB%s", tty_ ? "\r" : "", gib(bytes),
+                 gib(total_), tty_ ? "" : "\n");
+    if (tty_ && bytes >= total_) std::fputc('\n', stderr);
+  }
 
  private:
   static double gib(uint64_t b) { return double(b) / double(uint64_t{1} << 30); }
@@ -94,6 +100,14 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir_text, const Checkpoin
     ck.bytes_mapped_ += f.file_size();
     ck.shards_.push_back(std::move(f));
     progress.shard_done(ck.shards_.size(), ck.bytes_mapped_);
+  }
+  if (options.populate) {
+    uint64_t paged = 0;
+    for (const SafetensorsFile& f : ck.shards_) {
+      MLA_RETURN_IF_ERROR(f.populate());
+      paged += f.file_size();
+      progress.paged_in(paged);
+    }
   }
 
   // Every tensor of every shard exactly once...

@@ -29,6 +29,9 @@ struct CheckpointOptions {
   // Show progress on stderr while mapping when the shards total at least this many bytes
   // (UINT64_MAX: never). Mapping is lazy, so this mostly measures header validation.
   uint64_t progress_min_bytes = uint64_t{1} << 30;
+  // Page every shard in at open (SafetensorsFile::populate), with progress: what a run that
+  // will read every weight wants. Off, the mapping stays lazy (tools that read headers only).
+  bool populate = false;
 };
 
 class Checkpoint {

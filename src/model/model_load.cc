@@ -202,7 +202,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const Runtime
   if (options.max_context < 0)
     return invalid_argument(fmt::format("max context {} < 0", options.max_context));
   auto impl = std::make_unique<Impl>();
-  MLA_ASSIGN_OR_RETURN(impl->weights, load_model_weights(dir));
+  CheckpointOptions checkpoint_options;
+  // Decode reads every active weight each step and, over many steps, every expert: faulting the
+  // pages in lazily cost a page fault per 64 KiB of weights during the first tokens.
+  checkpoint_options.populate = true;
+  MLA_ASSIGN_OR_RETURN(impl->weights, load_model_weights(dir, checkpoint_options));
   const ModelConfig& c = impl->weights.config;
   if (c.hidden_act != "silu")
     return unimplemented(fmt::format("{}/config.json: hidden_act \"{}\" (only silu is supported)",
