@@ -90,14 +90,20 @@ constexpr int lin_fp8_cols() {
 // stays in registers for all R weight rows.
 template <class L, int R, class NanAcc>
 inline void lin_step_fp8_wide(typename L::Vec (&acc)[R][1], const uint8_t* const (&wp)[R],
-                              const float* x, NanAcc& nan) {
+                              const float* x, NanAcc& nan, const uint8_t* ahead) {
   using V = typename L::Vec;
   constexpr int Q = lin_fp8_cols<L>() / L::kW;
+  constexpr int kAheadLines = lin_fp8_cols<L>() / 64;  // 64-byte lines per row and step
   V xv[Q];
 #pragma GCC unroll 8
   for (int q = 0; q < Q; ++q) xv[q] = V::load(x + q * L::kW);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    // The next block's bytes (R · kFp8Cols of them) are requested a line per row, between the
+    // rows' decoding, rather than in one burst per step.
+    if (ahead)
+      for (int b = r * kAheadLines; b < (r + 1) * kAheadLines; ++b)
+        __builtin_prefetch(ahead + 64 * b, 0, 1);
     V wv[Q];
     L::widen_fp8_cols(wp[r], wv, nan);
 #pragma GCC unroll 8
@@ -144,13 +150,10 @@ void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
       constexpr int kC = lin_fp8_cols<L>();
       auto nan_acc = L::fp8_nan_zero();
       for (; j + kC <= c1; j += kC) {
-        if (next) {
-          const uint8_t* p = next + (j / kW) * kAheadBytes;
-          for (int64_t b = 0; b < kAheadBytes * (kC / kW); b += 64) __builtin_prefetch(p + b, 0, 1);
-        }
         const uint8_t* wp[R];
         for (int r = 0; r < R; ++r) wp[r] = row[r] + j;
-        lin_step_fp8_wide<L, R>(acc, wp, x + j, nan_acc);
+        lin_step_fp8_wide<L, R>(acc, wp, x + j, nan_acc,
+                                next ? next + (j / kW) * kAheadBytes : nullptr);
       }
       // Some row of the block has a NaN byte here (never, in a real checkpoint): find which.
       if (L::fp8_nan_hit(nan_acc))
