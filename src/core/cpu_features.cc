@@ -26,27 +26,21 @@ bool request_amx_permission() {
 #endif
 }
 
-// CPUID leaf 7: AMX-TILE (EDX 24), AMX-BF16 (EDX 22) and AVX512_VBMI (ECX 1), which the AMX
-// kernels also use. Read directly: not every compiler's __builtin_cpu_supports knows AMX.
-bool amx_bf16_and_vbmi_in_cpuid() {
+// CPUID leaf 7 (sub-leaf 0) ECX and EDX, read directly: not every compiler's
+// __builtin_cpu_supports knows AMX or GFNI. Zero where the leaf is absent.
+struct Leaf7 {
+  unsigned ecx = 0, edx = 0;
+};
+Leaf7 cpuid_leaf7() {
+  Leaf7 r;
 #if defined(__x86_64__) || defined(__i386__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  return (d >> 24 & 1) && (d >> 22 & 1) && (c >> 1 & 1);
-#else
-  return false;
+  unsigned a = 0, b = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &r.ecx, &r.edx)) return {};
 #endif
+  return r;
 }
-
-// CPUID leaf 7 ECX: GFNI (bit 8) and AVX512_VBMI (bit 1), read directly like AMX above.
-bool gfni_and_vbmi_in_cpuid() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  return (c >> 8 & 1) && (c >> 1 & 1);
-#else
-  return false;
-#endif
+bool has_bit(unsigned reg, int bit) {
+  return reg >> bit & 1;
 }
 
 }  // namespace
@@ -60,9 +54,13 @@ const CpuFeatures& cpu_features() {
     r.avx512 = r.avx2_fma && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
-    r.avx512_gfni = r.avx512 && gfni_and_vbmi_in_cpuid();
+    // AVX512_VBMI (ECX 1), which the AMX and GFNI kernels use; GFNI (ECX 8); AMX-BF16 (EDX 22);
+    // AMX-TILE (EDX 24).
+    const Leaf7 leaf7 = cpuid_leaf7();
+    const bool vbmi = has_bit(leaf7.ecx, 1);
+    r.avx512_gfni = r.avx512 && vbmi && has_bit(leaf7.ecx, 8);
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
-    r.amx_bf16 = r.avx512_bf16 && amx_bf16_and_vbmi_in_cpuid();
+    r.amx_bf16 = r.avx512_bf16 && vbmi && has_bit(leaf7.edx, 22) && has_bit(leaf7.edx, 24);
 #endif
     if (const char* cap = std::getenv("MLA_ISA")) {
       if (!std::strcmp(cap, "scalar"))

@@ -61,13 +61,13 @@ class SafetensorsFile {
 
   uint64_t file_size() const { return file_size_; }
   uint64_t header_size() const { return header_size_; }  // N, the JSON length
+  uint64_t data_offset() const { return 8 + header_size_; }
 
   // Reads the whole file into the page cache and maps it now (MADV_POPULATE_READ), so that the
   // first pass over the weights does not stop on a page fault every few pages. A kernel without
   // it (before Linux 5.14) leaves the mapping lazy: not an error. io_error naming the file when
   // the kernel cannot read a page (an I/O error, or the file shrank after it was opened).
   Status populate() const;
-  uint64_t data_offset() const { return 8 + header_size_; }
 
  private:
   SafetensorsFile() = default;

@@ -101,14 +101,6 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir_text, const Checkpoin
     ck.shards_.push_back(std::move(f));
     progress.shard_done(ck.shards_.size(), ck.bytes_mapped_);
   }
-  if (options.populate) {
-    uint64_t paged = 0;
-    for (const SafetensorsFile& f : ck.shards_) {
-      MLA_RETURN_IF_ERROR(f.populate());
-      paged += f.file_size();
-      progress.paged_in(paged);
-    }
-  }
 
   // Every tensor of every shard exactly once...
   for (uint32_t s = 0; s < ck.shards_.size(); ++s) {
@@ -155,6 +147,17 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir_text, const Checkpoin
 const CheckpointTensor* Checkpoint::find(std::string_view name) const {
   const auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;
+}
+
+Status Checkpoint::populate(const CheckpointOptions& options) const {
+  Progress progress(bytes_mapped_ >= options.progress_min_bytes, shards_.size(), bytes_mapped_);
+  uint64_t paged = 0;
+  for (const SafetensorsFile& f : shards_) {
+    MLA_RETURN_IF_ERROR(f.populate());
+    paged += f.file_size();
+    progress.paged_in(paged);
+  }
+  return Status();
 }
 
 }  // namespace mla

@@ -29,8 +29,9 @@ struct CheckpointOptions {
   // Show progress on stderr while mapping when the shards total at least this many bytes
   // (UINT64_MAX: never). Mapping is lazy, so this mostly measures header validation.
   uint64_t progress_min_bytes = uint64_t{1} << 30;
-  // Page every shard in at open (SafetensorsFile::populate), with progress: what a run that
-  // will read every weight wants. Off, the mapping stays lazy (tools that read headers only).
+  // load_model_weights: page every shard in (Checkpoint::populate) once the weights have passed
+  // every check, what a run that will read every weight wants. Off, the mapping stays lazy
+  // (tools that read headers only). Checkpoint::open itself never pages in.
   bool populate = false;
 };
 
@@ -57,6 +58,9 @@ class Checkpoint {
   const std::map<std::string, CheckpointTensor, std::less<>>& tensors() const { return tensors_; }
   // Sum of the shards' file sizes: what is mapped (read-only, paged in on first touch).
   uint64_t bytes_mapped() const { return bytes_mapped_; }
+  // Pages every shard in (SafetensorsFile::populate), with progress past
+  // options.progress_min_bytes. io_error naming the shard the kernel cannot read.
+  Status populate(const CheckpointOptions& options) const;
 
  private:
   std::string dir_;

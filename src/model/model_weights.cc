@@ -190,7 +190,11 @@ Result<ModelWeights> bind_model_weights(ModelConfig config, Checkpoint checkpoin
 Result<ModelWeights> load_model_weights(const std::string& dir, const CheckpointOptions& options) {
   MLA_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
   MLA_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(dir, options));
-  return bind_model_weights(std::move(config), std::move(checkpoint));
+  MLA_ASSIGN_OR_RETURN(ModelWeights w,
+                       bind_model_weights(std::move(config), std::move(checkpoint)));
+  // After every check: a checkpoint that is refused is not read through first.
+  if (options.populate) MLA_RETURN_IF_ERROR(w.checkpoint.populate(options));
+  return w;
 }
 
 }  // namespace mla

@@ -10,7 +10,7 @@ bool has_avx512() {
   return cpu_supports(CpuIsa::kAvx512);
 }
 bool has_avx512_gfni() {
-  return cpu_supports(CpuIsa::kAvx512) && cpu_features().avx512_gfni;
+  return cpu_features().avx512_gfni;  // implies AVX-512, and MLA_ISA=avx512 or lower clears it
 }
 // The AVX2 variant converts FP16 and FP8 with F16C (vcvtph2ps), which every AVX2 + FMA CPU has,
 // but cpu_features does not promise it.
