@@ -106,7 +106,10 @@ Result<std::vector<PrefillResult>> bench_prefill(const PrefillCase& c, const Mac
   std::vector<uint16_t> kv_b(size_t(c.h_q) * (kDn + kDv) * kR);
   for (auto& x : kv_b) x = f32_to_bf16(float(rng.normal() / std::sqrt(double(kR))));
   MLA_ASSIGN_OR_RETURN(MlaAbsorbedWeights w,
-                       prepare_absorbed_weights(DType::kBF16, kv_b.data(), c.h_q, kDn, kDv, kR));
+                       prepare_absorbed_weights(
+                           LinearWeight{DType::kBF16, reinterpret_cast<const uint8_t*>(kv_b.data()),
+                                        int64_t(c.h_q) * (kDn + kDv), kR},
+                           c.h_q, kDn, kDv));
   std::vector<float> out(size_t(c.m) * c.h_q * kDv), lse(size_t(c.h_q) * c.m);
   MlaAttentionParams p;
   p.s_q = c.m;

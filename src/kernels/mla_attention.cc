@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "kernels/cpu/absorb.h"
 #include "kernels/ref/mla_ref.h"
 #include "kernels/registry.h"
 
@@ -19,44 +18,6 @@ const char* mla_path_name(MlaPath p) {
 
 MlaPath choose_mla_path(int s_q, int threshold) {
   return s_q <= threshold ? MlaPath::kAbsorbed : MlaPath::kDecompressed;
-}
-
-Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_b_proj, int h_q,
-                                                    int d_n, int d_v, int r) {
-  if (dtype != DType::kBF16 && dtype != DType::kF32)
-    return invalid_argument(fmt::format(
-        "kv_b_proj: dtype {} (need BF16 or F32; dequantise FP8 first)", dtype_name(dtype)));
-  if (h_q < 1 || d_n < 1 || d_v < 1 || r < 1)
-    return invalid_argument(
-        fmt::format("kv_b_proj: bad dims h_q={} d_n={} d_v={} r={}", h_q, d_n, d_v, r));
-  MlaAbsorbedWeights w;
-  w.h_q = h_q;
-  w.d_n = d_n;
-  w.d_v = d_v;
-  w.r = r;
-  MLA_ASSIGN_OR_RETURN(w.w_uk, AlignedBuffer<float>::allocate(size_t(h_q) * d_n * r, "W_UK"));
-  MLA_ASSIGN_OR_RETURN(w.w_uv, AlignedBuffer<float>::allocate(size_t(h_q) * d_v * r, "W_UV"));
-  auto widen = [&](int64_t row) {  // row of kv_b_proj → r floats
-    std::vector<float> v(r);
-    for (int c = 0; c < r; ++c) {
-      const int64_t i = row * r + c;
-      v[c] = dtype == DType::kF32 ? static_cast<const float*>(kv_b_proj)[i]
-                                  : bf16_to_f32(static_cast<const uint16_t*>(kv_b_proj)[i]);
-    }
-    return v;
-  };
-  for (int h = 0; h < h_q; ++h) {
-    const int64_t head_row = int64_t(h) * (d_n + d_v);
-    for (int n = 0; n < d_n; ++n) {
-      auto v = widen(head_row + n);
-      std::copy(v.begin(), v.end(), w.w_uk.data() + (int64_t(h) * d_n + n) * r);
-    }
-    for (int n = 0; n < d_v; ++n) {
-      auto v = widen(head_row + d_n + n);
-      std::copy(v.begin(), v.end(), w.w_uv.data() + (int64_t(h) * d_v + n) * r);
-    }
-  }
-  return w;
 }
 
 namespace {
@@ -103,7 +64,7 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
     q_abs64.resize(q_abs.size());
     ref::absorb_query(rows, H, d_n, c.d_r, r, c.q, w.w_uk.data(), q_abs64.data());
   } else {
-    cpu::absorb_query(rows, H, d_n, c.d_r, r, c.q, w.w_uk.data(), q_abs.data(), pool);
+    MLA_RETURN_IF_ERROR(absorb_query(rows, c.d_r, c.q, w, q_abs.data(), pool));
   }
   MlaDecodeParams dp;
   dp.b = c.b;
@@ -140,7 +101,7 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
     ref::unabsorb_output(rows, H, d_v, r, o_lat64.data(), w.w_uv.data(), out64.data());
     for (size_t i = 0; i < out64.size(); ++i) c.out[i] = float(out64[i]);
   } else {
-    cpu::unabsorb_output(rows, H, d_v, r, o_lat.data(), w.w_uv.data(), c.out, pool);
+    MLA_RETURN_IF_ERROR(unabsorb_output(rows, o_lat.data(), w, c.out, pool));
   }
   return Status();
 }

@@ -8,22 +8,10 @@
 
 #include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
+#include "kernels/mla_absorbed_weights.h"
 #include "kernels/mla_params.h"
 
 namespace mla {
-
-// kv_b_proj split per head and widened once at load: W_UK[h] = rows [h·(d_n+d_v), +d_n),
-// W_UV[h] = the next d_v rows. Both serve the absorbed path (folded into query and output) and
-// the decompressed path (up-projecting the latent).
-struct MlaAbsorbedWeights {
-  int h_q = 0, d_n = 0, d_v = 0, r = 0;
-  AlignedBuffer<float> w_uk;  // [h_q, d_n, r]
-  AlignedBuffer<float> w_uv;  // [h_q, d_v, r]
-};
-
-// kv_b_proj [h_q · (d_n + d_v), r] in BF16 or F32 (as stored in the checkpoint).
-Result<MlaAbsorbedWeights> prepare_absorbed_weights(DType dtype, const void* kv_b_proj, int h_q,
-                                                    int d_n, int d_v, int r);
 
 enum class MlaPath { kAbsorbed, kDecompressed };
 const char* mla_path_name(MlaPath p);

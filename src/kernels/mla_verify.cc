@@ -10,7 +10,7 @@
 #include "core/aligned_buffer.h"
 #include "core/kv_format.h"
 #include "core/rng.h"
-#include "kernels/cpu/absorb.h"
+#include "kernels/mla_absorbed_weights.h"
 #include "kernels/mla_params.h"
 #include "kernels/ref/mla_ref.h"
 #include "kernels/registry.h"
@@ -96,13 +96,12 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
   const auto rows = stored(rng, int64_t(s_kv) * d_row, 1.0, cfg.dtype);  // [s_kv, r + d_r]
   const auto kv_b =
       stored(rng, int64_t(H) * (d_n + d_v) * r, 1.0 / std::sqrt(double(r)), cfg.dtype);
-  std::vector<float> w_uk(size_t(H) * d_n * r), w_uv(size_t(H) * d_v * r);
-  for (int h = 0; h < H; ++h) {
-    std::copy_n(kv_b.begin() + int64_t(h) * (d_n + d_v) * r, int64_t(d_n) * r,
-                w_uk.begin() + int64_t(h) * d_n * r);
-    std::copy_n(kv_b.begin() + (int64_t(h) * (d_n + d_v) + d_n) * r, int64_t(d_v) * r,
-                w_uv.begin() + int64_t(h) * d_v * r);
-  }
+  MLA_ASSIGN_OR_RETURN(const MlaAbsorbedWeights absorbed_w,
+                       prepare_absorbed_weights(
+                           LinearWeight{DType::kF32, reinterpret_cast<const uint8_t*>(kv_b.data()),
+                                        int64_t(H) * (d_n + d_v), r},
+                           H, d_n, d_v));
+  const AlignedBuffer<float>&w_uk = absorbed_w.w_uk, &w_uv = absorbed_w.w_uv;
 
   // Paged caches, pages in reverse order so the block table is not the identity: the one under
   // test (cfg.kv_dtype, or the input dtype) and, for a quantised format, a BF16 one whose oracle
@@ -196,7 +195,7 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
   const PathResult oracle = run_oracle("ref.absorbed.fp64", cache, DType::kF64, q_abs64.data());
   // The same oracle on the absorbed query rounded to BF16: what a BF16-query variant consumes.
   std::vector<float> q_abs(size_t(s_q) * H * d_row);
-  cpu::absorb_query(s_q, H, d_n, d_r, r, q.data(), w_uk.data(), q_abs.data(), pool);
+  MLA_RETURN_IF_ERROR(absorb_query(s_q, d_r, q.data(), absorbed_w, q_abs.data(), pool));
   std::vector<uint16_t> q_abs16(q_abs.size());
   std::transform(q_abs.begin(), q_abs.end(), q_abs16.begin(), f32_to_bf16);
   const PathResult oracle16 =
@@ -250,7 +249,7 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
       if (!v.supports(p)) continue;
     }
     MLA_RETURN_IF_ERROR(run_variant(v, p, pool));
-    cpu::unabsorb_output(s_q, H, d_v, r, o_lat.data(), w_uv.data(), pr.out.data(), pool);
+    MLA_RETURN_IF_ERROR(unabsorb_output(s_q, o_lat.data(), absorbed_w, pr.out.data(), pool));
     absorbed.push_back(std::move(pr));
   }
   for (const auto& v : mla_prefill_variants()) {

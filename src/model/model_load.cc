@@ -50,25 +50,6 @@ LinearWeight linear_of(const WeightRef& w, const ModelConfig& c) {
   return l;
 }
 
-// The whole matrix as FP32 ([out, in]), FP8 block scales applied: only for kv_b_proj, which the
-// absorbed path keeps as FP32 W_UK / W_UV anyway.
-std::vector<float> dequantize(const LinearWeight& l) {
-  std::vector<float> v(size_t(l.out * l.in));
-  const int64_t scale_cols = (l.in + l.block_cols - 1) / l.block_cols;
-  for (int64_t i = 0; i < l.out; ++i)
-    for (int64_t j = 0; j < l.in; ++j) {
-      const int64_t k = i * l.in + j;
-      if (l.dtype == DType::kF8E4M3) {
-        float s;
-        std::memcpy(&s, l.scale_inv + 4 * ((i / l.block_rows) * scale_cols + j / l.block_cols), 4);
-        v[size_t(k)] = fp8_e4m3_to_f32(l.data[k]) * s;
-      } else {
-        v[size_t(k)] = element_f32(l.dtype, l.data, k);
-      }
-    }
-  return v;
-}
-
 MlpLinear mlp_of(const MlpWeights& w, const ModelConfig& c) {
   MlpLinear m;
   m.gate = linear_of(w.gate_proj, c);
@@ -109,10 +90,9 @@ Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c) 
   }
   L.kv_a = linear_of(w.kv_a_proj_with_mqa, c);
   L.o_proj = linear_of(w.o_proj, c);
-  const std::vector<float> kv_b = dequantize(linear_of(w.kv_b_proj, c));
   MLA_ASSIGN_OR_RETURN(L.absorbed,
-                       prepare_absorbed_weights(DType::kF32, kv_b.data(), c.num_attention_heads,
-                                                c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank));
+                       prepare_absorbed_weights(linear_of(w.kv_b_proj, c), c.num_attention_heads,
+                                                c.qk_nope_head_dim, c.v_head_dim));
   L.moe = w.moe;
   if (!w.moe) {
     L.mlp = mlp_of(w.mlp, c);

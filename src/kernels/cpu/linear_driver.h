@@ -115,10 +115,14 @@ inline void lin_step_fp8_wide(typename L::Vec (&acc)[R][1], const uint8_t* const
 // a widened FP32 copy of some of its rows); output r of x row i at y[i · ldy + r]. `from_dram`:
 // the rows are the weight as stored, read once, so the next block is prefetched (lin_dot_rows);
 // a widened copy sits in L2 already, where prefetching cost 5–15% at n = 64 and 512.
+// `rows`: how many rows the weight has (from_dram only), so that the last block of a group of rows
+// still prefetches the next group's first one: a chunk's rows are cut into groups at every
+// scale-row boundary, and the first block after each cut waited on DRAM.
 struct LinRows {
   const uint8_t* data;
   int64_t in, ldy;
   bool from_dram;
+  int64_t rows = 0;
 };
 
 // y[i · ldy + o0 + r] = Σ_j x[i][j] · W[o0 + r][j] for r < R, i < N, W as stored (FP8: value ·
@@ -143,23 +147,26 @@ void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
     row[r] = w.data + (o0 + r) * in * kB;
     for (int i = 0; i < N; ++i) acc[r][i] = V::zero();
   }
-  for (int64_t c0 = 0; c0 < in; c0 += kLinScanCols) {
-    const int64_t c1 = std::min(in, c0 + kLinScanCols);
-    int64_t j = c0, scan_from = c0;
-    if constexpr (D == DType::kF8E4M3 && N == 1 && lin_fp8_cols<L>() > kW) {
-      constexpr int kC = lin_fp8_cols<L>();
-      auto nan_acc = L::fp8_nan_zero();
-      for (; j + kC <= c1; j += kC) {
-        const uint8_t* wp[R];
-        for (int r = 0; r < R; ++r) wp[r] = row[r] + j;
-        lin_step_fp8_wide<L, R>(acc, wp, x + j, nan_acc,
-                                next ? next + (j / kW) * kAheadBytes : nullptr);
-      }
-      // Some row of the block has a NaN byte here (never, in a real checkpoint): find which.
-      if (L::fp8_nan_hit(nan_acc))
-        for (int r = 0; r < R; ++r) nan[r] |= L::fp8_nan(row[r] + c0, j - c0);
-      scan_from = j;
+  // FP8 at n = 1 with a wide decoding step: the whole row in one loop (its NaN check is folded
+  // into the decoding); the segments below take what is left (< kFp8Cols columns).
+  int64_t wide_end = 0;
+  if constexpr (D == DType::kF8E4M3 && N == 1 && lin_fp8_cols<L>() > kW) {
+    constexpr int kC = lin_fp8_cols<L>();
+    wide_end = in / kC * kC;
+    auto nan_acc = L::fp8_nan_zero();
+    for (int64_t j = 0; j < wide_end; j += kC) {
+      const uint8_t* wp[R];
+      for (int r = 0; r < R; ++r) wp[r] = row[r] + j;
+      lin_step_fp8_wide<L, R>(acc, wp, x + j, nan_acc,
+                              next ? next + (j / kW) * kAheadBytes : nullptr);
     }
+    // Some row of the block has a NaN byte (never, in a real checkpoint): find which.
+    if (L::fp8_nan_hit(nan_acc))
+      for (int r = 0; r < R; ++r) nan[r] |= L::fp8_nan(row[r], wide_end);
+  }
+  for (int64_t c0 = wide_end; c0 < in; c0 += kLinScanCols) {
+    const int64_t c1 = std::min(in, c0 + kLinScanCols);
+    int64_t j = c0;
     for (; j + kW <= c1; j += kW) {
       if (next) {
         const uint8_t* p = next + (j / kW) * kAheadBytes;
@@ -186,8 +193,7 @@ void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
     // A NaN weight makes its output NaN for every x: a byte scan instead of a mask per vector,
     // after the dot loop so that it reads L1 (scanning first stalled on DRAM: −25% at n = 1).
     if constexpr (D == DType::kF8E4M3)
-      if (scan_from < c1)
-        for (int r = 0; r < R; ++r) nan[r] |= L::fp8_nan(row[r] + scan_from, c1 - scan_from);
+      for (int r = 0; r < R; ++r) nan[r] |= L::fp8_nan(row[r] + c0, c1 - c0);
   }
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < N; ++i)
@@ -202,8 +208,8 @@ void lin_dot_group(const LinRows& w, int64_t r0, int64_t r1, const float* x, flo
   int64_t o = r0;
   constexpr int kB = kLinBytes<D>;
   for (; o + R <= r1; o += R)
-    lin_dot_rows<L, D, R, N>(w, o, x, y,
-                             w.from_dram && o + R < r1 ? w.data + (o + R) * w.in * kB : nullptr);
+    lin_dot_rows<L, D, R, N>(
+        w, o, x, y, w.from_dram && o + R < w.rows ? w.data + (o + R) * w.in * kB : nullptr);
   for (; o < r1; ++o) lin_dot_rows<L, D, 1, N>(w, o, x, y);
 }
 
@@ -236,7 +242,7 @@ template <class L, DType D>
 void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
                    int64_t r1) {
   static thread_local AlignedBuffer<float> scratch;
-  const LinRows stored{w.data, w.in, w.out, true};
+  const LinRows stored{w.data, w.in, w.out, true, w.out};
   if (D != DType::kF32 && D != DType::kBF16 && n > kLinWidenMinRows) {
     float* wide = ensure_scratch(scratch, size_t((r1 - r0) * w.in));
     lin_widen<L, D>(w, r0, r1 - r0, 0, w.in, wide);

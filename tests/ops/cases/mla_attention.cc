@@ -42,7 +42,10 @@ void run_paths(const PathSpec& spec, const Options& opt, Tally& tally) {
   fill_normal(rng, DType::kF32, q.data(), int64_t(q.size()), 1.0);
   std::vector<uint16_t> kv_b(size_t(H) * (d_n + d_v) * r);
   fill_normal(rng, DType::kBF16, kv_b.data(), int64_t(kv_b.size()), 1.0 / std::sqrt(double(r)));
-  auto w = prepare_absorbed_weights(DType::kBF16, kv_b.data(), H, d_n, d_v, r);
+  auto w = prepare_absorbed_weights(
+      LinearWeight{DType::kBF16, reinterpret_cast<const uint8_t*>(kv_b.data()),
+                   int64_t(H) * (d_n + d_v), r},
+      H, d_n, d_v);
   if (!w.ok()) {
     report(tally, op, cname, "prepare", false, w.status().to_string());
     return;

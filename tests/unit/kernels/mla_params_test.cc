@@ -1,11 +1,13 @@
 // validate() of the MLA op parameters, absorbed-weight preparation and path choice.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kernels/mla_attention.h"
 #include "kernels/mla_params.h"
+#include "kernels/ref/linear_ref.h"
 #include "kernels/registry.h"
 
 namespace mla {
@@ -101,6 +103,10 @@ TEST(Registry, SelectionErrorsNameTheRequest) {
   EXPECT_EQ((*ref)->backend, "ref");
 }
 
+LinearWeight kv_b_weight(DType t, const void* data, int h, int d_n, int d_v, int r) {
+  return LinearWeight{t, static_cast<const uint8_t*>(data), int64_t(h) * (d_n + d_v), r};
+}
+
 TEST(PrepareAbsorbedWeights, SplitsKvBProjPerHeadExactly) {
   const int h = 3, d_n = 2, d_v = 3, r = 4;
   std::vector<float> kv_b(size_t(h) * (d_n + d_v) * r);
@@ -108,20 +114,74 @@ TEST(PrepareAbsorbedWeights, SplitsKvBProjPerHeadExactly) {
   std::vector<uint16_t> kv_b16(kv_b.size());
   for (size_t i = 0; i < kv_b.size(); ++i) kv_b16[i] = f32_to_bf16(kv_b[i]);
   for (bool bf16 : {false, true}) {
-    auto w = bf16 ? prepare_absorbed_weights(DType::kBF16, kv_b16.data(), h, d_n, d_v, r)
-                  : prepare_absorbed_weights(DType::kF32, kv_b.data(), h, d_n, d_v, r);
+    auto w = bf16 ? prepare_absorbed_weights(
+                        kv_b_weight(DType::kBF16, kv_b16.data(), h, d_n, d_v, r), h, d_n, d_v)
+                  : prepare_absorbed_weights(kv_b_weight(DType::kF32, kv_b.data(), h, d_n, d_v, r),
+                                             h, d_n, d_v);
     ASSERT_TRUE(w.ok());
-    for (int hh = 0; hh < h; ++hh)
+    ASSERT_EQ(w->uk_t.size(), size_t(h));
+    ASSERT_EQ(w->uv.size(), size_t(h));
+    for (int hh = 0; hh < h; ++hh) {
+      const LinearWeight &uk = w->uk_t[hh], &uv = w->uv[hh];
+      EXPECT_EQ(uk.out, r);
+      EXPECT_EQ(uk.in, d_n);
+      EXPECT_EQ(uv.out, d_v);
+      EXPECT_EQ(uv.in, r);
       for (int c = 0; c < r; ++c) {
-        for (int n = 0; n < d_n; ++n)
-          EXPECT_EQ(w->w_uk[(hh * d_n + n) * r + c], kv_b[(hh * (d_n + d_v) + n) * r + c]);
-        for (int n = 0; n < d_v; ++n)
-          EXPECT_EQ(w->w_uv[(hh * d_v + n) * r + c], kv_b[(hh * (d_n + d_v) + d_n + n) * r + c]);
+        for (int n = 0; n < d_n; ++n) {
+          const float want = kv_b[(hh * (d_n + d_v) + n) * r + c];
+          EXPECT_EQ(w->w_uk[(hh * d_n + n) * r + c], want);
+          EXPECT_EQ(ref::linear_weight(uk, c, n), want);  // transposed
+        }
+        for (int n = 0; n < d_v; ++n) {
+          const float want = kv_b[(hh * (d_n + d_v) + d_n + n) * r + c];
+          EXPECT_EQ(w->w_uv[(hh * d_v + n) * r + c], want);
+          EXPECT_EQ(ref::linear_weight(uv, n, c), want);
+        }
       }
+    }
   }
-  auto bad = prepare_absorbed_weights(DType::kF8E4M3, kv_b.data(), h, d_n, d_v, r);
+  // Wrong row count for the dims, FP8 without scales: refused, naming kv_b_proj.
+  auto rows = prepare_absorbed_weights(kv_b_weight(DType::kF32, kv_b.data(), h, d_n, d_v, r), h,
+                                       d_n + 1, d_v);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_NE(rows.status().message().find("kv_b_proj: 15 rows"), std::string::npos)
+      << rows.status().message();
+  auto bad = prepare_absorbed_weights(kv_b_weight(DType::kF8E4M3, kv_b.data(), h, d_n, d_v, r), h,
+                                      d_n, d_v);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("F8_E4M3"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("weight_scale_inv"), std::string::npos);
+}
+
+// Block-FP8 kv_b_proj whose heads do not start on scale-block boundaries (rows per head 5 + 7,
+// blocks of 8 rows, 3 columns): every element of the per-head copies, scale included, is the
+// checkpoint's W_real, and so is the FP32 split.
+TEST(PrepareAbsorbedWeights, Fp8CopiesKeepEveryElementsScale) {
+  const int h = 4, d_n = 4, d_v = 6, r = 7;
+  const int out = h * (d_n + d_v), br = 8, bc = 3;
+  const int sr = (out + br - 1) / br, sc = (r + bc - 1) / bc;
+  std::vector<uint8_t> q(size_t(out) * r);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = uint8_t((i * 37 + 11) % 0x7E);  // finite codes
+  std::vector<float> scale(size_t(sr) * sc);
+  for (size_t i = 0; i < scale.size(); ++i)
+    scale[i] = std::ldexp(1.0f + float(i) / 64, int(i % 5) - 2);
+  LinearWeight kv_b{
+      DType::kF8E4M3, q.data(), out, r, reinterpret_cast<const uint8_t*>(scale.data()), br, bc};
+  auto w = prepare_absorbed_weights(kv_b, h, d_n, d_v);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  for (int hh = 0; hh < h; ++hh)
+    for (int c = 0; c < r; ++c) {
+      for (int n = 0; n < d_n; ++n) {
+        const double want = ref::linear_weight(kv_b, hh * (d_n + d_v) + n, c);
+        EXPECT_EQ(ref::linear_weight(w->uk_t[hh], c, n), want) << hh << " " << c << " " << n;
+        EXPECT_EQ(w->w_uk[(hh * d_n + n) * r + c], float(want));
+      }
+      for (int n = 0; n < d_v; ++n) {
+        const double want = ref::linear_weight(kv_b, hh * (d_n + d_v) + d_n + n, c);
+        EXPECT_EQ(ref::linear_weight(w->uv[hh], n, c), want) << hh << " " << n << " " << c;
+        EXPECT_EQ(w->w_uv[(hh * d_v + n) * r + c], float(want));
+      }
+    }
 }
 
 TEST(MlaPath, ThresholdIsInclusive) {

@@ -1,0 +1,165 @@
+// prepare_absorbed_weights: the FP32 split of kv_b_proj and the per-head stored-dtype copies.
+#include "kernels/mla_absorbed_weights.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "kernels/ref/linear_ref.h"
+
+namespace mla {
+namespace {
+
+// weight_scale_inv[bi][bj] of the checkpoint's grid (an mmap'd file: unaligned).
+float scale_at(const LinearWeight& w, int64_t bi, int64_t bj) {
+  const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
+  float s;
+  std::memcpy(&s, w.scale_inv + 4 * (bi * cols + bj), 4);
+  return s;
+}
+
+}  // namespace
+
+Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, int h_q, int d_n,
+                                                    int d_v) {
+  if (h_q < 1 || d_n < 1 || d_v < 1)
+    return invalid_argument(fmt::format("kv_b_proj: bad dims h_q={} d_n={} d_v={}", h_q, d_n, d_v));
+  if (Status s = validate(kv_b); !s.ok())
+    return invalid_argument(fmt::format("kv_b_proj: {}", s.message()));
+  if (kv_b.out != int64_t(h_q) * (d_n + d_v))
+    return invalid_argument(fmt::format("kv_b_proj: {} rows, need h_q · (d_n + d_v) = {}", kv_b.out,
+                                        int64_t(h_q) * (d_n + d_v)));
+  const int r = int(kv_b.in);
+  if (kv_b.in != r) return invalid_argument(fmt::format("kv_b_proj: r = {} too large", kv_b.in));
+  MlaAbsorbedWeights w;
+  w.h_q = h_q;
+  w.d_n = d_n;
+  w.d_v = d_v;
+  w.r = r;
+  const size_t uk_n = size_t(h_q) * d_n * r, uv_n = size_t(h_q) * d_v * r;
+  const int eb = dtype_bits(kv_b.dtype) / 8;
+  MLA_ASSIGN_OR_RETURN(w.w_uk, AlignedBuffer<float>::allocate(uk_n, "W_UK"));
+  MLA_ASSIGN_OR_RETURN(w.w_uv, AlignedBuffer<float>::allocate(uv_n, "W_UV"));
+  MLA_ASSIGN_OR_RETURN(w.uk_t_bytes, AlignedBuffer<uint8_t>::allocate(uk_n * eb, "W_UK^T"));
+  MLA_ASSIGN_OR_RETURN(w.uv_bytes, AlignedBuffer<uint8_t>::allocate(uv_n * eb, "W_UV"));
+
+  // The FP32 split: W_real element by element (FP8 · scale rounds once to FP32).
+  for (int h = 0; h < h_q; ++h) {
+    const int64_t row0 = int64_t(h) * (d_n + d_v);
+    for (int n = 0; n < d_n; ++n)
+      for (int c = 0; c < r; ++c)
+        w.w_uk[(size_t(h) * d_n + n) * r + c] = float(ref::linear_weight(kv_b, row0 + n, c));
+    for (int n = 0; n < d_v; ++n)
+      for (int c = 0; c < r; ++c)
+        w.w_uv[(size_t(h) * d_v + n) * r + c] = float(ref::linear_weight(kv_b, row0 + d_n + n, c));
+  }
+
+  // The stored bytes, W_UK[h] transposed: uk_t[h][c][n] = kv_b[row0 + n][c].
+  for (int h = 0; h < h_q; ++h) {
+    const int64_t row0 = int64_t(h) * (d_n + d_v);
+    uint8_t* uk = w.uk_t_bytes.data() + size_t(h) * r * d_n * eb;
+    for (int n = 0; n < d_n; ++n)
+      for (int c = 0; c < r; ++c)
+        std::memcpy(uk + (size_t(c) * d_n + n) * eb, kv_b.data + ((row0 + n) * r + c) * eb,
+                    size_t(eb));
+    std::memcpy(w.uv_bytes.data() + size_t(h) * d_v * r * eb, kv_b.data + (row0 + d_n) * r * eb,
+                size_t(d_v) * r * eb);
+  }
+
+  const bool fp8 = kv_b.dtype == DType::kF8E4M3;
+  const int bc = kv_b.block_cols, g = std::gcd(kv_b.block_rows, std::gcd(d_n + d_v, d_n));
+  const int64_t c_blocks = (r + bc - 1) / bc, n_blocks = (d_n + g - 1) / g,
+                v_blocks = (d_v + g - 1) / g;
+  if (fp8) {
+    MLA_ASSIGN_OR_RETURN(w.uk_t_scale, AlignedBuffer<float>::allocate(
+                                           size_t(h_q) * c_blocks * n_blocks, "W_UK^T scales"));
+    MLA_ASSIGN_OR_RETURN(w.uv_scale, AlignedBuffer<float>::allocate(
+                                         size_t(h_q) * v_blocks * c_blocks, "W_UV scales"));
+    // Row row0 + k·g of kv_b starts every new block of g rows (g divides row0, d_n and
+    // block_rows), so the checkpoint's scale row of that row covers the whole new block.
+    for (int h = 0; h < h_q; ++h) {
+      const int64_t row0 = int64_t(h) * (d_n + d_v);
+      for (int64_t cb = 0; cb < c_blocks; ++cb) {
+        for (int64_t nb = 0; nb < n_blocks; ++nb)
+          w.uk_t_scale[(size_t(h) * c_blocks + cb) * n_blocks + nb] =
+              scale_at(kv_b, (row0 + nb * g) / kv_b.block_rows, cb);
+        for (int64_t vb = 0; vb < v_blocks; ++vb)
+          w.uv_scale[(size_t(h) * v_blocks + vb) * c_blocks + cb] =
+              scale_at(kv_b, (row0 + d_n + vb * g) / kv_b.block_rows, cb);
+      }
+    }
+  }
+
+  w.uk_t.resize(size_t(h_q));
+  w.uv.resize(size_t(h_q));
+  for (int h = 0; h < h_q; ++h) {
+    LinearWeight& uk = w.uk_t[size_t(h)];
+    uk.dtype = kv_b.dtype;
+    uk.data = w.uk_t_bytes.data() + size_t(h) * r * d_n * eb;
+    uk.out = r;
+    uk.in = d_n;
+    LinearWeight& uv = w.uv[size_t(h)];
+    uv.dtype = kv_b.dtype;
+    uv.data = w.uv_bytes.data() + size_t(h) * d_v * r * eb;
+    uv.out = d_v;
+    uv.in = r;
+    if (fp8) {
+      uk.scale_inv =
+          reinterpret_cast<const uint8_t*>(w.uk_t_scale.data() + size_t(h) * c_blocks * n_blocks);
+      uk.block_rows = bc;
+      uk.block_cols = g;
+      uv.scale_inv =
+          reinterpret_cast<const uint8_t*>(w.uv_scale.data() + size_t(h) * v_blocks * c_blocks);
+      uv.block_rows = g;
+      uv.block_cols = bc;
+    }
+  }
+  return w;
+}
+
+// Both products gather each head's rows into [h_q, rows, ·] (linear_many takes dense x and y) and
+// scatter the results back; at rows = 1 that is 2.5 KB a head.
+Status absorb_query(int rows, int d_r, const float* q, const MlaAbsorbedWeights& w, float* q_abs,
+                    ThreadPool& pool) {
+  const int H = w.h_q, d_n = w.d_n, r = w.r, d_qk = d_n + d_r, d_abs = r + d_r;
+  std::vector<float> x(size_t(H) * rows * d_n), y(size_t(H) * rows * r);
+  std::vector<LinearJob> jobs(static_cast<size_t>(H));
+  for (int h = 0; h < H; ++h) {
+    for (int s = 0; s < rows; ++s)
+      std::memcpy(&x[(size_t(h) * rows + s) * d_n], q + (size_t(s) * H + h) * d_qk,
+                  sizeof(float) * d_n);
+    jobs[size_t(h)] = {&w.uk_t[size_t(h)], rows, &x[size_t(h) * rows * d_n],
+                       &y[size_t(h) * rows * r]};
+  }
+  MLA_RETURN_IF_ERROR(linear_many(jobs, pool));
+  for (int s = 0; s < rows; ++s)
+    for (int h = 0; h < H; ++h) {
+      float* dst = q_abs + (size_t(s) * H + h) * d_abs;
+      std::memcpy(dst, &y[(size_t(h) * rows + s) * r], sizeof(float) * r);
+      std::memcpy(dst + r, q + (size_t(s) * H + h) * d_qk + d_n, sizeof(float) * d_r);
+    }
+  return Status();
+}
+
+Status unabsorb_output(int rows, const float* o_lat, const MlaAbsorbedWeights& w, float* o,
+                       ThreadPool& pool) {
+  const int H = w.h_q, d_v = w.d_v, r = w.r;
+  std::vector<float> x(size_t(H) * rows * r), y(size_t(H) * rows * d_v);
+  std::vector<LinearJob> jobs(static_cast<size_t>(H));
+  for (int h = 0; h < H; ++h) {
+    for (int s = 0; s < rows; ++s)
+      std::memcpy(&x[(size_t(h) * rows + s) * r], o_lat + (size_t(s) * H + h) * r,
+                  sizeof(float) * r);
+    jobs[size_t(h)] = {&w.uv[size_t(h)], rows, &x[size_t(h) * rows * r],
+                       &y[size_t(h) * rows * d_v]};
+  }
+  MLA_RETURN_IF_ERROR(linear_many(jobs, pool));
+  for (int s = 0; s < rows; ++s)
+    for (int h = 0; h < H; ++h)
+      std::memcpy(o + (size_t(s) * H + h) * d_v, &y[(size_t(h) * rows + s) * d_v],
+                  sizeof(float) * d_v);
+  return Status();
+}
+
+}  // namespace mla
