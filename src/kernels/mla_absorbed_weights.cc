@@ -118,48 +118,47 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, in
   return w;
 }
 
-// Both products gather each head's rows into [h_q, rows, ·] (linear_many takes dense x and y) and
-// scatter the results back; at rows = 1 that is 2.5 KB a head.
-Status absorb_query(int rows, int d_r, const float* q, const MlaAbsorbedWeights& w, float* q_abs,
-                    ThreadPool& pool) {
-  const int H = w.h_q, d_n = w.d_n, r = w.r, d_qk = d_n + d_r, d_abs = r + d_r;
-  std::vector<float> x(size_t(H) * rows * d_n), y(size_t(H) * rows * r);
+namespace {
+
+// y[s, h, 0:out_h] = x[s, h, 0:in_h] · W[h]ᵀ for every head, as one linear_many (it takes dense
+// x and y, so each head's rows are gathered into [h_q, rows, ·] and scattered back; at rows = 1
+// that is 2.5 KB a head).  x row (s, h) at x + (s · h_q + h) · ldx, y's at y + (s · h_q + h) · ldy.
+Status per_head_products(int rows, const std::vector<LinearWeight>& W, const float* x, int ldx,
+                         float* y, int ldy, ThreadPool& pool) {
+  const int H = int(W.size()), in = int(W[0].in), out = int(W[0].out);
+  std::vector<float> xs(size_t(H) * rows * in), ys(size_t(H) * rows * out);
   std::vector<LinearJob> jobs(static_cast<size_t>(H));
   for (int h = 0; h < H; ++h) {
     for (int s = 0; s < rows; ++s)
-      std::memcpy(&x[(size_t(h) * rows + s) * d_n], q + (size_t(s) * H + h) * d_qk,
-                  sizeof(float) * d_n);
-    jobs[size_t(h)] = {&w.uk_t[size_t(h)], rows, &x[size_t(h) * rows * d_n],
-                       &y[size_t(h) * rows * r]};
+      std::memcpy(&xs[(size_t(h) * rows + s) * in], x + (size_t(s) * H + h) * ldx,
+                  sizeof(float) * in);
+    jobs[size_t(h)] = {&W[size_t(h)], rows, &xs[size_t(h) * rows * in],
+                       &ys[size_t(h) * rows * out]};
   }
   MLA_RETURN_IF_ERROR(linear_many(jobs, pool));
   for (int s = 0; s < rows; ++s)
-    for (int h = 0; h < H; ++h) {
-      float* dst = q_abs + (size_t(s) * H + h) * d_abs;
-      std::memcpy(dst, &y[(size_t(h) * rows + s) * r], sizeof(float) * r);
-      std::memcpy(dst + r, q + (size_t(s) * H + h) * d_qk + d_n, sizeof(float) * d_r);
-    }
+    for (int h = 0; h < H; ++h)
+      std::memcpy(y + (size_t(s) * H + h) * ldy, &ys[(size_t(h) * rows + s) * out],
+                  sizeof(float) * out);
+  return Status();
+}
+
+}  // namespace
+
+Status absorb_query(int rows, int d_r, const float* q, const MlaAbsorbedWeights& w, float* q_abs,
+                    ThreadPool& pool) {
+  const int H = w.h_q, d_n = w.d_n, r = w.r, d_qk = d_n + d_r, d_abs = r + d_r;
+  MLA_RETURN_IF_ERROR(per_head_products(rows, w.uk_t, q, d_qk, q_abs, d_abs, pool));
+  for (int s = 0; s < rows; ++s)
+    for (int h = 0; h < H; ++h)
+      std::memcpy(q_abs + (size_t(s) * H + h) * d_abs + r, q + (size_t(s) * H + h) * d_qk + d_n,
+                  sizeof(float) * d_r);
   return Status();
 }
 
 Status unabsorb_output(int rows, const float* o_lat, const MlaAbsorbedWeights& w, float* o,
                        ThreadPool& pool) {
-  const int H = w.h_q, d_v = w.d_v, r = w.r;
-  std::vector<float> x(size_t(H) * rows * r), y(size_t(H) * rows * d_v);
-  std::vector<LinearJob> jobs(static_cast<size_t>(H));
-  for (int h = 0; h < H; ++h) {
-    for (int s = 0; s < rows; ++s)
-      std::memcpy(&x[(size_t(h) * rows + s) * r], o_lat + (size_t(s) * H + h) * r,
-                  sizeof(float) * r);
-    jobs[size_t(h)] = {&w.uv[size_t(h)], rows, &x[size_t(h) * rows * r],
-                       &y[size_t(h) * rows * d_v]};
-  }
-  MLA_RETURN_IF_ERROR(linear_many(jobs, pool));
-  for (int s = 0; s < rows; ++s)
-    for (int h = 0; h < H; ++h)
-      std::memcpy(o + (size_t(s) * H + h) * d_v, &y[(size_t(h) * rows + s) * d_v],
-                  sizeof(float) * d_v);
-  return Status();
+  return per_head_products(rows, w.uv, o_lat, w.r, o, w.d_v, pool);
 }
 
 }  // namespace mla

@@ -112,17 +112,15 @@ inline void lin_step_fp8_wide(typename L::Vec (&acc)[R][1], const uint8_t* const
 }
 
 // Weight rows as the dot kernels see them: row r at data + r · in · bytes (the weight itself, or
-// a widened FP32 copy of some of its rows); output r of x row i at y[i · ldy + r]. `from_dram`:
-// the rows are the weight as stored, read once, so the next block is prefetched (lin_dot_rows);
-// a widened copy sits in L2 already, where prefetching cost 5–15% at n = 64 and 512.
-// `rows`: how many rows the weight has (from_dram only), so that the last block of a group of rows
-// still prefetches the next group's first one: a chunk's rows are cut into groups at every
-// scale-row boundary, and the first block after each cut waited on DRAM.
+// a widened FP32 copy of some of its rows); output r of x row i at y[i · ldy + r].
+// `prefetch_rows`: for the weight as stored (read once), its row count: every block prefetches
+// the next one below that, also across the cuts a chunk gets at each scale-row boundary (the
+// first block after a cut used to wait on DRAM). 0 for a widened copy: it sits in L2 already,
+// where prefetching cost 5–15% at n = 64 and 512.
 struct LinRows {
   const uint8_t* data;
   int64_t in, ldy;
-  bool from_dram;
-  int64_t rows = 0;
+  int64_t prefetch_rows;
 };
 
 // y[i · ldy + o0 + r] = Σ_j x[i][j] · W[o0 + r][j] for r < R, i < N, W as stored (FP8: value ·
@@ -208,8 +206,8 @@ void lin_dot_group(const LinRows& w, int64_t r0, int64_t r1, const float* x, flo
   int64_t o = r0;
   constexpr int kB = kLinBytes<D>;
   for (; o + R <= r1; o += R)
-    lin_dot_rows<L, D, R, N>(
-        w, o, x, y, w.from_dram && o + R < w.rows ? w.data + (o + R) * w.in * kB : nullptr);
+    lin_dot_rows<L, D, R, N>(w, o, x, y,
+                             o + R < w.prefetch_rows ? w.data + (o + R) * w.in * kB : nullptr);
   for (; o < r1; ++o) lin_dot_rows<L, D, 1, N>(w, o, x, y);
 }
 
@@ -242,11 +240,11 @@ template <class L, DType D>
 void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
                    int64_t r1) {
   static thread_local AlignedBuffer<float> scratch;
-  const LinRows stored{w.data, w.in, w.out, true, w.out};
+  const LinRows stored{w.data, w.in, w.out, w.out};
   if (D != DType::kF32 && D != DType::kBF16 && n > kLinWidenMinRows) {
     float* wide = ensure_scratch(scratch, size_t((r1 - r0) * w.in));
     lin_widen<L, D>(w, r0, r1 - r0, 0, w.in, wide);
-    const LinRows rows{reinterpret_cast<const uint8_t*>(wide), w.in, w.out, false};
+    const LinRows rows{reinterpret_cast<const uint8_t*>(wide), w.in, w.out, 0};
     for (int64_t i0 = 0; i0 < n; i0 += kLinGroup)
       lin_dot_group_n<L, DType::kF32>(std::min<int64_t>(kLinGroup, n - i0), rows, 0, r1 - r0,
                                       x + i0 * w.in, y + i0 * w.out + r0);
