@@ -27,7 +27,7 @@ bool request_amx_permission() {
 }
 
 // CPUID leaf 7 (sub-leaf 0) ECX and EDX, read directly: not every compiler's
-// __builtin_cpu_supports knows AMX or GFNI. Zero where the leaf is absent.
+// __builtin_cpu_supports knows AMX or VBMI. Zero where the leaf is absent.
 struct Leaf7 {
   unsigned ecx = 0, edx = 0;
 };
@@ -54,11 +54,11 @@ const CpuFeatures& cpu_features() {
     r.avx512 = r.avx2_fma && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
-    // AVX512_VBMI (ECX 1), which the AMX and GFNI kernels use; GFNI (ECX 8); AMX-BF16 (EDX 22);
+    // AVX512_VBMI (ECX 1), which the AMX and linear VBMI kernels use; AMX-BF16 (EDX 22);
     // AMX-TILE (EDX 24).
     const Leaf7 leaf7 = cpuid_leaf7();
     const bool vbmi = has_bit(leaf7.ecx, 1);
-    r.avx512_gfni = r.avx512 && vbmi && has_bit(leaf7.ecx, 8);
+    r.avx512_vbmi = r.avx512 && vbmi;
     r.avx512_bf16 = r.avx512 && __builtin_cpu_supports("avx512bf16");
     r.amx_bf16 = r.avx512_bf16 && vbmi && has_bit(leaf7.edx, 22) && has_bit(leaf7.edx, 24);
 #endif
@@ -66,9 +66,9 @@ const CpuFeatures& cpu_features() {
       if (!std::strcmp(cap, "scalar"))
         r = CpuFeatures{};
       else if (!std::strcmp(cap, "avx2"))
-        r.avx512 = r.avx512_gfni = r.avx512_bf16 = r.amx_bf16 = false;
+        r.avx512 = r.avx512_vbmi = r.avx512_bf16 = r.amx_bf16 = false;
       else if (!std::strcmp(cap, "avx512"))
-        r.avx512_gfni = r.avx512_bf16 = r.amx_bf16 = false;
+        r.avx512_vbmi = r.avx512_bf16 = r.amx_bf16 = false;
       else if (!std::strcmp(cap, "avx512bf16"))
         r.amx_bf16 = false;
     }

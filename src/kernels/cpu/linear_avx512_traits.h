@@ -1,5 +1,5 @@
 // LinAvx512, the linear_driver.h traits of linear.cpu.avx512 (16 FP32 lanes, AVX-512F/BW/VL and
-// F16C), shared with linear.cpu.avx512gfni, which replaces only the FP8 decoding. Include after
+// F16C), shared with linear.cpu.avx512vbmi, which replaces only the FP8 decoding. Include after
 // the ISA's `#pragma GCC target` (linear_avx512.cc); internal linkage.
 #pragma once
 

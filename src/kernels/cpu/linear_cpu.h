@@ -29,7 +29,7 @@ void linear_avx2(const LinearWeight& w, int64_t n, const float* x, float* y, Thr
                  LinearPath path);
 void linear_avx512(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
                    LinearPath path);
-void linear_avx512_gfni(const LinearWeight& w, int64_t n, const float* x, float* y,
+void linear_avx512_vbmi(const LinearWeight& w, int64_t n, const float* x, float* y,
                         ThreadPool& pool, LinearPath path);
 
 // Every job of linear_many (validated, y not overlapping) in one parallel_for.
@@ -37,7 +37,7 @@ using LinearManyCpuFn = void (*)(std::span<const LinearJob> jobs, ThreadPool& po
 void linear_many_scalar(std::span<const LinearJob> jobs, ThreadPool& pool);
 void linear_many_avx2(std::span<const LinearJob> jobs, ThreadPool& pool);
 void linear_many_avx512(std::span<const LinearJob> jobs, ThreadPool& pool);
-void linear_many_avx512_gfni(std::span<const LinearJob> jobs, ThreadPool& pool);
+void linear_many_avx512_vbmi(std::span<const LinearJob> jobs, ThreadPool& pool);
 
 struct LinearCpuVariant {
   const char* name;  // "linear.cpu.<isa>"

@@ -143,13 +143,13 @@ TEST(Linear, ARowOfXGetsTheSameOutputAloneAndInABatch) {
     }
 }
 
-// linear.cpu.avx512gfni decodes FP8 by bit moves where linear.cpu.avx512 goes through FP16, to
-// the same values, and takes the products in the same order: every output is the same bit for
-// bit, every finite code (subnormals included) and NaN bytes in the 64-column steps, their tail
+// linear.cpu.avx512vbmi decodes FP8 by byte-table lookups where linear.cpu.avx512 goes through
+// FP16, to the same values, and takes the products in the same order: every output is the same bit
+// for bit, every finite code (subnormals included) and NaN bytes in the 64-column steps, their tail
 // and the ragged end of a row.
-TEST(Linear, GfniFp8DecodingGivesTheFp16RoutesBits) {
+TEST(Linear, VbmiFp8DecodingGivesTheFp16RoutesBits) {
   const auto v = cpu::linear_cpu_variants();
-  if (!v[0].supported()) GTEST_SKIP() << v[0].name << " needs GFNI and AVX-512 VBMI";
+  if (!v[0].supported()) GTEST_SKIP() << v[0].name << " needs AVX-512 VBMI";
   ThreadPool pool(2);
   Rng rng(5);
   const Shape shapes[] = {{300, 2100}, {130, 260}, {33, 2048, 3, 5}, {17, 700, 16, 24}};
@@ -178,7 +178,7 @@ TEST(Linear, GfniFp8DecodingGivesTheFp16RoutesBits) {
 TEST(Linear, ListsTheVariantsBestFirstWithScalarAlwaysThere) {
   const auto v = cpu::linear_cpu_variants();
   ASSERT_EQ(v.size(), 4u);
-  EXPECT_STREQ(v[0].name, "linear.cpu.avx512gfni");
+  EXPECT_STREQ(v[0].name, "linear.cpu.avx512vbmi");
   EXPECT_STREQ(v[1].name, "linear.cpu.avx512");
   EXPECT_STREQ(v[3].name, "linear.cpu.scalar");
   EXPECT_TRUE(v[3].supported());
