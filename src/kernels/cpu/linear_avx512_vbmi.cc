@@ -62,8 +62,9 @@ struct LinAvx512Vbmi : LinAvx512 {
   // (kFp8Fp32Bytes); unpacking bytes, then words with zeros, makes them bytes 3 and 2 of each
   // lane. The unpacks work within 128-bit lanes, so the bytes are first permuted (VPERMB) to
   // where they come out in column order.
-  // One Zen 5 core, 8 rows × 2048 columns in L1: 29–34 GB/s with the bit-matrix decoding this
-  // replaced (GF2P8AFFINEQB, then a multiply by 2^112 per vector), 38–43 GB/s with the lookups.
+  // It replaced two GF2P8AFFINEQB bit matrices and a multiply by 2^112 per vector (4 more ops
+  // on the FMA ports): one Zen 5 core, L3-resident weights, 22–29 → 38 GB/s (docs/BENCHMARKS.md
+  // "FP8 decoding by byte-table lookups").
   static void widen_fp8_cols(const uint8_t* p, Vec (&out)[4], __m512i& nan) {
     // Lane L (16 bytes) of the permuted vector: columns 4L .. 4L + 3 of vectors 0, 1, 2, 3.
     alignas(64) static constexpr uint8_t kOrder[64] = {
