@@ -273,24 +273,27 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
   }
 }
 
-// Output rows per chunk of one product, for `threads` threads. About 8 chunks per thread even
-// out uneven progress. For n > kLinGroup a chunk's widened FP32 rows must stay in L2 across the x
-// groups. For n ≤ kLinGroup (weights streamed from DRAM once) a chunk holds at least
-// kLinMinChunkBytes of weights, or a thread's share of the product if that is less: each chunk
-// starts a new stream (no prefetch in flight yet; the rows after it may be another thread's),
-// and 88-row chunks of a V2-Lite expert (176 KiB) kept two Zen 5 cores' FP8 decode at ~42 GB/s
-// when the read probe gave 75 (docs/BENCHMARKS.md "Model runtime"). FP8 chunks that are not
-// widened are whole scale rows where they can be (x is scaled once per scale row).
-constexpr int64_t kLinMinChunkBytes = 2048 << 10;
+// Output rows per chunk of one product, for `threads` threads.
+//  - n > kLinGroup: about 8 chunks per thread even out uneven progress, and a chunk's widened
+//    FP32 rows must stay in L2 across the x groups. FP8 chunks that are not widened (n ≤ 16)
+//    are whole scale rows where they can be (x is scaled once per scale row).
+//  - n ≤ kLinGroup (weights streamed from DRAM once): chunks of about kLinStreamChunkBytes of
+//    weights, their number a multiple of the threads (so the last ones end together) and at
+//    most 8 per thread, in multiples of the 8 rows of the n = 1 register block. Each chunk
+//    starts a new stream (no prefetch in flight yet; the rows after it may be another thread's):
+//    88-row chunks of a V2-Lite expert (176 KiB) held two Zen 5 cores' FP8 decode at ~42 GB/s
+//    when the read probe gave 75 (docs/BENCHMARKS.md "Model runtime").
+constexpr int64_t kLinStreamChunkBytes = 2048 << 10;
 inline int64_t lin_chunk_rows(const LinearWeight& w, int64_t n, int threads) {
-  int64_t rows = (w.out + 8 * threads - 1) / (8 * threads);
-  if (n > kLinGroup) {
-    rows = std::min(rows, kLinL2Bytes / (w.in * 4));  // FP32 bytes: the larger
-  } else {
+  if (n <= kLinGroup) {
     const int64_t row_bytes = w.in * dtype_bits(w.dtype) / 8;
-    rows = std::max(rows, std::min((w.out + threads - 1) / threads,
-                                   (kLinMinChunkBytes + row_bytes - 1) / row_bytes));
+    const int64_t per_chunk = std::max<int64_t>(1, kLinStreamChunkBytes / row_bytes);
+    int64_t chunks = (w.out + per_chunk - 1) / per_chunk;
+    chunks = std::min<int64_t>((chunks + threads - 1) / threads * threads, 8 * threads);
+    return ((w.out + chunks - 1) / chunks + 7) / 8 * 8;
   }
+  int64_t rows = (w.out + 8 * threads - 1) / (8 * threads);
+  rows = std::min(rows, kLinL2Bytes / (w.in * 4));  // FP32 bytes: the larger
   const int64_t unit =
       w.dtype == DType::kF8E4M3 && n <= kLinWidenMinRows && w.block_rows <= rows ? w.block_rows : 4;
   return (std::max<int64_t>(rows, unit) + unit - 1) / unit * unit;
