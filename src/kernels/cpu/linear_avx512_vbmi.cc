@@ -4,9 +4,35 @@
 // same bit for bit; only fewer instructions feed the FMAs.
 // On one Zen 5 core the FP16 route decoded ~25 GB/s of L3-resident FP8 weights, below the DRAM
 // read rate of two cores (docs/BENCHMARKS.md "Weight products").
+#include "core/dtype.h"
 #include "kernels/cpu/isa_prelude.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/scratch.h"
+
+namespace mla::cpu {
+namespace {
+
+// Bytes 3 and 2 of the FP32 bits of value · 2^-8 for each E4M3 magnitude code c = 0 .. 127, from
+// core/dtype's fp8_e4m3_to_f32 (bytes 1 and 0 are zero: the value has at most 4 significant bits;
+// subnormal codes come out normalised, so no multiply is needed after the lookup). 0x7F (NaN)
+// keeps zero bytes; the caller folds NaN bytes into its own check.
+struct Fp8Fp32Bytes {
+  alignas(64) uint8_t top[128] = {}, next[128] = {};
+};
+Fp8Fp32Bytes fp8_fp32_bytes() {
+  Fp8Fp32Bytes t;
+  for (int c = 0; c < 0x7F; ++c) {
+    const uint32_t bits = f32_bits(fp8_e4m3_to_f32(uint8_t(c)) * 0x1p-8f);
+    t.top[c] = uint8_t(bits >> 24);
+    t.next[c] = uint8_t(bits >> 16);
+  }
+  return t;
+}
+// Built at start-up by baseline code (above the target pragma: it runs on every CPU).
+const Fp8Fp32Bytes kFp8Fp32Bytes = fp8_fp32_bytes();
+
+}  // namespace
+}  // namespace mla::cpu
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")
@@ -17,30 +43,6 @@
 
 namespace mla::cpu {
 namespace {
-
-// Bytes 3 and 2 of the FP32 bits of value · 2^-8 for each E4M3 magnitude code c = 0 .. 127
-// (bytes 1 and 0 are zero: the value has at most 4 significant bits). Normal codes (exponent
-// field e ≥ 1): (1 + m/8) · 2^(e - 15), FP32 exponent field e + 112. Subnormal codes: m · 2^-17,
-// normalised here (FP32 has the range), so no multiply is needed after the lookup. 0x7F (NaN)
-// gets the bits of a finite value; the caller folds NaN bytes into its own check.
-struct Fp8Fp32Bytes {
-  alignas(64) uint8_t top[128] = {}, next[128] = {};
-  constexpr Fp8Fp32Bytes() {
-    for (int c = 1; c < 128; ++c) {
-      const uint32_t e = uint32_t(c) >> 3, m = uint32_t(c) & 7;
-      uint32_t bits = 0;
-      if (e > 0) {
-        bits = (e + 112) << 23 | m << 20;
-      } else {
-        const uint32_t k = m >= 4 ? 2 : (m >= 2 ? 1 : 0);  // m = 2^k · (1 + f)
-        bits = (110 + k) << 23 | (m - (1u << k)) << (23 - k);
-      }
-      top[c] = uint8_t(bits >> 24);
-      next[c] = uint8_t(bits >> 16);
-    }
-  }
-};
-constexpr Fp8Fp32Bytes kFp8Fp32Bytes;
 
 struct LinAvx512Vbmi : LinAvx512 {
   // FP8 dot steps of 64 columns at n = 1 (n > 1 keeps LinAvx512's 16-column steps: there the
