@@ -15,13 +15,13 @@ namespace {
 // Bytes 3 and 2 of the FP32 bits of value · 2^-8 for each E4M3 magnitude code c = 0 .. 127, from
 // core/dtype's fp8_e4m3_to_f32 (bytes 1 and 0 are zero: the value has at most 4 significant bits;
 // subnormal codes come out normalised, so no multiply is needed after the lookup). 0x7F (NaN)
-// keeps zero bytes; the caller folds NaN bytes into its own check.
+// gives the quiet NaN 0x7FC00000: the products carry it to the output.
 struct Fp8Fp32Bytes {
   alignas(64) uint8_t top[128] = {}, next[128] = {};
 };
 Fp8Fp32Bytes fp8_fp32_bytes() {
   Fp8Fp32Bytes t;
-  for (int c = 0; c < 0x7F; ++c) {
+  for (int c = 0; c < 0x80; ++c) {
     const uint32_t bits = f32_bits(fp8_e4m3_to_f32(uint8_t(c)) * 0x1p-8f);
     t.top[c] = uint8_t(bits >> 24);
     t.next[c] = uint8_t(bits >> 16);
@@ -49,16 +49,9 @@ struct LinAvx512Vbmi : LinAvx512 {
   // FMAs, not the decoding, bound the loop).
   static constexpr int kFp8Cols = 64;
 
-  // NaN codes: 0x7F and 0xFF are the bytes whose b + b (mod 256) is 0xFE; every other gives at
-  // most 0xFC. The accumulator keeps the byte-wise maximum.
-  static __m512i fp8_nan_zero() { return _mm512_setzero_si512(); }
-  static bool fp8_nan_hit(__m512i acc) {
-    return _mm512_cmpeq_epi8_mask(acc, _mm512_set1_epi8(char(0xFE))) != 0;
-  }
-
   // 64 E4M3 bytes → out[q] = value · 2^-8 of bytes 16q .. 16q + 15, what 4 calls of
-  // widen<kF8E4M3, false> give (NaN bytes come out finite, as there, and are folded into
-  // `nan`), in 1 byte permute, 2 two-table byte lookups (VPERMT2B: 128 entries, the index's bit
+  // widen<kF8E4M3> give (NaN bytes come out NaN, from the table: a NaN accumulator, one byte add
+  // and one max per step, cost ~10% of the L3 rate), in 1 byte permute, 2 two-table byte lookups (VPERMT2B: 128 entries, the index's bit
   // 7 ignored), 1 logic op for the sign and 6 in-lane unpacks (the FP16 route takes 4 ops, one a
   // conversion, for each 16). The lookups give the top two bytes of each FP32 value
   // (kFp8Fp32Bytes); unpacking bytes, then words with zeros, makes them bytes 3 and 2 of each
@@ -67,7 +60,7 @@ struct LinAvx512Vbmi : LinAvx512 {
   // It replaced two GF2P8AFFINEQB bit matrices and a multiply by 2^112 per vector (4 more ops
   // on the FMA ports): one Zen 5 core, L3-resident weights, 22–29 → 38 GB/s (docs/BENCHMARKS.md
   // "FP8 decoding by byte-table lookups").
-  static void widen_fp8_cols(const uint8_t* p, Vec (&out)[4], __m512i& nan) {
+  static void widen_fp8_cols(const uint8_t* p, Vec (&out)[4]) {
     // Lane L (16 bytes) of the permuted vector: columns 4L .. 4L + 3 of vectors 0, 1, 2, 3.
     alignas(64) static constexpr uint8_t kOrder[64] = {
         0,  1,  2,  3,  16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51,  //
@@ -76,9 +69,7 @@ struct LinAvx512Vbmi : LinAvx512 {
         12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63};
     const uint8_t* const top_t = kFp8Fp32Bytes.top;
     const uint8_t* const next_t = kFp8Fp32Bytes.next;
-    const __m512i raw = _mm512_loadu_si512(p);
-    nan = _mm512_max_epu8(nan, _mm512_add_epi8(raw, raw));
-    const __m512i b = _mm512_permutexvar_epi8(_mm512_load_si512(kOrder), raw);
+    const __m512i b = _mm512_permutexvar_epi8(_mm512_load_si512(kOrder), _mm512_loadu_si512(p));
     // top | (b & 0x80): the sign bit joins the looked-up exponent bits.
     const __m512i top = _mm512_ternarylogic_epi32(
         _mm512_permutex2var_epi8(_mm512_load_si512(top_t), b, _mm512_load_si512(top_t + 64)), b,

@@ -8,9 +8,9 @@
 //   fp8_nan(p, count)   whether any of count E4M3 bytes is a NaN (0x7F / 0xFF)
 //   rows<N>()           W rows per register block next to N rows of x
 //   optional, a wider FP8 step for n = 1 (kFp8Cols columns):
-//     widen_fp8_cols(p, Vec (&)[kFp8Cols / kW], NanAcc&)  what kFp8Cols / kW calls of
-//                         widen<kF8E4M3, false> give, also folding the bytes into a NaN
-//                         accumulator (fp8_nan_zero(), fp8_nan_hit(acc))
+//     widen_fp8_cols(p, Vec (&)[kFp8Cols / kW])  what kFp8Cols / kW calls of widen<kF8E4M3>
+//                         give: NaN bytes decode to NaN, so the products carry them to the
+//                         outputs and the step needs no byte scan
 // Include after the ISA's `#pragma GCC target` (and linear_cpu.h, scratch.h before it); all of it
 // has internal linkage. Numerics: weights are widened exactly (FP8 · scale rounds once in FP32),
 // products are accumulated in FP32 lanes and summed across lanes at the end of a row.
@@ -88,9 +88,9 @@ constexpr int lin_fp8_cols() {
 // lin_step<L, kF8E4M3, R, 1> over lin_fp8_cols<L>() columns: acc[r] takes the decoded vectors
 // in column order, as successive kW steps would, so the output bits are the same. The row of x
 // stays in registers for all R weight rows.
-template <class L, int R, class NanAcc>
+template <class L, int R>
 inline void lin_step_fp8_wide(typename L::Vec (&acc)[R][1], const uint8_t* const (&wp)[R],
-                              const float* x, NanAcc& nan, const uint8_t* ahead) {
+                              const float* x, const uint8_t* ahead) {
   using V = typename L::Vec;
   constexpr int Q = lin_fp8_cols<L>() / L::kW;
   constexpr int kAheadLines = lin_fp8_cols<L>() / 64;  // 64-byte lines per row and step
@@ -105,7 +105,7 @@ inline void lin_step_fp8_wide(typename L::Vec (&acc)[R][1], const uint8_t* const
       for (int b = r * kAheadLines; b < (r + 1) * kAheadLines; ++b)
         __builtin_prefetch(ahead + 64 * b, 0, 1);
     V wv[Q];
-    L::widen_fp8_cols(wp[r], wv, nan);
+    L::widen_fp8_cols(wp[r], wv);
 #pragma GCC unroll 8
     for (int q = 0; q < Q; ++q) acc[r][0] = fma(wv[q], xv[q], acc[r][0]);
   }
@@ -145,22 +145,17 @@ void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
     row[r] = w.data + (o0 + r) * in * kB;
     for (int i = 0; i < N; ++i) acc[r][i] = V::zero();
   }
-  // FP8 at n = 1 with a wide decoding step: the whole row in one loop (its NaN check is folded
-  // into the decoding); the segments below take what is left (< kFp8Cols columns).
+  // FP8 at n = 1 with a wide decoding step: the whole row in one loop (NaN bytes decode to NaN,
+  // so no scan); the segments below take what is left (< kFp8Cols columns).
   int64_t wide_end = 0;
   if constexpr (D == DType::kF8E4M3 && N == 1 && lin_fp8_cols<L>() > kW) {
     constexpr int kC = lin_fp8_cols<L>();
     wide_end = in / kC * kC;
-    auto nan_acc = L::fp8_nan_zero();
     for (int64_t j = 0; j < wide_end; j += kC) {
       const uint8_t* wp[R];
       for (int r = 0; r < R; ++r) wp[r] = row[r] + j;
-      lin_step_fp8_wide<L, R>(acc, wp, x + j, nan_acc,
-                              next ? next + (j / kW) * kAheadBytes : nullptr);
+      lin_step_fp8_wide<L, R>(acc, wp, x + j, next ? next + (j / kW) * kAheadBytes : nullptr);
     }
-    // Some row of the block has a NaN byte (never, in a real checkpoint): find which.
-    if (L::fp8_nan_hit(nan_acc))
-      for (int r = 0; r < R; ++r) nan[r] |= L::fp8_nan(row[r], wide_end);
   }
   for (int64_t c0 = wide_end; c0 < in; c0 += kLinScanCols) {
     const int64_t c1 = std::min(in, c0 + kLinScanCols);
