@@ -51,15 +51,14 @@ struct LinAvx512Vbmi : LinAvx512 {
 
   // 64 E4M3 bytes → out[q] = value · 2^-8 of bytes 16q .. 16q + 15, what 4 calls of
   // widen<kF8E4M3> give (NaN bytes come out NaN, from the table: a NaN accumulator, one byte add
-  // and one max per step, cost ~10% of the L3 rate), in 1 byte permute, 2 two-table byte lookups (VPERMT2B: 128 entries, the index's bit
-  // 7 ignored), 1 logic op for the sign and 6 in-lane unpacks (the FP16 route takes 4 ops, one a
-  // conversion, for each 16). The lookups give the top two bytes of each FP32 value
-  // (kFp8Fp32Bytes); unpacking bytes, then words with zeros, makes them bytes 3 and 2 of each
-  // lane. The unpacks work within 128-bit lanes, so the bytes are first permuted (VPERMB) to
-  // where they come out in column order.
-  // It replaced two GF2P8AFFINEQB bit matrices and a multiply by 2^112 per vector (4 more ops
-  // on the FMA ports): one Zen 5 core, L3-resident weights, 22–29 → 38 GB/s (docs/BENCHMARKS.md
-  // "FP8 decoding by byte-table lookups").
+  // and one max per step, cost ~10% of the L3 rate), in 1 byte permute, 2 two-table byte lookups
+  // (VPERMT2B: 128 entries, the index's bit 7 ignored), 1 logic op for the sign and 6 in-lane
+  // unpacks (the FP16 route takes 4 ops, one a conversion, for each 16). The lookups give the top
+  // two bytes of each FP32 value (kFp8Fp32Bytes); unpacking bytes, then words with zeros, makes
+  // them bytes 3 and 2 of each lane. The unpacks work within 128-bit lanes, so the bytes are first
+  // permuted (VPERMB) to where they come out in column order. It replaced two GF2P8AFFINEQB bit
+  // matrices and a multiply by 2^112 per vector (4 more ops on the FMA ports): one Zen 5 core,
+  // L3-resident weights, 22–29 → 38 GB/s (docs/BENCHMARKS.md "FP8 decoding by byte-table lookups").
   static void widen_fp8_cols(const uint8_t* p, Vec (&out)[4]) {
     // Lane L (16 bytes) of the permuted vector: columns 4L .. 4L + 3 of vectors 0, 1, 2, 3.
     alignas(64) static constexpr uint8_t kOrder[64] = {
