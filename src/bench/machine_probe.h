@@ -4,6 +4,7 @@
 // kind).
 #pragma once
 
+#include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
 
 namespace mla::bench {
@@ -22,5 +23,17 @@ struct MachineReport {
 
 // quick: shorter probes (a few hundred ms in all), for figures printed beside other benchmarks.
 MachineReport measure_machine(ThreadPool& pool, bool quick);
+
+// mem_bw_gbps alone, for figures taken between other work (`mla bench model` probes between
+// decode segments): the median of `sweeps` reads of a buffer far beyond the caches, all
+// `threads` pool threads reading a slice each at once.
+class ReadBandwidthProbe {
+ public:
+  explicit ReadBandwidthProbe(size_t bytes = size_t(256) << 20);  // touched once here
+  double measure_gbps(ThreadPool& pool, int threads, int sweeps) const;
+
+ private:
+  AlignedBuffer<float> buf_;
+};
 
 }  // namespace mla::bench

@@ -1,6 +1,7 @@
 // `mla bench machine | decode | prefill | threshold` and `mla tune`: the machine's measured
 // limits and the MLA kernels and paths against them (src/bench); `mla bench offline` (the serving
-// engine) is cmd_bench_offline.cc, `mla bench serve` (an HTTP load generator) cmd_bench_serve.cc.
+// engine) is cmd_bench_offline.cc, `mla bench serve` (an HTTP load generator) cmd_bench_serve.cc,
+// `mla bench model` (a model's decode against the weight-bandwidth bound) cmd_bench_model.cc.
 // Progress goes to stderr, the results to stdout (a table, or JSON with --json).
 #include <fmt/format.h>
 
@@ -259,9 +260,10 @@ void add_threshold_flags(CLI::App* cmd, ThresholdOptions* o) {
 }  // namespace
 
 // `mla bench offline` lives in cmd_bench_offline.cc (it needs the serving engine), `mla bench
-// serve` in cmd_bench_serve.cc (an HTTP client).
+// serve` in cmd_bench_serve.cc (an HTTP client), `mla bench model` in cmd_bench_model.cc.
 void register_bench_offline(CLI::App* bench, int* exit_code);
 void register_bench_serve(CLI::App* bench, int* exit_code);
+void register_bench_model(CLI::App* bench, int* exit_code);
 
 void register_bench(CLI::App& app, int* exit_code) {
   CLI::App* bench =
@@ -320,6 +322,7 @@ void register_bench(CLI::App& app, int* exit_code) {
 
   register_bench_offline(bench, exit_code);
   register_bench_serve(bench, exit_code);
+  register_bench_model(bench, exit_code);
 }
 
 void register_tune(CLI::App& app, int* exit_code) {

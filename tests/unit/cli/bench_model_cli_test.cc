@@ -1,0 +1,71 @@
+// `mla bench model` end to end on a tiny checkpoint: one segment per `--segment` decode steps, each
+// with a probe on both sides; the figures agree with each other; bad input fails with a message.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "temp_dir.h"
+
+namespace {
+
+using mla::test::run_mla;
+
+class BenchModelCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto r = run_mla("make-tiny --family v2-lite --seed 4 --out '" + dir_.path() + "'", true);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+  mla::test::TempDir dir_{"bench_model"};
+};
+
+TEST_F(BenchModelCli, EverySegmentIsHeldToTheProbesBesideIt) {
+  // 7 steps in segments of 3: rounded up to 3 segments.
+  const auto r = run_mla("bench model -m '" + dir_.path() +
+                             "' --tokens 7 --segment 3 --warmup 1 --prompt-len 5 --sweeps 1 --json",
+                         false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const double bytes = j.at("active_weight_bytes_per_token").get<double>();
+  EXPECT_GT(bytes, 0.0);
+  EXPECT_EQ(j.at("prompt_tokens").get<int>(), 5);
+  EXPECT_GT(j.at("prefill_tokens_per_s").get<double>(), 0.0);
+  const auto& segs = j.at("segments");
+  ASSERT_EQ(segs.size(), 3u);
+  double min_fraction = 1e30;
+  for (const auto& s : segs) {
+    EXPECT_EQ(s.at("tokens").get<int>(), 3);
+    const double secs = s.at("seconds").get<double>(), tps = s.at("tokens_per_s").get<double>();
+    ASSERT_GT(secs, 0.0);
+    EXPECT_DOUBLE_EQ(tps, 3 / secs);
+    EXPECT_DOUBLE_EQ(s.at("effective_gbps").get<double>(), tps * bytes * 1e-9);
+    const double before = s.at("probe_gbps_before").get<double>();
+    const double after = s.at("probe_gbps_after").get<double>();
+    EXPECT_GT(before, 0.0);
+    EXPECT_GT(after, 0.0);
+    EXPECT_DOUBLE_EQ(s.at("fraction").get<double>(),
+                     s.at("effective_gbps").get<double>() / std::max(before, after));
+    min_fraction = std::min(min_fraction, s.at("fraction").get<double>());
+  }
+  // Consecutive segments share the probe between them.
+  EXPECT_EQ(segs[0].at("probe_gbps_after"), segs[1].at("probe_gbps_before"));
+  EXPECT_EQ(segs[1].at("probe_gbps_after"), segs[2].at("probe_gbps_before"));
+  EXPECT_DOUBLE_EQ(j.at("fraction_min").get<double>(), min_fraction);
+  EXPECT_GE(j.at("fraction").get<double>(), min_fraction);
+}
+
+TEST_F(BenchModelCli, TableAndBadInput) {
+  const auto r = run_mla("bench model -m '" + dir_.path() + "' --tokens 2 --segment 1 --sweeps 1",
+                         false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* w : {"weights read per decode token", "effective GB/s", "fraction", "median"})
+    EXPECT_NE(r.out.find(w), std::string::npos) << w;
+  EXPECT_NE(run_mla("bench model -m '" + dir_.path() + "' --segment 0", true).exit_code, 0);
+  const auto missing = run_mla("bench model -m '" + dir_.path() + "/nothing'", true);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.out.find("nothing"), std::string::npos) << missing.out;
+}
+
+}  // namespace

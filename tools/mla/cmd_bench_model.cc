@@ -1,0 +1,161 @@
+// `mla bench model`: a model's decode against the bound its weights set, tokens/s ≤ memory read
+// bandwidth / active weight bytes per token, on a host whose bandwidth moves with its neighbours
+// (a shared VM read 32 to 77 GB/s within minutes). So the read probe runs between segments of a
+// few decode steps and each segment is held to the higher of the probes on its two sides, taken
+// tens of milliseconds away rather than seconds: one `mla generate` paired with probes around the
+// whole run mixed up the host's fast and slow spells (docs/BENCHMARKS.md "Model runtime").
+// The prompt is ids 1 .. P; greedy decoding ignores EOS, so every run has the same length.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/machine_probe.h"
+#include "commands.h"
+#include "io/tune_file.h"
+#include "model/generator.h"
+
+namespace mla::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchModelOptions {
+  std::string model;
+  int tokens = 64, segment = 4, warmup = 4, prompt_len = 16, threads = 0, sweeps = 3;
+  bool json = false;
+};
+
+struct Segment {
+  int tokens = 0;
+  double seconds = 0, probe_before = 0, probe_after = 0;
+  double tokens_per_s() const { return tokens / seconds; }
+  double bound_gbps() const { return std::max(probe_before, probe_after); }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+int run_bench_model(const BenchModelOptions& o) {
+  RuntimeOptions ro;
+  ro.prefill_absorption_threshold = tuned_prefill_absorption_threshold(ro.attention_q_dtype)
+                                        .value_or(kDefaultPrefillAbsorptionThreshold);
+  auto model = Model::load(o.model, ro);
+  if (!model.ok()) {
+    fmt::print(stderr, "error: {}\n", model.status().message());
+    return 1;
+  }
+  const ModelConfig& c = (*model)->config();
+  const double weight_bytes = double((*model)->active_weight_bytes_per_token());
+  std::vector<int32_t> prompt(size_t(o.prompt_len));
+  for (int i = 0; i < o.prompt_len; ++i) prompt[size_t(i)] = int32_t((i + 1) % c.vocab_size);
+
+  ThreadPool pool(o.threads > 0 ? o.threads : default_thread_pool().num_threads());
+  const bench::ReadBandwidthProbe probe;
+  const int n_segments = (o.tokens + o.segment - 1) / o.segment;
+  GenerateOptions go;
+  go.max_new_tokens = 1 + o.warmup + n_segments * o.segment;  // the first comes from the prefill
+  go.ignore_eos = true;
+
+  // on_token runs between decode steps: the probes there are not in any segment's time.
+  std::vector<Segment> segments;
+  int steps = -1;  // decode steps done; the first token comes from the prefill
+  double last_probe = 0;
+  Clock::time_point t0;
+  auto on_token = [&](int32_t) {
+    ++steps;
+    if (steps < o.warmup || (steps - o.warmup) % o.segment != 0) return;
+    if (steps > o.warmup) {
+      Segment s;
+      s.tokens = o.segment;
+      s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      s.probe_before = last_probe;
+      segments.push_back(s);
+    }
+    last_probe = probe.measure_gbps(pool, pool.num_threads(), o.sweeps);
+    if (!segments.empty() && segments.back().probe_after == 0)
+      segments.back().probe_after = last_probe;
+    t0 = Clock::now();
+  };
+  auto r = generate(**model, prompt, go, pool, on_token);
+  if (!r.ok()) {
+    fmt::print(stderr, "error: {}\n", r.status().message());
+    return 1;
+  }
+
+  std::vector<double> tps, eff, bound, frac;
+  for (const Segment& s : segments) {
+    tps.push_back(s.tokens_per_s());
+    eff.push_back(s.tokens_per_s() * weight_bytes * 1e-9);
+    bound.push_back(s.bound_gbps());
+    frac.push_back(eff.back() / bound.back());
+  }
+  const double prefill_tps = r->prefill_seconds > 0 ? o.prompt_len / r->prefill_seconds : 0;
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["threads"] = pool.num_threads();
+    j["active_weight_bytes_per_token"] = int64_t(weight_bytes);
+    j["prompt_tokens"] = o.prompt_len;
+    j["prefill_tokens_per_s"] = prefill_tps;
+    j["decode_tokens_per_s"] = median(tps);
+    j["effective_gbps"] = median(eff);
+    j["probe_gbps"] = median(bound);
+    j["fraction"] = median(frac);
+    j["fraction_min"] = *std::min_element(frac.begin(), frac.end());
+    j["segments"] = nlohmann::json::array();
+    for (size_t i = 0; i < segments.size(); ++i)
+      j["segments"].push_back({{"tokens", segments[i].tokens},
+                               {"seconds", segments[i].seconds},
+                               {"tokens_per_s", tps[i]},
+                               {"effective_gbps", eff[i]},
+                               {"probe_gbps_before", segments[i].probe_before},
+                               {"probe_gbps_after", segments[i].probe_after},
+                               {"fraction", frac[i]}});
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("weights read per decode token: {:.1f} MB; {} threads; prefill {} tokens: {:.1f} "
+             "tokens/s\n",
+             weight_bytes / 1e6, pool.num_threads(), o.prompt_len, prefill_tps);
+  fmt::print("{:>8} {:>10} {:>14} {:>12} {:>9}\n", "segment", "tokens/s", "effective GB/s",
+             "probe GB/s", "fraction");
+  for (size_t i = 0; i < segments.size(); ++i)
+    fmt::print("{:>8} {:>10.2f} {:>14.1f} {:>12.1f} {:>9.3f}\n", i, tps[i], eff[i], bound[i],
+               frac[i]);
+  fmt::print("{:>8} {:>10.2f} {:>14.1f} {:>12.1f} {:>9.3f}\n", "median", median(tps), median(eff),
+             median(bound), median(frac));
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_model(CLI::App* bench, int* exit_code) {
+  auto o = std::make_shared<BenchModelOptions>();
+  CLI::App* cmd = bench->add_subcommand(
+      "model", "Decode tokens/s of a model against memory bandwidth / active weight bytes");
+  cmd->add_option("-m,--model", o->model, "Model directory (config.json + safetensors)")
+      ->required();
+  cmd->add_option("--tokens", o->tokens, "Decode steps measured (default 64)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--segment", o->segment, "Decode steps between read probes (default 4)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--warmup", o->warmup, "Decode steps before the first segment (default 4)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--prompt-len", o->prompt_len, "Prompt tokens, ids 1 .. N (default 16)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--sweeps", o->sweeps, "256 MiB reads per probe, median (default 3)")
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_flag("--json", o->json, "Print the figures and every segment as JSON");
+  cmd->callback([o, exit_code] { *exit_code = run_bench_model(*o); });
+}
+
+}  // namespace mla::cli
