@@ -121,9 +121,10 @@ int run_bench_model(const BenchModelOptions& o) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("weights read per decode token: {:.1f} MB; {} threads; prefill {} tokens: {:.1f} "
-             "tokens/s\n",
-             weight_bytes / 1e6, pool.num_threads(), o.prompt_len, prefill_tps);
+  fmt::print(
+      "weights read per decode token: {:.1f} MB; {} threads; prefill {} tokens: {:.1f} "
+      "tokens/s\n",
+      weight_bytes / 1e6, pool.num_threads(), o.prompt_len, prefill_tps);
   fmt::print("{:>8} {:>10} {:>14} {:>12} {:>9}\n", "segment", "tokens/s", "effective GB/s",
              "probe GB/s", "fraction");
   for (size_t i = 0; i < segments.size(); ++i)

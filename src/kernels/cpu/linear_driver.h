@@ -253,6 +253,15 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
       lin_dot_group_n<L, D>(nx, stored, r0, r1, xg, yg);
     } else {
       float* xs = ensure_scratch(scratch, size_t(kLinGroup * w.in));
+      // The scale rows come from the mapped file, each a cache miss that stalled the chunk at
+      // its scale-row boundary (1.3% of a 27-layer decode in `perf`): requested all at once.
+      if (i0 == 0)
+        for (int64_t rs = r0; rs < r1; rs = (rs / w.block_rows + 1) * w.block_rows) {
+          const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
+          const uint8_t* row = w.scale_inv + 4 * (rs / w.block_rows) * cols;
+          for (int64_t b = 0; b < 4 * cols; b += 64) __builtin_prefetch(row + b, 0, 3);
+          __builtin_prefetch(row + 4 * cols - 1, 0, 3);
+        }
       for (int64_t rs = r0; rs < r1;) {
         const int64_t re = std::min(r1, (rs / w.block_rows + 1) * w.block_rows);
         for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {

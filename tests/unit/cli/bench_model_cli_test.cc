@@ -57,8 +57,8 @@ TEST_F(BenchModelCli, EverySegmentIsHeldToTheProbesBesideIt) {
 }
 
 TEST_F(BenchModelCli, TableAndBadInput) {
-  const auto r = run_mla("bench model -m '" + dir_.path() + "' --tokens 2 --segment 1 --sweeps 1",
-                         false);
+  const auto r =
+      run_mla("bench model -m '" + dir_.path() + "' --tokens 2 --segment 1 --sweeps 1", false);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   for (const char* w : {"weights read per decode token", "effective GB/s", "fraction", "median"})
     EXPECT_NE(r.out.find(w), std::string::npos) << w;
