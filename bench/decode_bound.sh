@@ -5,6 +5,8 @@
 # states the decode's effective read rate (tokens/s · active_weight_bytes_per_token) as a fraction
 # of the higher of the two probes around it. Prints every round and the medians.
 #   bench/decode_bound.sh MLA MODEL_DIR   (env: ROUNDS=5, N=64 generated tokens, PROMPT=16 ids)
+# `mla bench model -m DIR` pairs the probe with every few decode steps instead of a whole run (the
+# host changed speed within a run); this script stays for the figures that were taken with it.
 set -euo pipefail
 mla="$1" model="$2"
 toks=$(seq -s, 1 "${PROMPT:-16}")

@@ -303,16 +303,6 @@ inline int64_t lin_chunk_rows(const LinearWeight& w, int64_t n, int threads) {
   return (std::max<int64_t>(rows, unit) + unit - 1) / unit * unit;
 }
 
-// The dot path: threads take chunks of output rows.
-template <class L, DType D>
-void lin_dot(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool) {
-  const int64_t rows = lin_chunk_rows(w, n, pool.num_threads());
-  pool.parallel_for((w.out + rows - 1) / rows, [&](int64_t c, int) {
-    const int64_t r0 = c * rows;
-    lin_dot_chunk<L, D>(w, n, x, y, r0, std::min(w.out, r0 + rows));
-  });
-}
-
 // dst [rows, kc] fp32 = W_real[o0 .., k0 ..].
 template <class L, DType D>
 void lin_widen(const LinearWeight& w, int64_t o0, int64_t rows, int64_t k0, int64_t kc,
@@ -348,44 +338,42 @@ void lin_widen(const LinearWeight& w, int64_t o0, int64_t rows, int64_t k0, int6
   }
 }
 
-template <class L, DType D>
-void lin_run(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-             LinearPath /*path: kAuto and kDot are the same path*/) {
-  lin_dot<L, D>(w, n, x, y, pool);
-}
+// Several products in one parallel_for: the chunks of every job (lin_chunk_rows) are the loop's
+// items, taken in order. A chunk's outputs do not depend on where it is cut, so each output is
+// the same however the jobs are grouped.
+// Decode-sized jobs: the last `threads` chunks of the pass are cut into kLinTailSplit pieces
+// each (whole 8-row blocks). The threads reach the end of the pass up to one chunk apart; with
+// ~2 MiB chunks one of them then waited ~60 µs at every pass, six passes a layer.
+constexpr int64_t kLinTailSplit = 4;
 
-template <class L>
-void run_linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-                LinearPath path) {
-  switch (w.dtype) {
-    case DType::kBF16:
-      return lin_run<L, DType::kBF16>(w, n, x, y, pool, path);
-    case DType::kF16:
-      return lin_run<L, DType::kF16>(w, n, x, y, pool, path);
-    case DType::kF32:
-      return lin_run<L, DType::kF32>(w, n, x, y, pool, path);
-    case DType::kF8E4M3:
-      return lin_run<L, DType::kF8E4M3>(w, n, x, y, pool, path);
-    default:
-      return;  // validate() admits only the four dtypes above
-  }
-}
-
-// Several products in one parallel_for: the chunks of every job (as lin_dot cuts them, so each
-// output is computed exactly as by its own call) are the loop's items.
 template <class L>
 void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool) {
   struct Item {
     int32_t job;
     int64_t r0, r1;
   };
+  const int threads = pool.num_threads();
   std::vector<Item> items;
+  bool decode = true;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const LinearJob& job = jobs[j];
     if (job.n == 0) continue;
-    const int64_t rows = lin_chunk_rows(*job.w, job.n, pool.num_threads());
+    decode = decode && job.n <= kLinGroup;
+    const int64_t rows = lin_chunk_rows(*job.w, job.n, threads);
     for (int64_t r0 = 0; r0 < job.w->out; r0 += rows)
       items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows)});
+  }
+  if (decode && threads > 1) {
+    const size_t tail = std::min(items.size(), size_t(threads));
+    std::vector<Item> pieces;
+    for (size_t i = items.size() - tail; i < items.size(); ++i) {
+      const Item it = items[i];
+      const int64_t step = std::max<int64_t>(8, ((it.r1 - it.r0) / kLinTailSplit + 7) / 8 * 8);
+      for (int64_t r0 = it.r0; r0 < it.r1; r0 += step)
+        pieces.push_back({it.job, r0, std::min(it.r1, r0 + step)});
+    }
+    items.resize(items.size() - tail);
+    items.insert(items.end(), pieces.begin(), pieces.end());
   }
   pool.parallel_for(int64_t(items.size()), [&](int64_t c, int) {
     const Item& it = items[size_t(c)];
@@ -404,6 +392,14 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool) {
         return;  // validate() admits only the four dtypes above
     }
   });
+}
+
+// One product: a pass with one job (path: kAuto and kDot are the same path).
+template <class L>
+void run_linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+                LinearPath /*path*/) {
+  const LinearJob job{&w, n, x, y};
+  run_linear_many<L>(std::span<const LinearJob>(&job, 1), pool);
 }
 
 }  // namespace
