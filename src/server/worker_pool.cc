@@ -37,7 +37,7 @@ void WorkerPool::enqueue(std::function<void()> fn) {
     std::lock_guard lock(mu_);
     saturated = busy_ + jobs_.size() >= workers_.size();
     jobs_.push_back(std::move(fn));
-    if (queued_) queued_->store(int64_t(jobs_.size()));
+    publish_queued();
   }
   cv_.notify_one();
   if (saturated && on_saturated_) on_saturated_();
@@ -67,13 +67,20 @@ void WorkerPool::loop() {
       if (jobs_.empty()) return;  // stop_ and nothing left
       job = std::move(jobs_.front());
       jobs_.pop_front();
-      if (queued_) queued_->store(int64_t(jobs_.size()));
       ++busy_;
+      publish_queued();
     }
     job();
     std::lock_guard lock(mu_);
     --busy_;
+    publish_queued();
   }
+}
+
+void WorkerPool::publish_queued() {
+  if (!queued_) return;
+  const size_t wanted = busy_ + jobs_.size();
+  queued_->store(wanted > workers_.size() ? int64_t(wanted - workers_.size()) : 0);
 }
 
 }  // namespace mla::server

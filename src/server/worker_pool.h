@@ -25,7 +25,9 @@ class WorkerPool : public httplib::TaskQueue {
 
   // Starts up to `threads` workers (at least one is needed; see started()). `on_saturated` runs
   // on the accepting thread when a connection arrives while every worker is busy.
-  // `queued`, when given, follows the number of connections waiting for a worker.
+  // `queued`, when given, follows the number of connections waiting because every worker is
+  // busy: a connection handed over while workers sleep is not counted in the instant before one
+  // wakes (counted, it made the deadline watchdog shed slow clients with idle workers about).
   explicit WorkerPool(size_t threads, std::function<void()> on_saturated = {},
                       std::atomic<int64_t>* queued = nullptr);
   ~WorkerPool() override;
@@ -37,6 +39,7 @@ class WorkerPool : public httplib::TaskQueue {
  private:
   static void* run(void* self);
   void loop();
+  void publish_queued();  // under mu_
 
   std::mutex mu_;
   std::condition_variable cv_;
