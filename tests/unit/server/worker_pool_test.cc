@@ -44,7 +44,8 @@ TEST(WorkerPool, CountsOnlyTheConnectionsNoWorkerIsFreeFor) {
   std::atomic<int> saturated{0};
   Gate gate;
   {
-    WorkerPool pool(3, [&] { ++saturated; }, &queued);
+    WorkerPool pool(
+        3, [&] { ++saturated; }, &queued);
     ASSERT_EQ(pool.started(), 3u);
     // Free workers: not waiting, even in the instant before a worker wakes to take the job.
     pool.enqueue([&] { gate.wait(); });
