@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/machine_probe.h"
+#include "bench/serve_stats.h"
 #include "commands.h"
 #include "io/tune_file.h"
 #include "model/generator.h"
@@ -37,10 +38,8 @@ struct Segment {
   double bound_gbps() const { return std::max(probe_before, probe_after); }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+double median(const std::vector<double>& v) {
+  return bench::percentile(v, 50);
 }
 
 int run_bench_model(const BenchModelOptions& o) {
