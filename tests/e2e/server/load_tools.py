@@ -838,17 +838,19 @@ def _response_end(buf, allow_truncated, head_request=False):
     return status, len(buf)  # close-delimited
 
 
-def parse_responses(out, reset=False, head_request=False):
+def parse_responses(out, cut_short=False, head_request=False):
     """Checks that bytes from the server are a sequence of well-formed HTTP/1.1 responses (1xx
-    interim responses, Content-Length, chunked or close-delimited bodies). A connection reset may
-    cut the last one short. The answer to a HEAD request has no body. Returns the list of final
-    statuses, or raises AssertionError."""
+    interim responses, Content-Length, chunked or close-delimited bodies). With cut_short the last
+    one may be incomplete: the connection was reset, or the client stopped reading at its first
+    whole answer while the server was already answering the bytes after the request (a refused
+    request line leaves the rest to be read as further requests). The answer to a HEAD request
+    has no body. Returns the list of final statuses, or raises AssertionError."""
     statuses = []
     rest = out
     while rest:
-        st, used = _response_end(rest, reset, head_request and not statuses)
+        st, used = _response_end(rest, cut_short, head_request and not statuses)
         if st is None:
-            assert reset, f"incomplete response before the close: {rest[:200]!r}"
+            assert cut_short, f"incomplete response before the close: {rest[:200]!r}"
             m = re.match(rb"HTTP/1\.1 (\d{3}) ", rest)
             if m:
                 statuses.append(int(m.group(1)))
