@@ -1,6 +1,8 @@
 // RoPE configuration (plain or YaRN) as the kernels see it: no model names, only the numbers.
 #pragma once
 
+#include <vector>
+
 namespace mla {
 
 enum class RopeLayout {
@@ -16,6 +18,10 @@ struct RopeScaling {
   double beta_slow = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
+  // LongRoPE (MiniCPM3, Phi-3; exclusive with yarn): pair i's frequency is divided by ext[i], and
+  // cos / sin are multiplied by longrope_attention.
+  std::vector<double> longrope_ext;  // [dim / 2]; empty: no LongRoPE
+  double longrope_attention = 1.0;
 };
 
 struct RopeConfig {

@@ -2,6 +2,7 @@
 // item-17 validation, and the built-in presets.
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -41,7 +42,7 @@ constexpr IntField kIntFields[] = {
     {"kv_lora_rank", &ModelConfig::kv_lora_rank, 1, Need::kAlways},
     {"qk_nope_head_dim", &ModelConfig::qk_nope_head_dim, 1, Need::kAlways},
     {"qk_rope_head_dim", &ModelConfig::qk_rope_head_dim, 1, Need::kAlways},
-    {"v_head_dim", &ModelConfig::v_head_dim, 1, Need::kAlways},
+    {"v_head_dim", &ModelConfig::v_head_dim, 1, Need::kOptional},  // required but for MiniCPM3
     {"intermediate_size", &ModelConfig::intermediate_size, 1, Need::kAlways},
     {"n_routed_experts", &ModelConfig::n_routed_experts, 0, Need::kOptional},  // null: dense
     {"moe_intermediate_size", &ModelConfig::moe_intermediate_size, 1, Need::kIfMoe},
@@ -147,6 +148,38 @@ class Reader {
   std::string prefix_;
 };
 
+// A list of positive numbers (LongRoPE's per-pair divisors); the length is checked by
+// validate_impl, which knows qk_rope_head_dim.
+Status get_factor_list(const Reader& r, const char* key, std::vector<double>* out) {
+  const Json* v = r.find(key);
+  if (!v) return r.missing(key);
+  const char* rule = "a list of positive numbers";
+  if (!v->is_array() || v->empty() || v->size() > size_t(kMaxDim)) return r.bad(key, rule, *v);
+  for (const Json& x : *v) {
+    if (!x.is_number() || !(x.get<double>() > 0)) return r.bad(key, rule, *v);
+    out->push_back(x.get<double>());
+  }
+  return Status();
+}
+
+// rope_scaling {"type": "longrope", short_factor, long_factor, original_max_position_embeddings,
+// factor?, attention_factor?}: original_max_position_embeddings may also sit at the top level
+// (older configs), and defaults to max_position_embeddings.
+Status parse_longrope(const Reader& top, const Reader& r, ModelConfig* c) {
+  RopeScalingConfig& y = c->rope_scaling;
+  y.type = RopeScalingType::kLongrope;
+  y.original_max_position_embeddings = c->max_position_embeddings;
+  MLA_RETURN_IF_ERROR(top.get_int("original_max_position_embeddings",
+                                  &y.original_max_position_embeddings, 1, INT64_MAX, false));
+  MLA_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings",
+                                &y.original_max_position_embeddings, 1, INT64_MAX, false));
+  y.factor = double(c->max_position_embeddings) / double(y.original_max_position_embeddings);
+  MLA_RETURN_IF_ERROR(r.get_number("factor", &y.factor, true, false));
+  MLA_RETURN_IF_ERROR(r.get_number("attention_factor", &y.attention_factor, true, false));
+  MLA_RETURN_IF_ERROR(get_factor_list(r, "short_factor", &y.short_factor));
+  return get_factor_list(r, "long_factor", &y.long_factor);
+}
+
 Status parse_rope(const Reader& top, ModelConfig* c) {
   const char* key = top.find("rope_scaling") ? "rope_scaling" : "rope_parameters";
   const Json* rs = top.find(key);
@@ -160,10 +193,11 @@ Status parse_rope(const Reader& top, ModelConfig* c) {
   MLA_RETURN_IF_ERROR(r.get_string(type_key, &type));
   if (type == "default" || (type.empty() && std::string(key) == "rope_parameters")) return Status();
   if (type.empty()) return r.missing("type");
+  if (type == "longrope") return parse_longrope(top, r, c);
   if (type != "yarn")
-    return unimplemented(
-        fmt::format(R"({}: field {} "{}" is not supported (supported: "yarn", "default"))",
-                    r.source(), r.name(type_key), type));
+    return unimplemented(fmt::format(
+        R"({}: field {} "{}" is not supported (supported: "yarn", "longrope", "default"))",
+        r.source(), r.name(type_key), type));
   RopeScalingConfig& y = c->rope_scaling;
   y.type = RopeScalingType::kYarn;
   MLA_RETURN_IF_ERROR(r.get_number("factor", &y.factor, true, true));
@@ -219,6 +253,18 @@ Status parse_fields(const Json& lm, const Json& top, const std::string& source, 
     const bool required = f.need == Need::kAlways || (f.need == Need::kIfMoe && e > 0);
     MLA_RETURN_IF_ERROR(r.get_int(f.key, &v, f.min, kMaxDim, required));
     c->*f.member = static_cast<int>(v);
+  }
+  if (c->v_head_dim == 0) {
+    // MiniCPM3 configs leave it out: its modeling code takes hidden_size / num_attention_heads.
+    if (c->model_type != "minicpm3") return r.missing("v_head_dim");
+    c->v_head_dim = c->hidden_size / c->num_attention_heads;
+  }
+  if (c->model_type == "minicpm3") {
+    MLA_RETURN_IF_ERROR(r.get_number("scale_emb", &c->scale_emb, true, false));
+    MLA_RETURN_IF_ERROR(r.get_number("scale_depth", &c->scale_depth, true, false));
+    int64_t base = 0;
+    MLA_RETURN_IF_ERROR(r.get_int("dim_model_base", &base, 1, kMaxDim, false));
+    c->dim_model_base = static_cast<int>(base);
   }
   MLA_RETURN_IF_ERROR(r.get_int("vocab_size", &c->vocab_size, 1, INT32_MAX, true));
   MLA_RETURN_IF_ERROR(
@@ -302,6 +348,32 @@ Status validate_impl(const ModelConfig& c, const std::string& source, const std:
         return bad(fmt::format("rope_scaling.{}", key).c_str(), "a finite number",
                    fmt::format("{}", v));
   }
+  if (c.rope_scaling.type == RopeScalingType::kLongrope) {
+    const RopeScalingConfig& y = c.rope_scaling;
+    if (!is_positive_finite(y.factor))
+      return bad("rope_scaling.factor", "a positive finite number", fmt::format("{}", y.factor));
+    if (y.original_max_position_embeddings < 1)
+      return bad("rope_scaling.original_max_position_embeddings", "a positive integer",
+                 fmt::format("{}", y.original_max_position_embeddings));
+    if (y.attention_factor != 0.0 && !is_positive_finite(y.attention_factor))
+      return bad("rope_scaling.attention_factor", "a positive finite number",
+                 fmt::format("{}", y.attention_factor));
+    for (auto [key, v] :
+         {std::pair{"short_factor", &y.short_factor}, {"long_factor", &y.long_factor}})
+      if (int64_t(v->size()) * 2 != c.qk_rope_head_dim ||
+          !std::all_of(v->begin(), v->end(), is_positive_finite))
+        return bad(
+            fmt::format("rope_scaling.{}", key).c_str(),
+            fmt::format("qk_rope_head_dim / 2 = {} positive numbers", c.qk_rope_head_dim / 2),
+            fmt::format("{} values", v->size()));
+  }
+  if (!is_positive_finite(c.scale_emb))
+    return bad("scale_emb", "a positive finite number", fmt::format("{}", c.scale_emb));
+  if (c.scale_depth < 0 || !std::isfinite(c.scale_depth))
+    return bad("scale_depth", "a positive finite number", fmt::format("{}", c.scale_depth));
+  if (c.dim_model_base < 0 || c.dim_model_base > kMaxDim)
+    return bad("dim_model_base", int_rule(1, c.dim_model_base > kMaxDim, kMaxDim),
+               fmt::format("{}", c.dim_model_base));
   if (c.is_moe()) {
     auto exceeds = [&](const char* key, int v, const char* limit_key, int limit) {
       return invalid_argument(fmt::format("{}: field \"{}{}\" ({}) must not exceed \"{}{}\" ({})",
@@ -392,7 +464,8 @@ Status validate_model_config(const ModelConfig& config, const std::string& sourc
 
 namespace {
 
-constexpr std::string_view kPresetNames[] = {"v2", "v2-lite", "v3", "kimi-k2", "moonlight"};
+constexpr std::string_view kPresetNames[] = {"v2",      "v2-lite",   "v3",
+                                             "kimi-k2", "moonlight", "minicpm3"};
 
 RopeScalingConfig yarn(double factor, double beta_fast, double mscale) {
   RopeScalingConfig y;
@@ -497,6 +570,28 @@ Result<ModelConfig> model_preset(std::string_view name) {
     c.max_position_embeddings = 8192;
     c.bos_token_id = 163584;
     c.eos_token_ids = {163586};  // the Instruct config; the spec marks the base model's "verify"
+  } else if (name == "minicpm3") {
+    // Dense MLA (deepseek-models.md §1.1, §2.8). The preset gives shapes (sizing, --real-dims);
+    // its LongRoPE factors and scalings come from the checkpoint's own config.json.
+    c.model_type = "minicpm3";
+    c.vocab_size = 73448;
+    c.hidden_size = 2560;
+    c.num_hidden_layers = 62;
+    c.num_attention_heads = 40;
+    c.q_lora_rank = 768;
+    c.kv_lora_rank = 256;
+    c.qk_nope_head_dim = 64;
+    c.qk_rope_head_dim = 32;
+    c.v_head_dim = 64;
+    c.intermediate_size = 6400;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 10000;
+    c.max_position_embeddings = 32768;
+    c.scale_emb = 12;
+    c.scale_depth = 1.4;
+    c.dim_model_base = 256;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2, 73440};
   } else {
     std::string list;
     for (std::string_view n : kPresetNames) list += (list.empty() ? "" : ", ") + std::string(n);
@@ -506,6 +601,14 @@ Result<ModelConfig> model_preset(std::string_view name) {
   const std::string source = fmt::format("preset {}", name);
   MLA_RETURN_IF_ERROR(validate_model_config(c, source));  // a failure here is a typo above
   return c;
+}
+
+double ModelConfig::residual_scale() const {
+  return scale_depth > 0 ? scale_depth / std::sqrt(double(num_hidden_layers)) : 1.0;
+}
+
+double ModelConfig::logits_divisor() const {
+  return dim_model_base > 0 ? double(hidden_size) / double(dim_model_base) : 1.0;
 }
 
 std::span<const std::string_view> model_preset_names() {

@@ -17,17 +17,23 @@ namespace mla {
 enum class RopeScalingType {
   kNone,  // plain RoPE: rope_scaling absent or null, or type "default"
   kYarn,
+  kLongrope,  // MiniCPM3: per-pair frequency divisors (deepseek-models.md §2.9 item 5)
 };
 
-// rope_scaling (or rope_parameters in newer transformers); only read when type is kYarn.
+// rope_scaling (or rope_parameters in newer transformers); only read when type is not kNone.
 struct RopeScalingConfig {
   RopeScalingType type = RopeScalingType::kNone;
-  double factor = 1.0;
+  double factor = 1.0;  // LongRoPE: absent means max_position_embeddings / original
   int64_t original_max_position_embeddings = 4096;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
+  // LongRoPE: qk_rope_head_dim / 2 divisors each; the long ones serve contexts beyond
+  // original_max_position_embeddings. attention_factor 0: sqrt(1 + ln(factor) / ln(original)),
+  // 1 for factor <= 1 (transformers' _compute_longrope_parameters).
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 0.0;
 };
 
 enum class QuantMethod {
@@ -85,9 +91,21 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // eos_token_id: an int or a list of ints
   bool tie_word_embeddings = false;
 
+  // MiniCPM3's muP-style scalings (deepseek-models.md §2.9; read for model_type "minicpm3" only):
+  // embeddings × scale_emb, each residual branch × scale_depth / sqrt(num_hidden_layers), the
+  // final normed hidden state ÷ (hidden_size / dim_model_base) before lm_head. 0: absent (no-op).
+  double scale_emb = 1.0;
+  double scale_depth = 0.0;
+  int dim_model_base = 0;
+
   int d_qk() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool has_q_lora() const { return q_lora_rank > 0; }
   bool is_moe() const { return n_routed_experts > 0; }
+  // MiniCPM3 rotates pairs (i, i + d_r/2) of the checkpoint layout; DeepSeek's layout is
+  // interleaved (deepseek-models.md §3.3).
+  bool neox_rope() const { return model_type == "minicpm3"; }
+  double residual_scale() const;  // 1 without scale_depth
+  double logits_divisor() const;  // 1 without dim_model_base
   // Layer i has an MoE FFN (deepseek-models.md §1.2: the DeepSeek remote-code rule).
   bool is_moe_layer(int i) const {
     return is_moe() && i >= first_k_dense_replace && i % moe_layer_freq == 0;
@@ -115,8 +133,8 @@ Result<ModelConfig> load_model_config(const std::string& path_to_dir_or_config_j
 Status validate_model_config(const ModelConfig& config, const std::string& source_name);
 
 // Built-in configs of the released models, numbers from deepseek-models.md §1.1:
-// "v2", "v2-lite", "v3" (also R1), "kimi-k2", "moonlight". Unknown names give invalid_argument
-// listing these.
+// "v2", "v2-lite", "v3" (also R1), "kimi-k2", "moonlight", "minicpm3". Unknown names give
+// invalid_argument listing these.
 Result<ModelConfig> model_preset(std::string_view name);
 std::span<const std::string_view> model_preset_names();
 

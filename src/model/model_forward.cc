@@ -186,12 +186,13 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
       attention(m, L, b, first_token, cache, layer, q.data(), attn.data(), pool, stats));
   std::vector<float> o(size_t(T) * D);
   MLA_RETURN_IF_ERROR(linear(L.o_proj, T, attn.data(), o.data(), pool, be));
-  for (size_t i = 0; i < o.size(); ++i) h[i] += o[i];
+  const float rs = m.residual_scale;  // 1 but for MiniCPM3: x · 1 is exact
+  for (size_t i = 0; i < o.size(); ++i) h[i] += o[i] * rs;
 
   rms_norm(h, L.post_norm.data(), T, D, eps, D, D, x.data());
   std::fill(o.begin(), o.end(), 0.0f);
   MLA_RETURN_IF_ERROR(run_ffn(m, L, T, x.data(), o.data(), pool));
-  for (size_t i = 0; i < o.size(); ++i) h[i] += o[i];
+  for (size_t i = 0; i < o.size(); ++i) h[i] += o[i] * rs;
   return Status();
 }
 
@@ -221,6 +222,8 @@ Result<ForwardStats> Model::forward(const ForwardBatch& b, KvCacheStorage& cache
   std::vector<float> h(size_t(T) * D);
   for (int64_t t = 0; t < T; ++t)
     widen_elements(m.embed.dtype, m.embed.data, int64_t(b.tokens[size_t(t)]) * D, D, &h[t * D]);
+  if (m.embed_scale != 1.0f)
+    for (float& v : h) v *= m.embed_scale;
 
   ForwardStats stats;
   if (b.hidden_dump) b.hidden_dump->assign(size_t(c.num_hidden_layers), {});
@@ -242,6 +245,8 @@ Result<ForwardStats> Model::forward(const ForwardBatch& b, KvCacheStorage& cache
   for (size_t i = 0; i < rows.size(); ++i)
     rms_norm(&h[size_t(rows[i]) * D], m.final_norm.data(), 1, D, float(c.rms_norm_eps), D, D,
              &x[i * D]);
+  if (m.logits_divisor != 1.0f)
+    for (float& v : x) v /= m.logits_divisor;
   logits.resize(rows.size() * size_t(c.vocab_size));
   MLA_RETURN_IF_ERROR(
       linear(m.lm_head, int64_t(rows.size()), x.data(), logits.data(), pool, m.options.backend));

@@ -40,6 +40,9 @@ struct Model::Impl {
   float softmax_scale = 1.0f;
   float latent_norm_eps =
       1e-6f;  // q_a / kv_a layernorms: the reference's default, not the config's
+  // MiniCPM3's scalings (1 for DeepSeek models): embeddings × embed_scale, residual branches ×
+  // residual_scale, the final normed hidden state ÷ logits_divisor.
+  float embed_scale = 1.0f, residual_scale = 1.0f, logits_divisor = 1.0f;
   MoeRouting routing;
   std::vector<LayerRuntime> layers;
   std::vector<float> final_norm;  // [D]

@@ -59,11 +59,27 @@ MlpLinear mlp_of(const MlpWeights& w, const ModelConfig& c) {
   return m;
 }
 
-RopeConfig rope_config_of(const ModelConfig& c) {
+// max_context: the positions the table serves. LongRoPE takes its long factors when that passes
+// original_max_position_embeddings, at every position; transformers switches per sequence by its
+// current length, so the two agree below that length only with the short factors (MiniCPM3:
+// original = max_position_embeddings, so always).
+RopeConfig rope_config_of(const ModelConfig& c, int64_t max_context) {
   RopeConfig r;
   r.dim = c.qk_rope_head_dim;
   r.theta = c.rope_theta;
-  r.layout = RopeLayout::kInterleaved;  // DeepSeek checkpoints (deepseek-models.md §3.3)
+  // DeepSeek checkpoints are interleaved (deepseek-models.md §3.3); MiniCPM3's are not (§2.9).
+  r.layout = c.neox_rope() ? RopeLayout::kNeox : RopeLayout::kInterleaved;
+  const RopeScalingConfig& y = c.rope_scaling;
+  if (y.type == RopeScalingType::kLongrope) {
+    const bool long_ctx = max_context > y.original_max_position_embeddings;
+    r.scaling.longrope_ext = long_ctx ? y.long_factor : y.short_factor;
+    r.scaling.longrope_attention =
+        y.attention_factor > 0 ? y.attention_factor
+        : y.factor <= 1.0
+            ? 1.0
+            : std::sqrt(1.0 +
+                        std::log(y.factor) / std::log(double(y.original_max_position_embeddings)));
+  }
   if (c.rope_scaling.type == RopeScalingType::kYarn) {
     r.scaling.yarn = true;
     r.scaling.factor = c.rope_scaling.factor;
@@ -197,9 +213,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const Runtime
                           : std::min<int64_t>(c.max_position_embeddings, kDefaultMaxContext);
   if (c.max_position_embeddings > 0)
     impl->max_context = std::min<int64_t>(impl->max_context, c.max_position_embeddings);
-  const RopeConfig rope = rope_config_of(c);
+  const RopeConfig rope = rope_config_of(c, impl->max_context);
   MLA_ASSIGN_OR_RETURN(impl->rope, make_rope_table(rope, impl->max_context));
   impl->softmax_scale = float(ref::mla_softmax_scale(c.d_qk(), rope.scaling));
+  impl->embed_scale = float(c.scale_emb);
+  impl->residual_scale = float(c.residual_scale());
+  impl->logits_divisor = float(c.logits_divisor());
   if (c.is_moe()) {
     MLA_ASSIGN_OR_RETURN(impl->routing, moe_routing_from_config(c));
   }

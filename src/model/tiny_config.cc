@@ -48,9 +48,13 @@ constexpr Family kFamilies[] = {
    2.827, 1, 3, 1e-6, 50000, Yarn::kKimi, 131072, 0, true},
   {"moonlight", "deepseek_v3", "DeepseekV3ForCausalLM", 0, 8, 2, 2, 1, 1, "noaux_tc", "sigmoid",
    true, 2.446, 1, 3, 1e-5, 50000, Yarn::kNone, 8192, 0, false},
+  // Dense (no MoE fields); its config is written by minicpm3_json.
+  {"minicpm3", "minicpm3", "MiniCPM3ForCausalLM", 96, 0, 0, 0, 1, 1, "", "", false,
+   1.0, 3, 3, 1e-5, 10000, Yarn::kNone, 32768, 0, false},
 };
 // clang-format on
-constexpr std::string_view kFamilyNames[] = {"v2-lite", "v2", "v3", "kimi-k2", "moonlight"};
+constexpr std::string_view kFamilyNames[] = {"v2-lite", "v2",        "v3",
+                                             "kimi-k2", "moonlight", "minicpm3"};
 
 constexpr int kHidden = 192, kHeads = 4, kKvLoraRank = 48, kNope = 16, kRope = 8, kV = 16;
 constexpr int kIntermediate = 320, kExpertWidth = 96;
@@ -98,7 +102,72 @@ bool wants_fp8(const Family& f, TinyWeights w) {
   return w == TinyWeights::kFP8 || (w == TinyWeights::kDefault && f.fp8);
 }
 
+// MiniCPM3-4B's keys (deepseek-models.md §1.1, §2.9), tiny dims: no v_head_dim (its modeling
+// code takes hidden_size / num_attention_heads = 48 here, unlike d_n = 16), LongRoPE with short
+// factors away from 1 (the ones used below 32k positions), scale_emb / scale_depth as the real
+// model, dim_model_base 32 (logits ÷ 6; the real model ÷ 10).
+Json minicpm3_json(const Family& f, const TinyCheckpointOptions& o) {
+  const int layers = o.layers > 0 ? o.layers : f.layers;
+  const double short_factor[kRope / 2] = {1.0, 1.25, 2.5, 7.0};
+  const double long_factor[kRope / 2] = {1.1, 2.0, 6.0, 30.0};
+  Json j = {
+      {"architectures", {f.architecture}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"bos_token_id", 0},
+      {"dim_model_base", 32},
+      {"eos_token_id", 1},
+      {"hidden_act", "silu"},
+      {"hidden_size", kHidden},
+      {"initializer_range", 0.1},
+      {"intermediate_size", kIntermediate},
+      {"kv_lora_rank", kKvLoraRank},
+      {"max_position_embeddings", f.max_pos},
+      {"model_type", f.model_type},
+      {"num_attention_heads", kHeads},
+      {"num_hidden_layers", layers},
+      {"num_key_value_heads", kHeads},
+      {"q_lora_rank", f.q_lora_rank},
+      {"qk_nope_head_dim", kNope},
+      {"qk_rope_head_dim", kRope},
+      {"rms_norm_eps", f.eps},
+      {"rope_scaling",
+       {{"long_factor", long_factor},
+        {"original_max_position_embeddings", f.max_pos},
+        {"short_factor", short_factor},
+        {"type", "longrope"}}},
+      {"rope_theta", f.theta},
+      {"scale_depth", 1.4},
+      {"scale_emb", 12},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      {"use_cache", true},
+      {"vocab_size", kVocab},
+  };
+  if (o.real_dims) {
+    const ModelConfig c = *model_preset("minicpm3");
+    j["hidden_size"] = c.hidden_size;
+    j["intermediate_size"] = c.intermediate_size;
+    j["kv_lora_rank"] = c.kv_lora_rank;
+    j["num_attention_heads"] = j["num_key_value_heads"] = c.num_attention_heads;
+    j["q_lora_rank"] = c.q_lora_rank;
+    j["qk_nope_head_dim"] = c.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = c.qk_rope_head_dim;
+    j["vocab_size"] = c.vocab_size;
+    j["dim_model_base"] = c.dim_model_base;
+    const std::vector<double> ones(size_t(c.qk_rope_head_dim / 2), 1.0);
+    j["rope_scaling"]["short_factor"] = j["rope_scaling"]["long_factor"] = ones;
+  }
+  if (wants_fp8(f, o.weights))
+    j["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                {"fmt", "e4m3"},
+                                {"quant_method", "fp8"},
+                                {"weight_block_size", {128, 128}}};
+  return j;
+}
+
 Json config_json(const Family& f, const TinyCheckpointOptions& o) {
+  if (f.model_type == std::string_view("minicpm3")) return minicpm3_json(f, o);
   const int layers = o.layers > 0 ? o.layers : f.layers;
   // A lone layer is MoE, so MoE is exercised at any depth.
   const int dense = std::min(f.dense_layers, layers - 1);

@@ -85,6 +85,10 @@ constexpr Added kDeepSeekTrailing[] = {
     {"<｜tool▁output▁end｜>", false},
     {"<｜tool▁sep｜>", false},
 };
+// MiniCPM3 (Llama-style SentencePiece in the real model: <unk> 0, <s> 1, </s> 2); here BOS and
+// EOS first, as every tiny layout has them, and its ChatML markers last.
+constexpr Added kMiniCpmLeading[] = {{"<s>", true}, {"</s>", true}, {"<unk>", true}};
+constexpr Added kMiniCpmTrailing[] = {{"<|im_start|>", true}, {"<|im_end|>", true}};
 constexpr Added kKimiLeading[] = {{"[BOS]", true}, {"[EOS]", true}};
 constexpr Added kKimiTrailing[] = {{"<|im_end|>", true},
                                    {"<|im_user|>", true},
@@ -123,6 +127,13 @@ constexpr const char* kKimiTemplate =
     "{{ '<|im_middle|>' + message['content'] + '<|im_end|>' }}{%- endfor %}"
     "{%- if add_generation_prompt %}{{ '<|im_assistant|>assistant<|im_middle|>' }}{%- endif %}";
 
+// MiniCPM3's ChatML. tok::detect_chat_format does not know it: chat requests to `mla serve`
+// get its clear refusal, text prompts work.
+constexpr const char* kChatMlTemplate =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
 struct Layout {
   std::span<const Added> leading, trailing;
   std::string chat_template;
@@ -143,6 +154,7 @@ Result<Layout> family_layout(std::string_view family) {
   if (family == "moonlight")
     return Layout{kKimiLeading, kKimiTrailing,
                   kimi("You are a helpful assistant provided by Moonshot-AI.")};
+  if (family == "minicpm3") return Layout{kMiniCpmLeading, kMiniCpmTrailing, kChatMlTemplate};
   return invalid_argument(fmt::format("tiny tokenizer: unknown family \"{}\" (expected one of {})",
                                       family, fmt::join(tiny_family_names(), ", ")));
 }

@@ -122,6 +122,11 @@ class Checkpoint:
 #                                  δφ ≤ (ln θ + 8)·u·|φ| + 2u for cos/sin (a systematic error,
 #                                  drawn here like the others); the engine's FP64-built table
 #                                  (rope_table) is within u. The rotation adds 3u·(|x0·c| + |x1·s|).
+#                                  LongRoPE (MiniCPM3): 1 / (ext · θ^(i/d)) is one product in place
+#                                  of the ramp blend, inside the same 7u; cos / sin scaled by its
+#                                  attention factor a scale δφ with them (×a in the bound).
+#    MiniCPM3 scalings             embeddings × scale_emb, branch × residual scale, hidden ÷
+#                                  (D / dim_model_base): one rounding each, u·|result|
 #    attention scores              decompressed: k_nope = W_UK·c (r terms), q·k (d_qk terms);
 #                                  absorbed: q_nope·W_UK (d_n terms), then ·[c | k_pe] (r + d_r);
 #                                  the larger of the two sums of gammas, times scale·(Σ_j
@@ -172,8 +177,22 @@ def bf16_round64(x):
     return np.round(x / ulp) * ulp  # exact scaling; numpy rounds half to even
 
 
-def yarn_inv_freq(cfg):
-    """inv_freq in float64 (deepseek-models.md §4.1), and the softmax scale (§3.4)."""
+def longrope(cfg, ys, extra, seq_len):
+    """MiniCPM3's LongRoPE (deepseek-models.md §2.9 item 5; transformers'
+    _compute_longrope_parameters): inv_freq / ext, ext the short factors unless the sequence
+    passes original_max_position_embeddings; and the cos/sin factor."""
+    orig = float(ys.get("original_max_position_embeddings") or cfg["max_position_embeddings"])
+    ext = ys["long_factor"] if seq_len > orig else ys["short_factor"]
+    factor = float(ys.get("factor") or float(cfg["max_position_embeddings"]) / orig)
+    att = ys.get("attention_factor")
+    if att is None:
+        att = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    return extra / np.asarray(ext, dtype=np.float64), float(att)
+
+
+def yarn_inv_freq(cfg, seq_len=1):
+    """inv_freq in float64 (deepseek-models.md §4.1), the softmax scale (§3.4), the YaRN m² in it
+    and the factor cos / sin carry (LongRoPE's; 1 for YaRN as released)."""
     d = int(cfg["qk_rope_head_dim"])
     theta = float(cfg["rope_theta"])
     i = np.arange(0, d // 2, dtype=np.float64)
@@ -181,7 +200,10 @@ def yarn_inv_freq(cfg):
     scale = (int(cfg["qk_nope_head_dim"]) + d) ** -0.5
     ys = cfg.get("rope_scaling")
     if not ys:
-        return extra, scale, 1.0
+        return extra, scale, 1.0, 1.0
+    if (ys.get("rope_type") or ys.get("type")) == "longrope":
+        inv, att = longrope(cfg, ys, extra, seq_len)
+        return inv, scale, 1.0, att
     s, l0 = float(ys["factor"]), float(ys["original_max_position_embeddings"])
     bf, bs = float(ys.get("beta_fast", 32)), float(ys.get("beta_slow", 1))
 
@@ -195,18 +217,24 @@ def yarn_inv_freq(cfg):
     inv = extra * (1 - ramp) + extra / s * ramp
     mad = float(ys.get("mscale_all_dim", 0) or 0)
     m = 0.1 * mad * math.log(s) + 1 if s > 1 and mad else 1.0
-    return inv, scale * m * m, m * m
+    return inv, scale * m * m, m * m, 1.0
+
+
+def v_head_dim(cfg):
+    """MiniCPM3 configs leave it out: hidden_size / num_attention_heads."""
+    return int(cfg.get("v_head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
 
 
 class Options:
     """Reference-drift switches (deepseek-models.md §9 item 13) for the sensitivity report; the
     defaults are what transformers 5.23 and the hub remote code both do."""
 
-    def __init__(self, m2=True, group_mask=-math.inf, latent_eps=1e-6, kv_bf16=False):
+    def __init__(self, m2=True, group_mask=-math.inf, latent_eps=1e-6, kv_bf16=False, neox=None):
         self.m2 = m2  # YaRN softmax factor m² (transformers: yarn_apply_mscale)
         self.group_mask = group_mask  # noaux_tc dropped groups (transformers 5.23: −inf)
         self.latent_eps = latent_eps  # q_a / kv_a norms: the default 1e-6, not rms_norm_eps
         self.kv_bf16 = kv_bf16  # round c and k_pe to BF16 as the engine's cache stores them
+        self.neox = neox  # RoPE pairs (i, i + d_r/2); None: MiniCPM3's, not DeepSeek's
 
 
 class Model64:
@@ -217,9 +245,8 @@ class Model64:
         self.N = samples + 1
         self.rng = np.random.default_rng(MC_SEED)
         self.rope_dphi = math.log(float(self.cfg["rope_theta"])) + 8
-        self.inv_freq, self.scale, m2 = yarn_inv_freq(self.cfg)
-        if not opts.m2:
-            self.scale /= m2
+        self.inv_freq, self.scale, self.rope_att = None, None, 1.0  # set by forward (LongRoPE: by T)
+        self.neox = self.cfg["model_type"] == "minicpm3" if opts.neox is None else opts.neox  # §2.9 item 4
         self.flips = {}  # (layer, token) -> copies whose expert choice differs from copy 0
         self.cache = {}
 
@@ -243,17 +270,20 @@ class Model64:
         return self.perturb(y, (gamma(x.shape[-1]) / 2 + 6 * U) * np.abs(y))
 
     def rope(self, x, pos):
-        """Interleaved pairs (2i, 2i+1) rotated by pos·inv_freq[i] (§3.3); x [N, T, (H,) d_r]."""
+        """Pairs (2i, 2i+1) (DeepSeek's interleaved layout, §3.3) or (i, i + d_r/2) (MiniCPM3)
+        rotated by pos·inv_freq[i], cos / sin times rope_att; x [N, T, (H,) d_r]."""
         phi = pos[:, None] * self.inv_freq[None, :]
         if x.ndim == 4:
             phi = phi[:, None, :]
-        c, s = np.cos(phi), np.sin(phi)
-        x0, x1 = x[..., 0::2], x[..., 1::2]
+        c, s = np.cos(phi) * self.rope_att, np.sin(phi) * self.rope_att
+        h = x.shape[-1] // 2
+        a, b = (np.s_[..., :h], np.s_[..., h:]) if self.neox else (np.s_[..., 0::2], np.s_[..., 1::2])
+        x0, x1 = x[a], x[b]
         y, L = np.empty_like(x), np.empty_like(x)
-        y[..., 0::2], y[..., 1::2] = x0 * c - x1 * s, x0 * s + x1 * c
-        ang = (np.abs(x0) + np.abs(x1)) * (self.rope_dphi * np.abs(phi) + 2) * U
-        L[..., 0::2] = ang + 3 * U * (np.abs(x0 * c) + np.abs(x1 * s))
-        L[..., 1::2] = ang + 3 * U * (np.abs(x0 * s) + np.abs(x1 * c))
+        y[a], y[b] = x0 * c - x1 * s, x0 * s + x1 * c
+        ang = (np.abs(x0) + np.abs(x1)) * self.rope_att * (self.rope_dphi * np.abs(phi) + 2) * U
+        L[a] = ang + 3 * U * (np.abs(x0 * c) + np.abs(x1 * s))
+        L[b] = ang + 3 * U * (np.abs(x0 * s) + np.abs(x1 * c))
         return self.perturb(y, L)
 
     def cache_round(self, x):
@@ -262,7 +292,7 @@ class Model64:
     def attention(self, l, qn, qp, c, kp):
         """Causal MLA; qn [N,T,H,d_n], qp [N,T,H,d_r] rotated, c [N,T,r], kp [N,T,d_r]."""
         cfg = self.cfg
-        H, dn, dv = int(cfg["num_attention_heads"]), int(cfg["qk_nope_head_dim"]), int(cfg["v_head_dim"])
+        H, dn, dv = int(cfg["num_attention_heads"]), int(cfg["qk_nope_head_dim"]), v_head_dim(cfg)
         r, dr = int(cfg["kv_lora_rank"]), int(cfg["qk_rope_head_dim"])
         T = c.shape[1]
         kvb = self.W(f"model.layers.{l}.self_attn.kv_b_proj.weight").reshape(H, dn + dv, r)
@@ -349,7 +379,25 @@ class Model64:
         dn, dr, r = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"]), int(cfg["kv_lora_rank"])
         eps = float(cfg["rms_norm_eps"])
         pos = np.arange(T, dtype=np.float64)
+        self.inv_freq, self.scale, m2, self.rope_att = yarn_inv_freq(cfg, T)
+        if not self.o.m2:
+            self.scale /= m2
+        # MiniCPM3's scalings (§2.9 items 1-3); absent keys leave DeepSeek's forward unchanged.
+        mini = cfg["model_type"] == "minicpm3"
+        emb_scale = float(cfg.get("scale_emb") or 1) if mini else 1.0
+        depth = cfg.get("scale_depth") if mini else None
+        rs = float(depth) / math.sqrt(self.ck.num_layers()) if depth else 1.0
+        base = cfg.get("dim_model_base") if mini else None
+        logit_div = float(cfg["hidden_size"]) / float(base) if base else 1.0
+
+        def residual(h, branch):
+            if rs != 1.0:
+                branch = self.perturb(branch * rs, U * np.abs(branch * rs))
+            return self.perturb(h + branch, U * np.abs(h + branch))
+
         h = np.repeat(self.W("model.embed_tokens.weight")[np.asarray(tokens)][None], N, axis=0)
+        if emb_scale != 1.0:
+            h = self.perturb(h * emb_scale, U * np.abs(h * emb_scale))
         hidden = []
         for l in range(self.ck.num_layers()):
             pre = f"model.layers.{l}."
@@ -366,15 +414,15 @@ class Model64:
             c = self.cache_round(c)
             kp = self.cache_round(self.rope(kv[..., r:], pos))
             o = self.attention(l, q[..., :dn], self.rope(q[..., dn:], pos), c, kp)
-            h = h + self.lin(o.reshape(N, T, -1), pre + "self_attn.o_proj.weight")
-            h = self.perturb(h, U * np.abs(h))
+            h = residual(h, self.lin(o.reshape(N, T, -1), pre + "self_attn.o_proj.weight"))
             x = self.rms_norm(h, pre + "post_attention_layernorm.weight", eps)
             moe = (cfg.get("n_routed_experts") and l >= int(cfg.get("first_k_dense_replace") or 0)
                    and l % int(cfg.get("moe_layer_freq") or 1) == 0)
-            h = h + (self.moe(l, x) if moe else self.mlp(x, pre + "mlp."))
-            h = self.perturb(h, U * np.abs(h))
+            h = residual(h, self.moe(l, x) if moe else self.mlp(x, pre + "mlp."))
             hidden.append(h)
         x = self.rms_norm(h, "model.norm.weight", eps)
+        if logit_div != 1.0:
+            x = self.perturb(x / logit_div, U * np.abs(x / logit_div))
         return hidden, self.lin(x, "lm_head.weight")
 
 

@@ -74,6 +74,7 @@ CASES = [
     Case("v3-bf16", "v3", 21, "bf16"),
     Case("kimi-k2", "kimi-k2", 18),  # FP8
     Case("moonlight", "moonlight", 3),
+    Case("minicpm3", "minicpm3", 1),  # dense, NeoX RoPE with LongRoPE factors, muP scalings
 ]
 VARIANTS = ("fp32", "kv_bf16")
 
@@ -99,7 +100,7 @@ def hf_model_dir(ck, tmp):
     FP8 dequantisation needs accelerate and whole 128-blocks; kimi_k2 written as deepseek_v3, which
     transformers 5.23 does not register)."""
     cfg = ck.config
-    if not ck.fp8 and cfg["model_type"] in ("deepseek_v2", "deepseek_v3"):
+    if not ck.fp8 and cfg["model_type"] in ("deepseek_v2", "deepseek_v3", "minicpm3"):
         return ck.path, []
     notes = []
     out = os.path.join(tmp, "hf_f32")
@@ -321,14 +322,17 @@ def run_make_tiny(mla, case, out):
 
 
 def reference_for(ck):
-    v2 = ck.config["model_type"] == "deepseek_v2"
-    cls = "DeepseekV2ForCausalLM (models.deepseek_v2)" if v2 else "DeepseekV3ForCausalLM (models.deepseek_v3)"
+    cls = {"deepseek_v2": "DeepseekV2ForCausalLM (models.deepseek_v2)",
+           "minicpm3": "MiniCPM3ForCausalLM (models.minicpm3)"}.get(
+        ck.config["model_type"], "DeepseekV3ForCausalLM (models.deepseek_v3)")
     return f"transformers native {cls}, FP32, eager attention"
 
 
 def drift_notes(ck):
     """What of deepseek-models.md §9 item 13 (reference drift) this checkpoint touches."""
     c, notes = ck.config, []
+    if c["model_type"] == "minicpm3":
+        return minicpm3_notes(c)
     if c.get("rope_scaling"):
         notes.append("YaRN softmax factor m^2 applied by transformers (yarn_apply_mscale, V2 and V3) as in the "
                      "remote code; cos/sin factor mscale/mscale_all_dim = 1")
@@ -359,14 +363,36 @@ def drift_notes(ck):
     return notes
 
 
+def minicpm3_notes(c):
+    """deepseek-models.md §2.9 for MiniCPM3: what transformers' native class does that the hub
+    remote code may do differently."""
+    notes = ["NeoX (rotate-half) RoPE on the checkpoint layout, no interleave permutation (both)",
+             f"longrope: short factors below original_max_position_embeddings "
+             f"({c['rope_scaling']['original_max_position_embeddings']}), cos/sin factor "
+             "sqrt(1 + ln(factor)/ln(orig)) = 1 at factor 1; transformers switches to the long factors by the "
+             "current sequence length, the engine by its context size",
+             f"scale_emb {c['scale_emb']}, residual branches x scale_depth/sqrt(L) = {c['scale_depth']}/sqrt("
+             f"{c['num_hidden_layers']}), final hidden / (hidden_size/dim_model_base) = "
+             f"{c['hidden_size']}/{c['dim_model_base']} (both)",
+             "v_head_dim absent: hidden_size / num_attention_heads (both)",
+             "q_a/kv_a latent norms use eps 1e-6 (DeepseekV2Attention's default; the remote code the same), "
+             f"not rms_norm_eps {c['rms_norm_eps']}",
+             "RMSNorm: transformers' Llama norm in FP32 here; the remote code casts only the variance to "
+             "FP32 (the same at FP32 activations)"]
+    return notes
+
+
 def sensitivity(ck, seq, base, kv_bf16):
     """How far each reference-drift switch moves the FP64 logits, in units of the FP32 bound: which
     differences this golden can tell apart (ratio > 1) and which it cannot."""
     switches = {"without YaRN m^2": {"m2": False},
                 "latent norms with rms_norm_eps": {"latent_eps": float(ck.config["rms_norm_eps"])}}
-    if not ck.config.get("rope_scaling"):
+    rs = ck.config.get("rope_scaling") or {}
+    if not rs or (rs.get("rope_type") or rs.get("type")) == "longrope":
         del switches["without YaRN m^2"]
-    if ck.config["topk_method"] == "noaux_tc" and int(ck.config.get("n_group") or 1) > 1:
+    if ck.config["model_type"] == "minicpm3":
+        switches["interleaved RoPE pairs (DeepSeek's layout)"] = {"neox": False}
+    if ck.config.get("topk_method") == "noaux_tc" and int(ck.config.get("n_group") or 1) > 1:
         switches["dropped groups masked with 0.0"] = {"group_mask": 0.0}
     out = {}
     for name, kw in switches.items():

@@ -13,7 +13,7 @@ namespace mla::ref {
 
 // ---- RoPE / YaRN (DeepSeek's use of YaRN: docs/kernels/rope.md) ----
 // inv_freq[i] for i in [0, dim/2): theta^(-2i/dim), blended with theta^(-2i/dim)/factor by the
-// YaRN ramp when scaling.yarn.
+// YaRN ramp when scaling.yarn, or divided by longrope_ext[i] for LongRoPE.
 std::vector<double> rope_inv_freq(const RopeConfig& cfg);
 // corr_dim(n) = dim * ln(L0 / (2 pi n)) / (2 ln theta): the (fractional) pair index whose
 // wavelength 2 pi theta^(2i/dim) fits n times into L0 positions.
@@ -27,7 +27,8 @@ struct YarnRampRange {
 YarnRampRange yarn_ramp_range(const RopeConfig& cfg);
 // g(s, mu) = 1 if s <= 1 else 0.1 * mu * ln(s) + 1.
 double yarn_get_mscale(double factor, double mu);
-// The factor cos/sin are multiplied by: g(s, mscale) / g(s, mscale_all_dim) (1.0 without YaRN).
+// The factor cos/sin are multiplied by: g(s, mscale) / g(s, mscale_all_dim) for YaRN,
+// longrope_attention for LongRoPE, else 1.0.
 double rope_attention_factor(const RopeConfig& cfg);
 // d_qk^-0.5 * m^2 with m = g(s, mscale_all_dim) when YaRN has mscale_all_dim != 0, else m = 1.
 double mla_softmax_scale(int d_qk, const RopeScaling& scaling);

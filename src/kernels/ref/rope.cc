@@ -35,6 +35,11 @@ std::vector<double> rope_inv_freq(const RopeConfig& cfg) {
   const int half = cfg.dim / 2;
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(cfg.theta, -2.0 * i / cfg.dim);
+  const std::vector<double>& ext = cfg.scaling.longrope_ext;
+  if (!ext.empty()) {
+    MLA_CHECK(int(ext.size()) == half, "longrope: {} factors for {} pairs", ext.size(), half);
+    for (int i = 0; i < half; ++i) inv_freq[i] /= ext[size_t(i)];
+  }
   if (!cfg.scaling.yarn) return inv_freq;
 
   // Pairs below `low` (many turns within L0) keep their frequency; pairs above `high` (less than
@@ -55,6 +60,7 @@ double yarn_get_mscale(double factor, double mu) {
 
 double rope_attention_factor(const RopeConfig& cfg) {
   const RopeScaling& y = cfg.scaling;
+  if (!y.longrope_ext.empty()) return y.longrope_attention;
   if (!y.yarn) return 1.0;
   // Both terms go through the same function, so mscale == mscale_all_dim gives x / x == 1.0
   // exactly (every released DeepSeek and Kimi config).

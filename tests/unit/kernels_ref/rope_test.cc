@@ -119,6 +119,29 @@ TEST(RopeInvFreq, PlainRopeWithoutYarn) {
   for (int i = 0; i < 32; ++i) EXPECT_EQ(f[i], std::pow(50000.0, -2.0 * i / 64)) << i;
 }
 
+// MiniCPM3's LongRoPE: pair i's frequency divided by ext[i], cos / sin times the attention factor.
+TEST(RopeInvFreq, LongropeDividesEachPair) {
+  RopeConfig cfg;
+  cfg.dim = 8;
+  cfg.theta = 10000;
+  cfg.layout = RopeLayout::kNeox;
+  cfg.scaling.longrope_ext = {1.0, 1.25, 2.5, 7.0};
+  cfg.scaling.longrope_attention = 1.19;
+  const std::vector<double> f = rope_inv_freq(cfg);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(f[size_t(i)], std::pow(10000.0, -2.0 * i / 8) / cfg.scaling.longrope_ext[size_t(i)])
+        << i;
+  EXPECT_EQ(rope_attention_factor(cfg), 1.19);
+  EXPECT_EQ(mla_softmax_scale(96, cfg.scaling), 1.0 / std::sqrt(96.0));  // no m² without YaRN
+
+  // At position 3, NeoX pair (1, 5) turns by 3 · f[1], lengths scaled by 1.19.
+  std::vector<float> x = {0, 1, 0, 0, 0, 0, 0, 0};
+  const int64_t pos = 3;
+  rope_apply(cfg, &pos, 1, 1, x.data());
+  EXPECT_NEAR(x[1], 1.19 * std::cos(3 * f[1]), 1e-6);
+  EXPECT_NEAR(x[5], 1.19 * std::sin(3 * f[1]), 1e-6);
+}
+
 TEST(RopeMscale, WorkedValues) {
   // m values of §3.4, printed to 10 significant digits.
   EXPECT_NEAR(yarn_get_mscale(40, 0.707), 1.260803777, kTenDigitRel);

@@ -263,7 +263,8 @@ TEST_P(ForwardTest, BadBatchesAreRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ForwardTest,
-                         ::testing::Values("v2-lite", "v2", "v3", "kimi-k2", "moonlight"),
+                         ::testing::Values("v2-lite", "v2", "v3", "kimi-k2", "moonlight",
+                                           "minicpm3"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

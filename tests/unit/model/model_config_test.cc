@@ -247,7 +247,7 @@ TEST(ModelPreset, Moonlight) {
 }
 
 TEST(ModelPreset, NamesAndUnknown) {
-  ASSERT_EQ(model_preset_names().size(), 5u);
+  ASSERT_EQ(model_preset_names().size(), 6u);
   for (std::string_view n : model_preset_names()) EXPECT_TRUE(model_preset(n).ok()) << n;
   Result<ModelConfig> bad = model_preset("v4");
   ASSERT_FALSE(bad.ok());
@@ -445,8 +445,25 @@ TEST(BadModelConfig, RopeFactor) {
   expect_bad([](Json& j) { j["rope_scaling"]["factor"] = "40"; },
              {"\"rope_scaling.factor\"", "\"40\""});
   expect_bad([](Json& j) { j["rope_scaling"].erase("factor"); }, {"\"rope_scaling.factor\""});
-  expect_bad([](Json& j) { j["rope_scaling"]["type"] = "longrope"; },
-             {"\"rope_scaling.type\"", "longrope"}, StatusCode::kUnimplemented);
+  expect_bad([](Json& j) { j["rope_scaling"]["type"] = "dynamic"; },
+             {"\"rope_scaling.type\"", "dynamic", "longrope"}, StatusCode::kUnimplemented);
+  // LongRoPE needs both factor lists, of qk_rope_head_dim / 2 = 32 positive numbers each.
+  const auto longrope = [](Json& j) {
+    j["rope_scaling"] = {{"type", "longrope"},
+                         {"short_factor", std::vector<double>(32, 1.0)},
+                         {"long_factor", std::vector<double>(32, 2.0)}};
+  };
+  expect_bad([&](Json& j) { longrope(j), j["rope_scaling"].erase("long_factor"); },
+             {"\"rope_scaling.long_factor\"", "missing"});
+  expect_bad(
+      [&](Json& j) {
+        longrope(j), j["rope_scaling"]["short_factor"] = {1.0, 2.0};
+      },
+      {"\"rope_scaling.short_factor\"", "32 positive numbers", "2 values"});
+  expect_bad([&](Json& j) { longrope(j), j["rope_scaling"]["long_factor"][3] = 0; },
+             {"\"rope_scaling.long_factor\"", "positive"});
+  expect_bad([&](Json& j) { longrope(j), j["rope_scaling"]["short_factor"] = "1"; },
+             {"\"rope_scaling.short_factor\"", "list"});
   expect_bad([](Json& j) { j["rope_scaling"].erase("type"); }, {"\"rope_scaling.type\""});
 
   // JSON text cannot carry NaN or Inf: Python's json writes NaN / Infinity, which is not JSON,
@@ -547,5 +564,65 @@ TEST_F(LoadModelConfig, ErrorsNameThePath) {
   EXPECT_FALSE(load_model_config((dir_ / "empty.json").string()).ok());
 }
 
+// MiniCPM3-4B's config.json as deepseek-models.md §1.1 / §2.9 describe it: no v_head_dim, no MoE
+// keys, LongRoPE, and its three scalings.
+TEST(ModelConfig, MiniCpm3) {
+  Json j = {{"architectures", {"MiniCPM3ForCausalLM"}},
+            {"model_type", "minicpm3"},
+            {"vocab_size", 73448},
+            {"hidden_size", 2560},
+            {"num_hidden_layers", 62},
+            {"num_attention_heads", 40},
+            {"num_key_value_heads", 40},
+            {"q_lora_rank", 768},
+            {"kv_lora_rank", 256},
+            {"qk_nope_head_dim", 64},
+            {"qk_rope_head_dim", 32},
+            {"intermediate_size", 6400},
+            {"max_position_embeddings", 32768},
+            {"rms_norm_eps", 1e-5},
+            {"rope_scaling",
+             {{"type", "longrope"},
+              {"short_factor", std::vector<double>(16, 1.05)},
+              {"long_factor", std::vector<double>(16, 1.5)},
+              {"original_max_position_embeddings", 32768}}},
+            {"scale_emb", 12},
+            {"scale_depth", 1.4},
+            {"dim_model_base", 256},
+            {"bos_token_id", 1},
+            {"eos_token_id", {2, 73440}},
+            {"torch_dtype", "bfloat16"}};
+  const ModelConfig c = parse_ok(j.dump());
+  EXPECT_EQ(c.v_head_dim, 64);  // hidden_size / num_attention_heads
+  EXPECT_FALSE(c.is_moe());
+  EXPECT_TRUE(c.neox_rope());
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLongrope);
+  EXPECT_EQ(c.rope_scaling.short_factor, std::vector<double>(16, 1.05));
+  EXPECT_EQ(c.rope_scaling.long_factor, std::vector<double>(16, 1.5));
+  EXPECT_EQ(c.rope_scaling.factor, 1.0);  // max_position_embeddings / original
+  EXPECT_EQ(c.scale_emb, 12.0);
+  EXPECT_DOUBLE_EQ(c.residual_scale(), 1.4 / std::sqrt(62.0));
+  EXPECT_DOUBLE_EQ(c.logits_divisor(), 10.0);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{2, 73440}));
+
+  // The same dims as the built-in preset; without the scalings they are no-ops.
+  const ModelConfig p = preset("minicpm3");
+  EXPECT_EQ(p.v_head_dim, c.v_head_dim);
+  EXPECT_EQ(p.kv_lora_rank, c.kv_lora_rank);
+  for (const char* k : {"scale_emb", "scale_depth", "dim_model_base"}) j.erase(k);
+  const ModelConfig plain = parse_ok(j.dump());
+  EXPECT_EQ(plain.scale_emb, 1.0);
+  EXPECT_EQ(plain.residual_scale(), 1.0);
+  EXPECT_EQ(plain.logits_divisor(), 1.0);
+
+  // Only MiniCPM3 may leave v_head_dim out; DeepSeek's keys stay interleaved and unscaled.
+  Json v2 = v2_lite_json();
+  v2.erase("v_head_dim");
+  Result<ModelConfig> r = parse_json(v2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("\"v_head_dim\" is missing"), std::string::npos)
+      << r.status().message();
+  EXPECT_FALSE(preset("v2-lite").neox_rope());
+}
 }  // namespace
 }  // namespace mla
