@@ -1,6 +1,8 @@
 // prepare_absorbed_weights: the FP32 split of kv_b_proj and the per-head stored-dtype copies.
 #include "kernels/mla_absorbed_weights.h"
 
+#include <vector>
+
 #include <fmt/format.h>
 
 #include <cstring>
@@ -44,15 +46,16 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, in
   MLA_ASSIGN_OR_RETURN(w.uk_t_bytes, AlignedBuffer<uint8_t>::allocate(uk_n * eb, "W_UK^T"));
   MLA_ASSIGN_OR_RETURN(w.uv_bytes, AlignedBuffer<uint8_t>::allocate(uv_n * eb, "W_UV"));
 
-  // The FP32 split: W_real element by element (FP8 · scale rounds once to FP32).
+  // The FP32 split: W_real row by row (FP8 · scale rounds once to FP32).
+  std::vector<double> row(static_cast<size_t>(r));
   for (int h = 0; h < h_q; ++h) {
     const int64_t row0 = int64_t(h) * (d_n + d_v);
-    for (int n = 0; n < d_n; ++n)
-      for (int c = 0; c < r; ++c)
-        w.w_uk[(size_t(h) * d_n + n) * r + c] = float(ref::linear_weight(kv_b, row0 + n, c));
-    for (int n = 0; n < d_v; ++n)
-      for (int c = 0; c < r; ++c)
-        w.w_uv[(size_t(h) * d_v + n) * r + c] = float(ref::linear_weight(kv_b, row0 + d_n + n, c));
+    for (int n = 0; n < d_n + d_v; ++n) {
+      ref::linear_weight_row(kv_b, row0 + n, row.data());
+      float* out =
+          n < d_n ? &w.w_uk[(size_t(h) * d_n + n) * r] : &w.w_uv[(size_t(h) * d_v + n - d_n) * r];
+      for (int c = 0; c < r; ++c) out[c] = float(row[size_t(c)]);
+    }
   }
 
   // The stored bytes, W_UK[h] transposed: uk_t[h][c][n] = kv_b[row0 + n][c].

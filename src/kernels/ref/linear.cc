@@ -1,4 +1,5 @@
 // Reference weight product: dequantise one weight row to FP64, dot it with every row of x in FP64.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -38,10 +39,26 @@ double linear_weight(const LinearWeight& w, int64_t i, int64_t j) {
   }
 }
 
+void linear_weight_row(const LinearWeight& w, int64_t i, double* row) {
+  if (w.dtype != DType::kF8E4M3) {
+    for (int64_t j = 0; j < w.in; ++j) row[j] = linear_weight(w, i, j);
+    return;
+  }
+  const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
+  const uint8_t* e = w.data + i * w.in;
+  for (int64_t b = 0; b < cols; ++b) {
+    float s;
+    std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + b), 4);
+    const int64_t j1 = std::min(w.in, (b + 1) * w.block_cols);
+    for (int64_t j = b * w.block_cols; j < j1; ++j)
+      row[j] = double(fp8_e4m3_to_f32(e[j])) * double(s);
+  }
+}
+
 void linear(const LinearWeight& w, int64_t n, const float* x, double* y) {
   std::vector<double> row(size_t(w.in));
   for (int64_t i = 0; i < w.out; ++i) {
-    for (int64_t j = 0; j < w.in; ++j) row[size_t(j)] = linear_weight(w, i, j);
+    linear_weight_row(w, i, row.data());
     for (int64_t r = 0; r < n; ++r) {
       const float* xr = x + r * w.in;
       double s = 0;
