@@ -14,6 +14,7 @@
 #include "cache/cache_format.h"
 #include "core/checked_math.h"
 #include "io/json_limits.h"
+#include "model/model_rope.h"
 
 namespace mla {
 namespace {
@@ -79,6 +80,11 @@ class Reader {
   const Json* find(const char* key) const {
     auto it = obj_.find(key);
     return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+  // Present with the value null (find() takes that for absent).
+  bool is_null(const char* key) const {
+    auto it = obj_.find(key);
+    return it != obj_.end() && it->is_null();
   }
   const std::string& source() const { return source_; }
   std::string name(const std::string& key) const { return "\"" + prefix_ + key + "\""; }
@@ -164,15 +170,16 @@ Status get_factor_list(const Reader& r, const char* key, std::vector<double>* ou
 
 // rope_scaling {"type": "longrope", short_factor, long_factor, original_max_position_embeddings,
 // factor?, attention_factor?}: original_max_position_embeddings may also sit at the top level
-// (older configs), and defaults to max_position_embeddings.
+// (older configs; it wins there, as in transformers' standardize_rope_params), and defaults to
+// max_position_embeddings.
 Status parse_longrope(const Reader& top, const Reader& r, ModelConfig* c) {
   RopeScalingConfig& y = c->rope_scaling;
   y.type = RopeScalingType::kLongrope;
   y.original_max_position_embeddings = c->max_position_embeddings;
-  MLA_RETURN_IF_ERROR(top.get_int("original_max_position_embeddings",
-                                  &y.original_max_position_embeddings, 1, INT64_MAX, false));
   MLA_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings",
                                 &y.original_max_position_embeddings, 1, INT64_MAX, false));
+  MLA_RETURN_IF_ERROR(top.get_int("original_max_position_embeddings",
+                                  &y.original_max_position_embeddings, 1, INT64_MAX, false));
   y.factor = double(c->max_position_embeddings) / double(y.original_max_position_embeddings);
   MLA_RETURN_IF_ERROR(r.get_number("factor", &y.factor, true, false));
   MLA_RETURN_IF_ERROR(r.get_number("attention_factor", &y.attention_factor, true, false));
@@ -257,12 +264,21 @@ Status parse_fields(const Json& lm, const Json& top, const std::string& source, 
   if (c->v_head_dim == 0) {
     // MiniCPM3 configs leave it out: its modeling code takes hidden_size / num_attention_heads.
     if (c->model_type != "minicpm3") return r.missing("v_head_dim");
+    if (c->hidden_size % c->num_attention_heads != 0)
+      return invalid_argument(
+          fmt::format("{}: without \"v_head_dim\", {} ({}) must be a multiple of {} ({})", source,
+                      r.name("hidden_size"), c->hidden_size, r.name("num_attention_heads"),
+                      c->num_attention_heads));
     c->v_head_dim = c->hidden_size / c->num_attention_heads;
   }
   if (c->model_type == "minicpm3") {
+    // Absent: transformers' MiniCPM3Config defaults (the 4B model's values); JSON null: no-op.
+    c->scale_emb = r.is_null("scale_emb") ? 1.0 : 12.0;
+    c->scale_depth = r.is_null("scale_depth") ? 0.0 : 1.4;
+    c->dim_model_base = r.is_null("dim_model_base") ? 0 : 256;
     MLA_RETURN_IF_ERROR(r.get_number("scale_emb", &c->scale_emb, true, false));
     MLA_RETURN_IF_ERROR(r.get_number("scale_depth", &c->scale_depth, true, false));
-    int64_t base = 0;
+    int64_t base = c->dim_model_base;
     MLA_RETURN_IF_ERROR(r.get_int("dim_model_base", &base, 1, kMaxDim, false));
     c->dim_model_base = static_cast<int>(base);
   }
@@ -358,6 +374,11 @@ Status validate_impl(const ModelConfig& c, const std::string& source, const std:
     if (y.attention_factor != 0.0 && !is_positive_finite(y.attention_factor))
       return bad("rope_scaling.attention_factor", "a positive finite number",
                  fmt::format("{}", y.attention_factor));
+    // Without attention_factor, sqrt(1 + ln(factor) / ln(original)) must exist.
+    if (!is_positive_finite(longrope_attention(y)))
+      return bad("rope_scaling.original_max_position_embeddings",
+                 "at least 2 when factor > 1 and attention_factor is absent",
+                 fmt::format("{} (factor {})", y.original_max_position_embeddings, y.factor));
     for (auto [key, v] :
          {std::pair{"short_factor", &y.short_factor}, {"long_factor", &y.long_factor}})
       if (int64_t(v->size()) * 2 != c.qk_rope_head_dim ||
@@ -370,7 +391,8 @@ Status validate_impl(const ModelConfig& c, const std::string& source, const std:
   if (!is_positive_finite(c.scale_emb))
     return bad("scale_emb", "a positive finite number", fmt::format("{}", c.scale_emb));
   if (c.scale_depth < 0 || !std::isfinite(c.scale_depth))
-    return bad("scale_depth", "a positive finite number", fmt::format("{}", c.scale_depth));
+    return bad("scale_depth", "a non-negative finite number (0: none)",
+               fmt::format("{}", c.scale_depth));
   if (c.dim_model_base < 0 || c.dim_model_base > kMaxDim)
     return bad("dim_model_base", int_rule(1, c.dim_model_base > kMaxDim, kMaxDim),
                fmt::format("{}", c.dim_model_base));

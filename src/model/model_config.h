@@ -93,7 +93,8 @@ struct ModelConfig {
 
   // MiniCPM3's muP-style scalings (deepseek-models.md §2.9; read for model_type "minicpm3" only):
   // embeddings × scale_emb, each residual branch × scale_depth / sqrt(num_hidden_layers), the
-  // final normed hidden state ÷ (hidden_size / dim_model_base) before lm_head. 0: absent (no-op).
+  // final normed hidden state ÷ (hidden_size / dim_model_base) before lm_head. A key absent from
+  // config.json takes transformers' default (12, 1.4, 256); JSON null, or 0 here, is a no-op.
   double scale_emb = 1.0;
   double scale_depth = 0.0;
   int dim_model_base = 0;

@@ -6,6 +6,7 @@
 
 #include "kernels/ref/mla_ref.h"
 #include "model/model_impl.h"
+#include "model/model_rope.h"
 
 namespace mla {
 namespace {
@@ -57,39 +58,6 @@ MlpLinear mlp_of(const MlpWeights& w, const ModelConfig& c) {
   m.down = linear_of(w.down_proj, c);
   m.width = w.gate_proj.present() ? int(m.gate.out) : 0;
   return m;
-}
-
-// max_context: the positions the table serves. LongRoPE takes its long factors when that passes
-// original_max_position_embeddings, at every position; transformers switches per sequence by its
-// current length, so the two agree below that length only with the short factors (MiniCPM3:
-// original = max_position_embeddings, so always).
-RopeConfig rope_config_of(const ModelConfig& c, int64_t max_context) {
-  RopeConfig r;
-  r.dim = c.qk_rope_head_dim;
-  r.theta = c.rope_theta;
-  // DeepSeek checkpoints are interleaved (deepseek-models.md §3.3); MiniCPM3's are not (§2.9).
-  r.layout = c.neox_rope() ? RopeLayout::kNeox : RopeLayout::kInterleaved;
-  const RopeScalingConfig& y = c.rope_scaling;
-  if (y.type == RopeScalingType::kLongrope) {
-    const bool long_ctx = max_context > y.original_max_position_embeddings;
-    r.scaling.longrope_ext = long_ctx ? y.long_factor : y.short_factor;
-    r.scaling.longrope_attention =
-        y.attention_factor > 0 ? y.attention_factor
-        : y.factor <= 1.0
-            ? 1.0
-            : std::sqrt(1.0 +
-                        std::log(y.factor) / std::log(double(y.original_max_position_embeddings)));
-  }
-  if (c.rope_scaling.type == RopeScalingType::kYarn) {
-    r.scaling.yarn = true;
-    r.scaling.factor = c.rope_scaling.factor;
-    r.scaling.original_max_position = double(c.rope_scaling.original_max_position_embeddings);
-    r.scaling.beta_fast = c.rope_scaling.beta_fast;
-    r.scaling.beta_slow = c.rope_scaling.beta_slow;
-    r.scaling.mscale = c.rope_scaling.mscale;
-    r.scaling.mscale_all_dim = c.rope_scaling.mscale_all_dim;
-  }
-  return r;
 }
 
 Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c) {

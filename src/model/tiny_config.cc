@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "model/tiny_checkpoint.h"
 #include "model/weight_layout.h"
@@ -102,61 +103,44 @@ bool wants_fp8(const Family& f, TinyWeights w) {
   return w == TinyWeights::kFP8 || (w == TinyWeights::kDefault && f.fp8);
 }
 
-// MiniCPM3-4B's keys (deepseek-models.md §1.1, §2.9), tiny dims: no v_head_dim (its modeling
-// code takes hidden_size / num_attention_heads = 48 here, unlike d_n = 16), LongRoPE with short
-// factors away from 1 (the ones used below 32k positions), scale_emb / scale_depth as the real
-// model, dim_model_base 32 (logits ÷ 6; the real model ÷ 10).
-Json minicpm3_json(const Family& f, const TinyCheckpointOptions& o) {
-  const int layers = o.layers > 0 ? o.layers : f.layers;
-  const double short_factor[kRope / 2] = {1.0, 1.25, 2.5, 7.0};
-  const double long_factor[kRope / 2] = {1.1, 2.0, 6.0, 30.0};
+// The keys every family's config.json has, at tiny dims (or the real model's with --real-dims),
+// and the FP8 quantization block when the weights are FP8.
+Json common_json(const Family& f, const TinyCheckpointOptions& o) {
   Json j = {
       {"architectures", {f.architecture}},
       {"attention_bias", false},
       {"attention_dropout", 0.0},
       {"bos_token_id", 0},
-      {"dim_model_base", 32},
       {"eos_token_id", 1},
       {"hidden_act", "silu"},
       {"hidden_size", kHidden},
-      {"initializer_range", 0.1},
       {"intermediate_size", kIntermediate},
       {"kv_lora_rank", kKvLoraRank},
       {"max_position_embeddings", f.max_pos},
       {"model_type", f.model_type},
       {"num_attention_heads", kHeads},
-      {"num_hidden_layers", layers},
+      {"num_hidden_layers", o.layers > 0 ? o.layers : f.layers},
       {"num_key_value_heads", kHeads},
-      {"q_lora_rank", f.q_lora_rank},
+      {"q_lora_rank", f.q_lora_rank > 0 ? Json(f.q_lora_rank) : Json(nullptr)},
       {"qk_nope_head_dim", kNope},
       {"qk_rope_head_dim", kRope},
       {"rms_norm_eps", f.eps},
-      {"rope_scaling",
-       {{"long_factor", long_factor},
-        {"original_max_position_embeddings", f.max_pos},
-        {"short_factor", short_factor},
-        {"type", "longrope"}}},
       {"rope_theta", f.theta},
-      {"scale_depth", 1.4},
-      {"scale_emb", 12},
       {"tie_word_embeddings", false},
       {"torch_dtype", "bfloat16"},
       {"use_cache", true},
       {"vocab_size", kVocab},
   };
   if (o.real_dims) {
-    const ModelConfig c = *model_preset("minicpm3");
+    const ModelConfig c = *model_preset(f.name);  // every family is a preset
     j["hidden_size"] = c.hidden_size;
     j["intermediate_size"] = c.intermediate_size;
     j["kv_lora_rank"] = c.kv_lora_rank;
     j["num_attention_heads"] = j["num_key_value_heads"] = c.num_attention_heads;
-    j["q_lora_rank"] = c.q_lora_rank;
+    j["q_lora_rank"] = c.has_q_lora() ? Json(c.q_lora_rank) : Json(nullptr);
     j["qk_nope_head_dim"] = c.qk_nope_head_dim;
     j["qk_rope_head_dim"] = c.qk_rope_head_dim;
     j["vocab_size"] = c.vocab_size;
-    j["dim_model_base"] = c.dim_model_base;
-    const std::vector<double> ones(size_t(c.qk_rope_head_dim / 2), 1.0);
-    j["rope_scaling"]["short_factor"] = j["rope_scaling"]["long_factor"] = ones;
   }
   if (wants_fp8(f, o.weights))
     j["quantization_config"] = {{"activation_scheme", "dynamic"},
@@ -166,83 +150,69 @@ Json minicpm3_json(const Family& f, const TinyCheckpointOptions& o) {
   return j;
 }
 
+// MiniCPM3-4B's own keys (deepseek-models.md §1.1, §2.9): no v_head_dim (its modeling code takes
+// hidden_size / num_attention_heads = 48 here, unlike d_n = 16), LongRoPE with short factors away
+// from 1 (the ones used below 32k positions), scale_emb / scale_depth as the real model,
+// dim_model_base 32 (logits ÷ 6; the real model ÷ 10).
+Json minicpm3_json(const Family& f, const TinyCheckpointOptions& o) {
+  Json j = common_json(f, o);
+  std::vector<double> short_factor = {1.0, 1.25, 2.5, 7.0}, long_factor = {1.1, 2.0, 6.0, 30.0};
+  j["dim_model_base"] = 32;
+  if (o.real_dims) {
+    j["dim_model_base"] = model_preset(f.name)->dim_model_base;
+    short_factor = long_factor = std::vector<double>(size_t(j["qk_rope_head_dim"]) / 2, 1.0);
+  }
+  j["initializer_range"] = 0.1;
+  j["rope_scaling"] = {{"long_factor", long_factor},
+                       {"original_max_position_embeddings", f.max_pos},
+                       {"short_factor", short_factor},
+                       {"type", "longrope"}};
+  j["scale_depth"] = 1.4;
+  j["scale_emb"] = 12;
+  return j;
+}
+
+// DeepSeek's keys: MoE routing, YaRN, v_head_dim, MTP layers.
 Json config_json(const Family& f, const TinyCheckpointOptions& o) {
   if (f.model_type == std::string_view("minicpm3")) return minicpm3_json(f, o);
-  const int layers = o.layers > 0 ? o.layers : f.layers;
+  Json j = common_json(f, o);
+  const int layers = j["num_hidden_layers"];
   // A lone layer is MoE, so MoE is exercised at any depth.
   const int dense = std::min(f.dense_layers, layers - 1);
-  Json j = {
-      {"architectures", {f.architecture}},
-      {"attention_bias", false},
-      {"attention_dropout", 0.0},
+  const Json more = {
       {"aux_loss_alpha", 0.001},
-      {"bos_token_id", 0},
-      {"eos_token_id", 1},
       {"ep_size", 1},
       {"first_k_dense_replace", dense},
-      {"hidden_act", "silu"},
-      {"hidden_size", kHidden},
       {"initializer_range", 0.02},
-      {"intermediate_size", kIntermediate},
-      {"kv_lora_rank", kKvLoraRank},
-      {"max_position_embeddings", f.max_pos},
-      {"model_type", f.model_type},
       {"moe_intermediate_size", kExpertWidth},
       {"moe_layer_freq", 1},
       {"n_group", f.groups},
       {"n_routed_experts", f.experts},
       {"n_shared_experts", f.shared},
       {"norm_topk_prob", f.norm_topk},
-      {"num_attention_heads", kHeads},
       {"num_experts_per_tok", f.topk},
-      {"num_hidden_layers", layers},
-      {"num_key_value_heads", kHeads},
       {"pretraining_tp", 1},
-      {"q_lora_rank", f.q_lora_rank > 0 ? Json(f.q_lora_rank) : Json(nullptr)},
-      {"qk_nope_head_dim", kNope},
-      {"qk_rope_head_dim", kRope},
-      {"rms_norm_eps", f.eps},
       {"rope_scaling", rope_scaling(f.yarn)},
-      {"rope_theta", f.theta},
       {"routed_scaling_factor", f.scaling},
       {"scoring_func", f.scoring},
       {"seq_aux", true},
-      {"tie_word_embeddings", false},
       {"topk_group", f.topk_groups},
       {"topk_method", f.topk_method},
-      {"torch_dtype", "bfloat16"},
       {"transformers_version", "4.46.3"},
-      {"use_cache", true},
       {"v_head_dim", kV},
-      {"vocab_size", kVocab},
   };
+  j.update(more);
   if (o.real_dims) {
-    auto real = model_preset(f.name);  // every family is a preset
-    if (real.ok()) {
-      const ModelConfig& c = *real;
-      j["hidden_size"] = c.hidden_size;
-      j["intermediate_size"] = c.intermediate_size;
-      j["kv_lora_rank"] = c.kv_lora_rank;
-      j["moe_intermediate_size"] = c.moe_intermediate_size;
-      j["n_routed_experts"] = c.n_routed_experts;
-      j["n_shared_experts"] = c.n_shared_experts;
-      j["num_experts_per_tok"] = c.num_experts_per_tok;
-      j["n_group"] = c.n_group;
-      j["topk_group"] = c.topk_group;
-      j["num_attention_heads"] = j["num_key_value_heads"] = c.num_attention_heads;
-      j["q_lora_rank"] = c.has_q_lora() ? Json(c.q_lora_rank) : Json(nullptr);
-      j["qk_nope_head_dim"] = c.qk_nope_head_dim;
-      j["qk_rope_head_dim"] = c.qk_rope_head_dim;
-      j["v_head_dim"] = c.v_head_dim;
-      j["vocab_size"] = c.vocab_size;
-    }
+    const ModelConfig c = *model_preset(f.name);
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["n_routed_experts"] = c.n_routed_experts;
+    j["n_shared_experts"] = c.n_shared_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["n_group"] = c.n_group;
+    j["topk_group"] = c.topk_group;
+    j["v_head_dim"] = c.v_head_dim;
   }
   if (f.model_type != std::string_view("deepseek_v2")) j["num_nextn_predict_layers"] = f.nextn;
-  if (wants_fp8(f, o.weights))
-    j["quantization_config"] = {{"activation_scheme", "dynamic"},
-                                {"fmt", "e4m3"},
-                                {"quant_method", "fp8"},
-                                {"weight_block_size", {128, 128}}};
   return j;
 }
 }  // namespace

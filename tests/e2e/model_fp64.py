@@ -382,13 +382,15 @@ class Model64:
         self.inv_freq, self.scale, m2, self.rope_att = yarn_inv_freq(cfg, T)
         if not self.o.m2:
             self.scale /= m2
-        # MiniCPM3's scalings (§2.9 items 1-3); absent keys leave DeepSeek's forward unchanged.
+        # MiniCPM3's scalings (§2.9 items 1-3): an absent key takes transformers' default, null
+        # is a no-op; DeepSeek's forward has none.
         mini = cfg["model_type"] == "minicpm3"
-        emb_scale = float(cfg.get("scale_emb") or 1) if mini else 1.0
-        depth = cfg.get("scale_depth") if mini else None
-        rs = float(depth) / math.sqrt(self.ck.num_layers()) if depth else 1.0
-        base = cfg.get("dim_model_base") if mini else None
-        logit_div = float(cfg["hidden_size"]) / float(base) if base else 1.0
+        emb = cfg.get("scale_emb", 12) if mini else None
+        emb_scale = float(emb) if emb is not None else 1.0
+        depth = cfg.get("scale_depth", 1.4) if mini else None
+        rs = float(depth) / math.sqrt(self.ck.num_layers()) if depth is not None else 1.0
+        base = cfg.get("dim_model_base", 256) if mini else None
+        logit_div = float(cfg["hidden_size"]) / float(base) if base is not None else 1.0
 
         def residual(h, branch):
             if rs != 1.0:

@@ -2,6 +2,7 @@
 // texts (V2-Lite, V3, Kimi-K2, Kimi-K2.5 nesting), and every bad-config case of reliability.md
 // item 17 (one error naming the file, the field and the value).
 #include "model/model_config.h"
+#include "model/model_rope.h"
 
 #include <gtest/gtest.h>
 
@@ -609,11 +610,66 @@ TEST(ModelConfig, MiniCpm3) {
   const ModelConfig p = preset("minicpm3");
   EXPECT_EQ(p.v_head_dim, c.v_head_dim);
   EXPECT_EQ(p.kv_lora_rank, c.kv_lora_rank);
-  for (const char* k : {"scale_emb", "scale_depth", "dim_model_base"}) j.erase(k);
-  const ModelConfig plain = parse_ok(j.dump());
+  // Absent scalings take transformers' MiniCPM3Config defaults; null ones are no-ops.
+  Json absent = j, null = j;
+  for (const char* k : {"scale_emb", "scale_depth", "dim_model_base"}) {
+    absent.erase(k);
+    null[k] = nullptr;
+  }
+  const ModelConfig d = parse_ok(absent.dump());
+  EXPECT_EQ(d.scale_emb, 12.0);
+  EXPECT_DOUBLE_EQ(d.residual_scale(), 1.4 / std::sqrt(62.0));
+  EXPECT_DOUBLE_EQ(d.logits_divisor(), 10.0);
+  const ModelConfig plain = parse_ok(null.dump());
   EXPECT_EQ(plain.scale_emb, 1.0);
   EXPECT_EQ(plain.residual_scale(), 1.0);
   EXPECT_EQ(plain.logits_divisor(), 1.0);
+
+  // RoPE as the kernels get it: NeoX pairs, short factors up to original_max_position_embeddings,
+  // long ones past it; the cos / sin factor is 1 at factor 1, else sqrt(1 + ln f / ln original).
+  RopeConfig rope = rope_config_of(c, 32768);
+  EXPECT_EQ(rope.layout, RopeLayout::kNeox);
+  EXPECT_EQ(rope.scaling.longrope_ext, c.rope_scaling.short_factor);
+  EXPECT_EQ(rope.scaling.longrope_attention, 1.0);
+  EXPECT_FALSE(rope.scaling.yarn);
+  Json longer = j;
+  longer["max_position_embeddings"] = 131072;  // factor 4
+  const ModelConfig l = parse_ok(longer.dump());
+  EXPECT_EQ(l.rope_scaling.factor, 4.0);
+  EXPECT_EQ(rope_config_of(l, 32768).scaling.longrope_ext, c.rope_scaling.short_factor);
+  rope = rope_config_of(l, 32769);
+  EXPECT_EQ(rope.scaling.longrope_ext, c.rope_scaling.long_factor);
+  EXPECT_DOUBLE_EQ(rope.scaling.longrope_attention,
+                   std::sqrt(1 + std::log(4.0) / std::log(32768.0)));
+  longer["rope_scaling"]["attention_factor"] = 1.5;
+  EXPECT_EQ(rope_config_of(parse_ok(longer.dump()), 32768).scaling.longrope_attention, 1.5);
+  EXPECT_EQ(rope_config_of(preset("v3"), 4096).layout, RopeLayout::kInterleaved);
+  EXPECT_TRUE(rope_config_of(preset("v3"), 4096).scaling.yarn);
+
+  // Bad values name the field and the value.
+  const auto bad = [&](const std::function<void(Json&)>& mutate, const std::string& needle) {
+    Json m = j;
+    mutate(m);
+    Result<ModelConfig> r = parse_json(m);
+    ASSERT_FALSE(r.ok()) << m.dump();
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  bad([](Json& m) { m["scale_emb"] = 0; }, "\"scale_emb\" must be a positive number, got 0");
+  bad([](Json& m) { m["scale_depth"] = -1.4; }, "\"scale_depth\"");
+  bad([](Json& m) { m["dim_model_base"] = 0; }, "\"dim_model_base\"");
+  bad([](Json& m) { m["rope_scaling"]["attention_factor"] = -1; }, "attention_factor");
+  bad([](Json& m) { m["hidden_size"] = 2561; },
+      "without \"v_head_dim\", \"hidden_size\" (2561) must be a multiple of "
+      "\"num_attention_heads\" (40)");
+  bad(
+      [](Json& m) {
+        m["rope_scaling"]["original_max_position_embeddings"] = 1;  // ln 1 = 0 at factor 32768
+      },
+      "\"rope_scaling.original_max_position_embeddings\" must be at least 2");
+  // transformers' precedence: a top-level original_max_position_embeddings over the block's.
+  Json both = j;
+  both["original_max_position_embeddings"] = 4096;
+  EXPECT_EQ(parse_ok(both.dump()).rope_scaling.original_max_position_embeddings, 4096);
 
   // Only MiniCPM3 may leave v_head_dim out; DeepSeek's keys stay interleaved and unscaled.
   Json v2 = v2_lite_json();
