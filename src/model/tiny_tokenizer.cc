@@ -127,8 +127,7 @@ constexpr const char* kKimiTemplate =
     "{{ '<|im_middle|>' + message['content'] + '<|im_end|>' }}{%- endfor %}"
     "{%- if add_generation_prompt %}{{ '<|im_assistant|>assistant<|im_middle|>' }}{%- endif %}";
 
-// MiniCPM3's ChatML. tok::detect_chat_format does not know it: chat requests to `mla serve`
-// get its clear refusal, text prompts work.
+// MiniCPM3's ChatML (tok::ChatFormat::kChatMl).
 constexpr const char* kChatMlTemplate =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"

@@ -11,10 +11,10 @@
 //     then <｜User｜>, <｜Assistant｜> and V3's tool-call tokens.
 //   kimi-k2, moonlight: 0 [BOS], 1 [EOS], 2..257 the bytes, the merges, then <|im_end|>,
 //     <|im_user|>, <|im_assistant|>, <|im_system|>, <|im_middle|>.
-//   minicpm3: 0 <s>, 1 </s>, 2 <unk>, 3..258 the bytes, the merges, then <|im_start|>, <|im_end|>;
-//     its ChatML template is written but not one tok::detect_chat_format knows.
+//   minicpm3: 0 <s>, 1 </s>, 2 <unk>, 3..258 the bytes, the merges, then <|im_start|>, <|im_end|>.
 // Chat templates: v3 → deepseek-v3 (without tool calls in the Jinja text; the built-in renderer
-// has them), v2 / v2-lite → deepseek-v2, kimi-k2 → kimi-k2, moonlight → moonlight, as
+// has them), v2 / v2-lite → deepseek-v2, kimi-k2 → kimi-k2, moonlight → moonlight, minicpm3 →
+// chatml, as
 // tok::detect_chat_format recognises them. The pre-tokenizer is V3's for every family (Kimi's
 // real tokenizer is tiktoken with its own pattern).
 #pragma once

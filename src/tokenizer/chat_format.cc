@@ -24,6 +24,7 @@ constexpr std::pair<ChatFormat, const char*> kNames[] = {
     {ChatFormat::kDeepSeekV2, "deepseek-v2"},
     {ChatFormat::kKimiK2, "kimi-k2"},
     {ChatFormat::kMoonlight, "moonlight"},
+    {ChatFormat::kChatMl, "chatml"},
 };
 
 struct Out {
@@ -188,6 +189,29 @@ Result<std::vector<ChatPart>> render_kimi(ChatFormat f, std::span<const ChatMess
   return std::move(out.parts);
 }
 
+// ChatML as MiniCPM3's template writes it (deepseek-models.md §8.2): every turn
+// <|im_start|>{role}\n{content}<|im_end|>\n, the generation prompt <|im_start|>assistant\n.
+Result<std::vector<ChatPart>> render_chatml(std::span<const ChatMessage> msgs,
+                                            const ChatOptions& opts) {
+  Out out;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (!m.content || !m.tool_calls.empty())
+      return unimplemented(fmt::format("messages[{}]: chatml tool calls are not built in", i));
+    if (m.role != "system" && m.role != "user" && m.role != "assistant")
+      return bad_message(i, m, "expected system, user or assistant");
+    out.control("<|im_start|>");
+    out.text(m.role + "\n" + *m.content);
+    out.control("<|im_end|>");
+    out.text("\n");
+  }
+  if (opts.add_generation_prompt) {
+    out.control("<|im_start|>");
+    out.text("assistant\n");
+  }
+  return std::move(out.parts);
+}
+
 }  // namespace
 
 std::string_view chat_format_name(ChatFormat f) {
@@ -221,6 +245,8 @@ Result<ChatFormat> detect_chat_format(std::string_view t) {
     if (!has("</think>")) return ChatFormat::kDeepSeekV3;
   } else if (has("User: ") && has("Assistant:")) {
     return ChatFormat::kDeepSeekV2;
+  } else if (has("<|im_start|>") && has("<|im_end|>")) {
+    return ChatFormat::kChatMl;
   }
   std::string head(t.substr(0, 80));
   return invalid_argument(
@@ -238,6 +264,8 @@ Result<std::vector<ChatPart>> render_chat(ChatFormat f, std::span<const ChatMess
     case ChatFormat::kKimiK2:
     case ChatFormat::kMoonlight:
       return render_kimi(f, messages, opts);
+    case ChatFormat::kChatMl:
+      return render_chatml(messages, opts);
     default:
       return render_deepseek(f, messages, opts);
   }

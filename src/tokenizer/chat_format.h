@@ -1,4 +1,4 @@
-// Built-in chat formats (DeepSeek-V3, R1, V2, Kimi-K2, Moonlight) written in C++ instead of
+// Built-in chat formats (DeepSeek-V3, R1, V2, Kimi-K2, Moonlight, ChatML) written in C++ instead of
 // running the Jinja template; the right one is recognised from tokenizer_config.json's
 // chat_template text. Rendering keeps control tokens apart from message text, so that text a
 // user typed is always encoded as plain text and only the formatter inserts control ids.
@@ -23,9 +23,11 @@ enum class ChatFormat {
   kDeepSeekV2,          // "User: ...\n\nAssistant: ...<｜end▁of▁sentence｜>"
   kKimiK2,              // <|im_user|>user<|im_middle|>...<|im_end|>, default system prompt
   kMoonlight,           // Kimi's format with Moonlight-Instruct's default system prompt
+  kChatMl,              // <|im_start|>role\n...<|im_end|>\n (MiniCPM3), no BOS, no default system
 };
 
-// "deepseek-v3", "deepseek-r1", "deepseek-r1-original", "deepseek-v2", "kimi-k2", "moonlight".
+// "deepseek-v3", "deepseek-r1", "deepseek-r1-original", "deepseek-v2", "kimi-k2", "moonlight",
+// "chatml".
 std::string_view chat_format_name(ChatFormat f);
 Result<ChatFormat> chat_format_from_name(std::string_view name);
 // All names, comma-separated, for help and error text.

@@ -73,6 +73,12 @@ TEST(ChatFormat, SpecExamples) {
             "middle|>");
   EXPECT_EQ(render_text(ChatFormat::kMoonlight, msgs({{"system", "S"}, {"user", "Hi"}}), false),
             "<|im_system|>system<|im_middle|>S<|im_end|><|im_user|>user<|im_middle|>Hi<|im_end|>");
+  EXPECT_EQ(render_text(ChatFormat::kChatMl, conv),
+            "<|im_start|>system\nYou are helpful<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(render_text(ChatFormat::kChatMl, msgs({{"user", "Hi"}}), false),
+            "<|im_start|>user\nHi<|im_end|>\n");
 }
 
 TEST(ChatFormat, DeepSeekToolCalls) {
@@ -131,8 +137,8 @@ TEST(ChatFormat, RecognisesTemplates) {
             ChatFormat::kDeepSeekV2);
   EXPECT_EQ(*detect_chat_format("<|im_user|>user<|im_middle|>You are Kimi"), ChatFormat::kKimiK2);
   EXPECT_EQ(*detect_chat_format("<|im_middle|>Moonshot-AI"), ChatFormat::kMoonlight);
-  for (const char* unknown :
-       {"", "<|im_start|>user\n{{content}}<|im_end|>", "{{'<｜Assistant｜></think>'}}"}) {
+  EXPECT_EQ(*detect_chat_format("<|im_start|>user\n{{content}}<|im_end|>"), ChatFormat::kChatMl);
+  for (const char* unknown : {"", "<|im_start|>user\n{{content}}", "{{'<｜Assistant｜></think>'}}"}) {
     Result<ChatFormat> f = detect_chat_format(unknown);
     ASSERT_FALSE(f.ok()) << unknown;
     EXPECT_NE(f.status().message().find("deepseek-v3, deepseek-r1"), std::string::npos);
