@@ -138,7 +138,8 @@ TEST(ChatFormat, RecognisesTemplates) {
   EXPECT_EQ(*detect_chat_format("<|im_user|>user<|im_middle|>You are Kimi"), ChatFormat::kKimiK2);
   EXPECT_EQ(*detect_chat_format("<|im_middle|>Moonshot-AI"), ChatFormat::kMoonlight);
   EXPECT_EQ(*detect_chat_format("<|im_start|>user\n{{content}}<|im_end|>"), ChatFormat::kChatMl);
-  for (const char* unknown : {"", "<|im_start|>user\n{{content}}", "{{'<｜Assistant｜></think>'}}"}) {
+  for (const char* unknown :
+       {"", "<|im_start|>user\n{{content}}", "{{'<｜Assistant｜></think>'}}"}) {
     Result<ChatFormat> f = detect_chat_format(unknown);
     ASSERT_FALSE(f.ok()) << unknown;
     EXPECT_NE(f.status().message().find("deepseek-v3, deepseek-r1"), std::string::npos);
