@@ -103,7 +103,7 @@ inline void lin_step_fp8_wide(typename L::Vec (&acc)[R][1], const uint8_t* const
     // rows' decoding, rather than in one burst per step.
     if (ahead)
       for (int b = r * kAheadLines; b < (r + 1) * kAheadLines; ++b)
-        __builtin_prefetch(ahead + 64 * b, 0, 1);
+        __builtin_prefetch(ahead + 64 * b, 0, 0);
     V wv[Q];
     L::widen_fp8_cols(wp[r], wv);
 #pragma GCC unroll 8
@@ -128,8 +128,11 @@ struct LinRows {
 // `next` (or null): the rows the caller reads after these (R · in · kB bytes from there), fetched
 // into cache while these are multiplied. The R rows here are R short streams (2 KiB for an FP8
 // row of 2048): the hardware prefetcher ramps up too late on each, and DRAM reads stalled the
-// FP8 GEMV at ~14 GB/s. Prefetched into L2 (prefetcht2): into L1 (prefetcht0) it evicted the rows
-// being read and cost BF16 a third of its rate (docs/BENCHMARKS.md "Weight products").
+// FP8 GEMV at ~14 GB/s. Requested with the non-temporal hint (prefetchnta): with prefetcht2 (into
+// L2) the block pattern read ~20% below a sequential read in the host's fast spells, even with
+// no arithmetic, and the whole-model decode read 0.67-0.70 of the probe there; with nta ~0.72-0.74
+// (docs/BENCHMARKS.md "Model runtime", "prefetchnta"). prefetcht0 had cost BF16 a third of its
+// rate at L3 (it evicted the rows being read); nta does not (`mla_bench_linear` n1, same rates).
 template <class L, DType D, int R, int N>
 void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
                   const uint8_t* next = nullptr) {
@@ -163,7 +166,7 @@ void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
     for (; j + kW <= c1; j += kW) {
       if (next) {
         const uint8_t* p = next + (j / kW) * kAheadBytes;
-        for (int64_t b = 0; b < kAheadBytes; b += 64) __builtin_prefetch(p + b, 0, 1);
+        for (int64_t b = 0; b < kAheadBytes; b += 64) __builtin_prefetch(p + b, 0, 0);
       }
       const uint8_t* wp[R];
       for (int r = 0; r < R; ++r) wp[r] = row[r] + j * kB;
