@@ -129,10 +129,10 @@ struct LinRows {
 // into cache while these are multiplied. The R rows here are R short streams (2 KiB for an FP8
 // row of 2048): the hardware prefetcher ramps up too late on each, and DRAM reads stalled the
 // FP8 GEMV at ~14 GB/s. Requested with the non-temporal hint (prefetchnta): with prefetcht2 (into
-// L2) the block pattern read ~20% below a sequential read in the host's fast spells, even with
-// no arithmetic, and the whole-model decode read 0.67-0.70 of the probe there; with nta ~0.72-0.74
-// (docs/BENCHMARKS.md "Model runtime", "prefetchnta"). prefetcht0 had cost BF16 a third of its
-// rate at L3 (it evicted the rows being read); nta does not (`mla_bench_linear` n1, same rates).
+// L2) the whole-model decode read 0.67-0.70 of the probe in the host's fast spells, with nta
+// 0.72-0.74, and 0.82 -> 0.84 in the other segments (docs/BENCHMARKS.md "prefetchnta").
+// prefetcht0 had cost BF16 a third of its rate at L3 (it evicted the rows being read); nta does
+// not (`mla_bench_linear` n1, the same rates).
 template <class L, DType D, int R, int N>
 void lin_dot_rows(const LinRows& w, int64_t o0, const float* x, float* y,
                   const uint8_t* next = nullptr) {
