@@ -25,6 +25,10 @@ using Json = nlohmann::json;
 // products of a few of them cannot overflow int64.
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;
+// MiniCPM3-4B's scalings (deepseek-models.md §1.1): the preset's, and a config's when it leaves
+// the keys out (transformers' MiniCPM3Config defaults).
+constexpr double kMiniCpmScaleEmb = 12, kMiniCpmScaleDepth = 1.4;
+constexpr int kMiniCpmDimModelBase = 256;
 
 // Integer fields shared by parsing and validation. min is 0 or 1; required fields must be present
 // (MoE ones only when n_routed_experts > 0).
@@ -273,9 +277,9 @@ Status parse_fields(const Json& lm, const Json& top, const std::string& source, 
   }
   if (c->model_type == "minicpm3") {
     // Absent: transformers' MiniCPM3Config defaults (the 4B model's values); JSON null: no-op.
-    c->scale_emb = r.is_null("scale_emb") ? 1.0 : 12.0;
-    c->scale_depth = r.is_null("scale_depth") ? 0.0 : 1.4;
-    c->dim_model_base = r.is_null("dim_model_base") ? 0 : 256;
+    c->scale_emb = r.is_null("scale_emb") ? 1.0 : kMiniCpmScaleEmb;
+    c->scale_depth = r.is_null("scale_depth") ? 0.0 : kMiniCpmScaleDepth;
+    c->dim_model_base = r.is_null("dim_model_base") ? 0 : kMiniCpmDimModelBase;
     MLA_RETURN_IF_ERROR(r.get_number("scale_emb", &c->scale_emb, true, false));
     MLA_RETURN_IF_ERROR(r.get_number("scale_depth", &c->scale_depth, true, false));
     int64_t base = c->dim_model_base;
@@ -609,9 +613,9 @@ Result<ModelConfig> model_preset(std::string_view name) {
     c.rms_norm_eps = 1e-5;
     c.rope_theta = 10000;
     c.max_position_embeddings = 32768;
-    c.scale_emb = 12;
-    c.scale_depth = 1.4;
-    c.dim_model_base = 256;
+    c.scale_emb = kMiniCpmScaleEmb;
+    c.scale_depth = kMiniCpmScaleDepth;
+    c.dim_model_base = kMiniCpmDimModelBase;
     c.bos_token_id = 1;
     c.eos_token_ids = {2, 73440};
   } else {
