@@ -1,8 +1,8 @@
 // Google Benchmark suite of the CPU weight products (kernels/linear.h) on the best ISA variant of
 // this machine: GB/s of weight bytes (data + FP8 scales) for the decode GEMV (memory-bound: compare
-// with the machine's read bandwidth) and GFLOP/s (2·n·out·in) for prefill-sized n (the dot path:
-// register-blocked dot products; the OpenBLAS comparison of docs/BENCHMARKS.md was measured with
-// a BLAS path since removed).
+// with the machine's read bandwidth) and GFLOP/s (2·n·out·in) for prefill-sized n: `/dot` the FP32
+// products (register-blocked dot products; the OpenBLAS comparison of docs/BENCHMARKS.md was
+// measured with a BLAS path since removed), `/bf16` the BF16 GEMM where the CPU has it.
 // Weights rotate over copies totalling ≥ 256 MiB so each call reads them from DRAM, not the L3;
 // the `/l3` GEMV rows reuse one copy (a few MiB: L3-resident), which separates the decoding
 // rate of a dtype from the DRAM rate.
@@ -116,6 +116,13 @@ const bool registered = [] {
         if (n <= 4)
           benchmark::RegisterBenchmark((name + "/l3").c_str(), BM_Linear, dt, out, in, n,
                                        LinearPath::kDot, true)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        // The BF16 GEMM (path kBf16, n > 16) beside the FP32 products of the same shape.
+        if (n > 16)
+          benchmark::RegisterBenchmark(
+              (name.substr(0, name.size() - 4) + "/bf16").c_str(), BM_Linear, dt, out, in, n,
+              LinearPath::kBf16, false)
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
       }

@@ -33,8 +33,14 @@ Status validate(const LinearWeight& w) {
   return Status();
 }
 
+namespace {
+cpu::LinearPath path_of(DType math) {
+  return math == DType::kBF16 ? cpu::LinearPath::kBf16 : cpu::LinearPath::kAuto;
+}
+}  // namespace
+
 Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-              std::string_view backend) {
+              std::string_view backend, DType math) {
   MLA_RETURN_IF_ERROR(validate(w));
   if (backend != "cpu" && backend != "ref")
     return invalid_argument("linear: unknown backend '" + std::string(backend) +
@@ -50,13 +56,14 @@ Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, Thread
   }
   for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
     if (v.supported()) {
-      v.run(w, n, x, y, pool, cpu::LinearPath::kAuto);
+      v.run(w, n, x, y, pool, path_of(math));
       break;
     }
   return Status();
 }
 
-Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, std::string_view backend) {
+Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, std::string_view backend,
+                   DType math) {
   if (backend != "cpu" && backend != "ref")
     return invalid_argument("linear_many: unknown backend '" + std::string(backend) +
                             "' (expected cpu or ref)");
@@ -76,7 +83,7 @@ Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, std::strin
   }
   for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
     if (v.supported()) {
-      v.run_many(jobs, pool);
+      v.run_many(jobs, pool, path_of(math));
       break;
     }
   return Status();

@@ -33,8 +33,11 @@ Status validate(const LinearWeight& w);
 // y[n, out] = x[n, in] · W_realᵀ, fp32 row-major, x and y not aliased. n may be 0.
 // backend "cpu": the best ISA variant of this machine, threads of `pool` over output rows.
 // backend "ref": kernels/ref's plain loop (FP64 accumulation), for checking.
+// math kF32: FP32 products. kBF16: a product of more than 16 rows with BF16 or FP8 weights may
+// round x to BF16 (relative error 2^-8) and run on BF16 dot products where the CPU has them
+// (AVX512_BF16), FP32 accumulation; decode-sized products stay FP32. Other values: kF32.
 Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-              std::string_view backend = "cpu");
+              std::string_view backend = "cpu", DType math = DType::kF32);
 
 // One product of linear_many: y[n, out] = x[n, in] · W_realᵀ.
 struct LinearJob {
@@ -49,6 +52,6 @@ struct LinearJob {
 // costs more in waking and waiting than the work it splits. The y of different jobs must not
 // overlap.
 Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool,
-                   std::string_view backend = "cpu");
+                   std::string_view backend = "cpu", DType math = DType::kF32);
 
 }  // namespace mla

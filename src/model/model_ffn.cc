@@ -1,4 +1,4 @@
-// The FFN of a decoder layer: dense SwiGLU, or MoE (router in FP32, experts run only on the tokens
+// The FFN of a decoder layer: dense SwiGLU, or MoE (router in FP32 whatever the matmul dtype, experts run only on the tokens
 // routed to them, grouped by expert, shared experts on every token) — deepseek-models.md §6.
 #include <cmath>
 #include <vector>
@@ -30,7 +30,7 @@ size_t run_bytes(const SwigluRun& r, int64_t D) {
 // products of all runs go through one linear_many pass and the down products through a second:
 // in decode each is a small GEMV, and a pass over the pool each cost more than the work it split.
 Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float* x, float* out,
-                        ThreadPool& pool, const std::string& be) {
+                        ThreadPool& pool, const std::string& be, DType math) {
   size_t x_size = 0, h_size = 0, y_size = 0;
   for (const SwigluRun& r : runs) {
     if (r.toks) x_size += size_t(r.n * D);
@@ -52,7 +52,7 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
     jobs.push_back({&r.mlp->up, r.n, xr, &u[h_at]});
     h_at += size_t(r.n * r.mlp->width);
   }
-  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be));
+  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math));
   for (size_t i = 0; i < h_size; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   jobs.clear();
   h_at = 0;
@@ -62,7 +62,7 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
     h_at += size_t(r.n * r.mlp->width);
     y_at += size_t(r.n * D);
   }
-  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be));
+  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math));
   y_at = 0;
   for (const SwigluRun& r : runs) {
     for (int64_t i = 0; i < r.n; ++i) {
@@ -85,7 +85,8 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
   if (n == 0) return Status();
   if (!L.moe) {
     const SwigluRun dense{&L.mlp, n, nullptr, nullptr};
-    return run_swiglu_group(std::span<const SwigluRun>(&dense, 1), D, x, out, pool, be);
+    return run_swiglu_group(std::span<const SwigluRun>(&dense, 1), D, x, out, pool, be,
+                            m.options.matmul_dtype);
   }
 
   const MoeRouting& r = m.routing;
@@ -119,7 +120,8 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
     const size_t b = i < runs.size() ? run_bytes(runs[i], D) : 0;
     if (i == runs.size() || (i > first && bytes + b > kSwigluGroupBytes)) {
       MLA_RETURN_IF_ERROR(run_swiglu_group(
-          std::span<const SwigluRun>(runs.data() + first, i - first), D, x, out, pool, be));
+          std::span<const SwigluRun>(runs.data() + first, i - first), D, x, out, pool, be,
+          m.options.matmul_dtype));
       first = i;
       bytes = 0;
     }

@@ -157,16 +157,16 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
   std::vector<float> q(size_t(T) * H * d_qk);
   if (c.has_q_lora()) {
     std::vector<float> cq(size_t(T) * c.q_lora_rank);
-    MLA_RETURN_IF_ERROR(linear(L.q_a, T, x.data(), cq.data(), pool, be));
+    MLA_RETURN_IF_ERROR(linear(L.q_a, T, x.data(), cq.data(), pool, be, m.options.matmul_dtype));
     rms_norm(cq.data(), L.q_a_norm.data(), T, c.q_lora_rank, m.latent_norm_eps, c.q_lora_rank,
              c.q_lora_rank, cq.data());
-    MLA_RETURN_IF_ERROR(linear(L.q_b, T, cq.data(), q.data(), pool, be));
+    MLA_RETURN_IF_ERROR(linear(L.q_b, T, cq.data(), q.data(), pool, be, m.options.matmul_dtype));
   } else {
-    MLA_RETURN_IF_ERROR(linear(L.q_proj, T, x.data(), q.data(), pool, be));
+    MLA_RETURN_IF_ERROR(linear(L.q_proj, T, x.data(), q.data(), pool, be, m.options.matmul_dtype));
   }
   // Latent row [T, r + d_r]: normalised c_kv (the norm covers only the r latent values) | k_pe.
   std::vector<float> kv(size_t(T) * (r + d_r));
-  MLA_RETURN_IF_ERROR(linear(L.kv_a, T, x.data(), kv.data(), pool, be));
+  MLA_RETURN_IF_ERROR(linear(L.kv_a, T, x.data(), kv.data(), pool, be, m.options.matmul_dtype));
   rms_norm(kv.data(), L.kv_a_norm.data(), T, r, m.latent_norm_eps, r + d_r, r + d_r, kv.data());
   MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), 1, r + d_r, r, kv.data()));
   MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), H, d_qk, d_n, q.data()));
@@ -185,7 +185,7 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
   MLA_RETURN_IF_ERROR(
       attention(m, L, b, first_token, cache, layer, q.data(), attn.data(), pool, stats));
   std::vector<float> o(size_t(T) * D);
-  MLA_RETURN_IF_ERROR(linear(L.o_proj, T, attn.data(), o.data(), pool, be));
+  MLA_RETURN_IF_ERROR(linear(L.o_proj, T, attn.data(), o.data(), pool, be, m.options.matmul_dtype));
   const float rs = m.residual_scale;  // 1 but for MiniCPM3: x · 1 is exact
   for (size_t i = 0; i < o.size(); ++i) h[i] += o[i] * rs;
 
@@ -249,7 +249,8 @@ Result<ForwardStats> Model::forward(const ForwardBatch& b, KvCacheStorage& cache
     for (float& v : x) v /= m.logits_divisor;
   logits.resize(rows.size() * size_t(c.vocab_size));
   MLA_RETURN_IF_ERROR(
-      linear(m.lm_head, int64_t(rows.size()), x.data(), logits.data(), pool, m.options.backend));
+      linear(m.lm_head, int64_t(rows.size()), x.data(), logits.data(), pool, m.options.backend,
+             m.options.matmul_dtype));
   return stats;
 }
 

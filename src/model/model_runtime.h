@@ -30,6 +30,9 @@ struct RuntimeOptions {
   // The absorbed query's dtype at the decode kernel: kF32, or kBF16 for the BF16-dot / AMX
   // kernels (kernels/mla_attention.h).
   DType attention_q_dtype = kDefaultAbsorbedQueryDtype;
+  // The weight products' math (kernels/linear.h): kF32, or kBF16 for BF16 dot products in the
+  // products of more than 16 rows (prefill chunks, expert batches), x rounded to BF16.
+  DType matmul_dtype = DType::kF32;
   // Longest sequence (prompt + generated) the RoPE table covers; 0: max_position_embeddings,
   // capped at kDefaultMaxContext to keep the table small on machines that will never get there.
   int64_t max_context = 0;

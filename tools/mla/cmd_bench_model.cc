@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "io/tune_file.h"
 #include "model/generator.h"
+#include "runtime_flags.h"
 
 namespace mla::cli {
 namespace {
@@ -27,6 +28,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchModelOptions {
   std::string model;
+  std::string matmul_dtype = "f32";
   int tokens = 64, segment = 4, warmup = 4, prompt_len = 16, threads = 0, sweeps = 3;
   bool json = false;
 };
@@ -44,6 +46,7 @@ double median(const std::vector<double>& v) {
 
 int run_bench_model(const BenchModelOptions& o) {
   RuntimeOptions ro;
+  ro.matmul_dtype = attention_dtype_of(o.matmul_dtype);
   ro.prefill_absorption_threshold = tuned_prefill_absorption_threshold(ro.attention_q_dtype)
                                         .value_or(kDefaultPrefillAbsorptionThreshold);
   auto model = Model::load(o.model, ro);
@@ -102,6 +105,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["threads"] = pool.num_threads();
     j["active_weight_bytes_per_token"] = int64_t(weight_bytes);
     j["prompt_tokens"] = o.prompt_len;
+    j["matmul_dtype"] = o.matmul_dtype;
     j["prefill_tokens_per_s"] = prefill_tps;
     j["decode_tokens_per_s"] = median(tps);
     j["effective_gbps"] = median(eff);
@@ -148,6 +152,7 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--warmup", o->warmup, "Decode steps before the first segment (default 4)")
       ->check(CLI::Range(0, 1 << 20));
+  add_matmul_dtype_flag(cmd, &o->matmul_dtype);
   cmd->add_option("--prompt-len", o->prompt_len, "Prompt tokens, ids 1 .. N (default 16)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--sweeps", o->sweeps, "256 MiB reads per probe, median (default 3)")

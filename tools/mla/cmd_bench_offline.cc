@@ -31,7 +31,8 @@ struct OfflineOptions {
   int page_size = 64, threads = 0, prefill_threshold = -1;
   int64_t num_blocks = 0;
   double kv_cache_gib = 1.0;
-  std::string kv_dtype = "bf16", backend = "cpu", attention_dtype = "f32";
+  std::string kv_dtype = "bf16", backend = "cpu", attention_dtype = "f32",
+              matmul_dtype = "f32";
   uint64_t seed = 0;
   bool json = false;
 };
@@ -80,6 +81,7 @@ int run_offline(const OfflineOptions& o) {
   ro.backend = o.backend;
   ro.kv_dtype = *kv;
   ro.attention_q_dtype = attention_dtype_of(o.attention_dtype);
+  ro.matmul_dtype = attention_dtype_of(o.matmul_dtype);
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold
                                         : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
@@ -215,6 +217,7 @@ void register_bench_offline(CLI::App* bench, int* exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache format: bf16, fp8_e4m3, int8, nvfp4");
   add_attention_dtype_flag(cmd, &o->attention_dtype);
+  add_matmul_dtype_flag(cmd, &o->matmul_dtype);
   cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)");
   cmd->add_option("--backend", o->backend, "cpu or ref");
   cmd->add_option("--prefill-threshold", o->prefill_threshold,

@@ -38,6 +38,7 @@ struct ServeCliOptions {
   uint64_t kv_cache_bytes = 0;  // when given, instead of kv_cache_gib
   std::string kv_dtype = "bf16";
   std::string attention_dtype = "f32";
+  std::string matmul_dtype = "f32";
   int64_t max_model_len = 0;
   int threads = 0;
   std::string backend = "cpu";
@@ -134,6 +135,7 @@ int run_serve(ServeCliOptions o) {
   ro.backend = o.backend;
   ro.kv_dtype = *kv;
   ro.attention_q_dtype = attention_dtype_of(o.attention_dtype);
+  ro.matmul_dtype = attention_dtype_of(o.matmul_dtype);
   ro.max_context = o.max_model_len;
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold
@@ -221,6 +223,7 @@ void register_serve(CLI::App& app, int* exit_code) {
       ->excludes(gib);
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache format: bf16, fp8_e4m3, int8, nvfp4");
   add_attention_dtype_flag(cmd, &o->attention_dtype);
+  add_matmul_dtype_flag(cmd, &o->matmul_dtype);
   cmd->add_option("--max-model-len", o->max_model_len, "Context length (default: the model's)");
   cmd->add_option("--threads", o->threads, "Compute threads (default: MLA_NUM_THREADS or all)");
   cmd->add_option("--backend", o->backend, "cpu or ref");

@@ -61,8 +61,8 @@ void linear_avx2(const LinearWeight& w, int64_t n, const float* x, float* y, Thr
   run_linear<LinAvx2>(w, n, x, y, pool, path);
 }
 
-void linear_many_avx2(std::span<const LinearJob> jobs, ThreadPool& pool) {
-  run_linear_many<LinAvx2>(jobs, pool);
+void linear_many_avx2(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
+  run_linear_many<LinAvx2>(jobs, pool, path);
 }
 
 }  // namespace mla::cpu

@@ -20,8 +20,8 @@ void linear_avx512(const LinearWeight& w, int64_t n, const float* x, float* y, T
   run_linear<LinAvx512>(w, n, x, y, pool, path);
 }
 
-void linear_many_avx512(std::span<const LinearJob> jobs, ThreadPool& pool) {
-  run_linear_many<LinAvx512>(jobs, pool);
+void linear_many_avx512(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
+  run_linear_many<LinAvx512>(jobs, pool, path);
 }
 
 }  // namespace mla::cpu

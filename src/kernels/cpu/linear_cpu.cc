@@ -12,6 +12,9 @@ bool has_avx512() {
 bool has_avx512_vbmi() {
   return cpu_features().avx512_vbmi;  // implies AVX-512, and MLA_ISA=avx512 or lower clears it
 }
+bool has_avx512_bf16_vbmi() {
+  return cpu_features().avx512_bf16 && cpu_features().avx512_vbmi;
+}
 // The AVX2 variant converts FP16 and FP8 with F16C (vcvtph2ps), which every AVX2 + FMA CPU has,
 // but cpu_features does not promise it.
 bool has_avx2() {
@@ -22,6 +25,7 @@ bool always() {
 }
 
 constexpr LinearCpuVariant kVariants[] = {
+    {"linear.cpu.avx512bf16", has_avx512_bf16_vbmi, linear_avx512_bf16, linear_many_avx512_bf16},
     {"linear.cpu.avx512vbmi", has_avx512_vbmi, linear_avx512_vbmi, linear_many_avx512_vbmi},
     {"linear.cpu.avx512", has_avx512, linear_avx512, linear_many_avx512},
     {"linear.cpu.avx2", has_avx2, linear_avx2, linear_many_avx2},

@@ -15,9 +15,12 @@ namespace mla::cpu {
 //          of x at a time: W is streamed once for n ≤ 4 (decode); for larger n an L2-sized chunk
 //          of rows is reused for every group of 4 (FP8 / F16 chunks widened once to FP32 first).
 //          It beat OpenBLAS SGEMM on widened panels at every n measured (16, 64, 512), so the
-//          engine uses no BLAS library (and maps no BLAS work buffer).
+//          engine uses no BLAS library (and maps no BLAS work buffer). FP32 products.
 //   kAuto: kDot.
-enum class LinearPath { kAuto, kDot };
+//   kBf16: products of more than kLinWidenMinRows rows of x with BF16 or FP8 weights run on BF16
+//          dot products (x rounded to BF16 once, FP32 accumulation: linear_gemm_bf16.h) in the
+//          variants that have them; everything else as kDot.
+enum class LinearPath { kAuto, kDot, kBf16 };
 
 using LinearCpuFn = void (*)(const LinearWeight& w, int64_t n, const float* x, float* y,
                              ThreadPool& pool, LinearPath path);
@@ -31,13 +34,24 @@ void linear_avx512(const LinearWeight& w, int64_t n, const float* x, float* y, T
                    LinearPath path);
 void linear_avx512_vbmi(const LinearWeight& w, int64_t n, const float* x, float* y,
                         ThreadPool& pool, LinearPath path);
+void linear_avx512_bf16(const LinearWeight& w, int64_t n, const float* x, float* y,
+                        ThreadPool& pool, LinearPath path);
 
 // Every job of linear_many (validated, y not overlapping) in one parallel_for.
-using LinearManyCpuFn = void (*)(std::span<const LinearJob> jobs, ThreadPool& pool);
-void linear_many_scalar(std::span<const LinearJob> jobs, ThreadPool& pool);
-void linear_many_avx2(std::span<const LinearJob> jobs, ThreadPool& pool);
-void linear_many_avx512(std::span<const LinearJob> jobs, ThreadPool& pool);
-void linear_many_avx512_vbmi(std::span<const LinearJob> jobs, ThreadPool& pool);
+using LinearManyCpuFn = void (*)(std::span<const LinearJob> jobs, ThreadPool& pool,
+                                 LinearPath path);
+void linear_many_scalar(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
+void linear_many_avx2(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
+void linear_many_avx512(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
+void linear_many_avx512_vbmi(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
+void linear_many_avx512_bf16(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
+
+// Bytes 3 and 2 of the FP32 bits of value · 2^-8 for each E4M3 magnitude code (the byte tables of
+// linear.cpu.avx512vbmi and avx512bf16), built at start-up in linear_avx512_vbmi.cc.
+struct Fp8Fp32Bytes {
+  alignas(64) uint8_t top[128] = {}, next[128] = {};
+};
+extern const Fp8Fp32Bytes kFp8Fp32Bytes;
 
 struct LinearCpuVariant {
   const char* name;  // "linear.cpu.<isa>"

@@ -347,22 +347,55 @@ void lin_widen(const LinearWeight& w, int64_t o0, int64_t rows, int64_t k0, int6
 // Decode-sized jobs: the last `threads` chunks of the pass are cut into kLinTailSplit pieces
 // each (whole 8-row blocks). The threads reach the end of the pass up to one chunk apart; with
 // ~2 MiB chunks one of them then waited ~60 µs at every pass, six passes a layer.
+// path kBf16 in a variant whose traits have the BF16 GEMM (L::kBf16Gemm, linear_gemm_bf16.h):
+// the jobs it takes get their x as BF16 panels first (one parallel pass; jobs with the same x,
+// such as an expert's gate and up, share them), and their chunks run on the GEMM.
 constexpr int64_t kLinTailSplit = 4;
 
 template <class L>
-void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool) {
+void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
   struct Item {
     int32_t job;
     int64_t r0, r1;
   };
   const int threads = pool.num_threads();
+  std::vector<int32_t> panel_of(jobs.size(), -1);  // index into panels, -1: FP32 products
+  std::vector<AlignedBuffer<uint32_t>> panels;
+  if constexpr (requires { L::kBf16Gemm; }) {
+    if (path == LinearPath::kBf16) {
+      std::vector<size_t> owner;  // the job whose x each panel holds
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        const LinearJob& job = jobs[j];
+        if (job.n == 0 || !L::gemm_takes(*job.w, job.n)) continue;
+        for (size_t p = 0; p < owner.size() && panel_of[j] < 0; ++p) {
+          const LinearJob& o = jobs[owner[p]];
+          if (o.x == job.x && o.n == job.n && o.w->in == job.w->in) panel_of[j] = int32_t(p);
+        }
+        if (panel_of[j] >= 0) continue;
+        panel_of[j] = int32_t(panels.size());
+        owner.push_back(j);
+        panels.emplace_back(size_t(L::gemm_panel_words(job.n, job.w->in)));
+      }
+      std::vector<std::pair<int32_t, int64_t>> tiles;  // (panel, tile)
+      for (size_t p = 0; p < owner.size(); ++p)
+        for (int64_t t = 0; t * L::kGemmTileRows < jobs[owner[p]].n; ++t)
+          tiles.push_back({int32_t(p), t});
+      pool.parallel_for(int64_t(tiles.size()), [&](int64_t c, int) {
+        const auto [p, t] = tiles[size_t(c)];
+        const LinearJob& job = jobs[owner[size_t(p)]];
+        L::gemm_pack_x_tile(job.x, job.n, job.w->in, t, panels[size_t(p)].data());
+      });
+    }
+  }
   std::vector<Item> items;
   bool decode = true;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const LinearJob& job = jobs[j];
     if (job.n == 0) continue;
     decode = decode && job.n <= kLinGroup;
-    const int64_t rows = lin_chunk_rows(*job.w, job.n, threads);
+    int64_t rows = lin_chunk_rows(*job.w, job.n, threads);
+    if constexpr (requires { L::kBf16Gemm; })
+      if (panel_of[j] >= 0) rows = L::gemm_chunk_rows(*job.w, threads);
     for (int64_t r0 = 0; r0 < job.w->out; r0 += rows)
       items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows)});
   }
@@ -382,6 +415,13 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool) {
     const Item& it = items[size_t(c)];
     const LinearJob& job = jobs[size_t(it.job)];
     const LinearWeight& w = *job.w;
+    if constexpr (requires { L::kBf16Gemm; })
+      if (panel_of[size_t(it.job)] >= 0) {
+        const uint32_t* xp = panels[size_t(panel_of[size_t(it.job)])].data();
+        if (w.dtype == DType::kBF16)
+          return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, job.y, it.r0, it.r1);
+        return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, job.y, it.r0, it.r1);
+      }
     switch (w.dtype) {
       case DType::kBF16:
         return lin_dot_chunk<L, DType::kBF16>(w, job.n, job.x, job.y, it.r0, it.r1);
@@ -397,12 +437,12 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool) {
   });
 }
 
-// One product: a pass with one job (path: kAuto and kDot are the same path).
+// One product: a pass with one job.
 template <class L>
 void run_linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-                LinearPath /*path*/) {
+                LinearPath path) {
   const LinearJob job{&w, n, x, y};
-  run_linear_many<L>(std::span<const LinearJob>(&job, 1), pool);
+  run_linear_many<L>(std::span<const LinearJob>(&job, 1), pool, path);
 }
 
 }  // namespace

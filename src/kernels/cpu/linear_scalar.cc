@@ -43,8 +43,8 @@ void linear_scalar(const LinearWeight& w, int64_t n, const float* x, float* y, T
   run_linear<LinScalar>(w, n, x, y, pool, path);
 }
 
-void linear_many_scalar(std::span<const LinearJob> jobs, ThreadPool& pool) {
-  run_linear_many<LinScalar>(jobs, pool);
+void linear_many_scalar(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
+  run_linear_many<LinScalar>(jobs, pool, path);
 }
 
 }  // namespace mla::cpu

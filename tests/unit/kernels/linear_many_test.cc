@@ -19,14 +19,15 @@ namespace {
 TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
   Rng rng(21);
   // An MoE decode step's shapes in small: experts of one or a few tokens, a shared expert over
-  // all, mixed dtypes, an empty job, one above the widening threshold (n > 16).
+  // all, mixed dtypes, an empty job, two above the widening threshold (n > 16) on one x (an
+  // expert's gate and up: the BF16 GEMM packs that x once for both).
   const struct {
     DType dt;
     int64_t out, in, n;
   } shapes[] = {{DType::kF8E4M3, 96, 200, 1},  {DType::kF8E4M3, 300, 130, 3},
                 {DType::kBF16, 64, 77, 2},     {DType::kF8E4M3, 40, 64, 0},
                 {DType::kF16, 33, 48, 5},      {DType::kF32, 17, 31, 1},
-                {DType::kF8E4M3, 130, 260, 20}};
+                {DType::kF8E4M3, 130, 260, 20}, {DType::kBF16, 70, 260, 20}};
   std::vector<TestWeight> weights;
   std::vector<std::vector<float>> xs;
   for (const auto& s : shapes) {
@@ -35,22 +36,27 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
     for (auto& v : x) v = float(rng.normal());
     xs.push_back(std::move(x));
   }
+  std::vector<const float*> xp;
+  for (const auto& x : xs) xp.push_back(x.data());
+  xp.back() = xp[xp.size() - 2];
   ThreadPool pool(3);
   for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
     if (!v.supported()) continue;
-    std::vector<std::vector<float>> many(std::size(shapes)), one(std::size(shapes));
-    std::vector<LinearJob> jobs;
-    for (size_t j = 0; j < std::size(shapes); ++j) {
-      many[j].assign(size_t(shapes[j].n * shapes[j].out), -1.0f);
-      one[j].assign(many[j].size(), -2.0f);
-      jobs.push_back({&weights[j].w, shapes[j].n, xs[j].data(), many[j].data()});
-      if (shapes[j].n > 0)
-        v.run(weights[j].w, shapes[j].n, xs[j].data(), one[j].data(), pool, cpu::LinearPath::kAuto);
+    for (cpu::LinearPath path : {cpu::LinearPath::kAuto, cpu::LinearPath::kBf16}) {
+      std::vector<std::vector<float>> many(std::size(shapes)), one(std::size(shapes));
+      std::vector<LinearJob> jobs;
+      for (size_t j = 0; j < std::size(shapes); ++j) {
+        many[j].assign(size_t(shapes[j].n * shapes[j].out), -1.0f);
+        one[j].assign(many[j].size(), -2.0f);
+        jobs.push_back({&weights[j].w, shapes[j].n, xp[j], many[j].data()});
+        if (shapes[j].n > 0)
+          v.run(weights[j].w, shapes[j].n, xp[j], one[j].data(), pool, path);
+      }
+      v.run_many(jobs, pool, path);
+      for (size_t j = 0; j < std::size(shapes); ++j)
+        for (size_t k = 0; k < many[j].size(); ++k)
+          ASSERT_EQ(many[j][k], one[j][k]) << v.name << " job " << j << " output " << k;
     }
-    v.run_many(jobs, pool);
-    for (size_t j = 0; j < std::size(shapes); ++j)
-      for (size_t k = 0; k < many[j].size(); ++k)
-        ASSERT_EQ(many[j][k], one[j][k]) << v.name << " job " << j << " output " << k;
   }
   // The public entry takes the best variant; "ref" runs each job through ref::linear.
   std::vector<std::vector<float>> got(std::size(shapes)), ref(std::size(shapes));
@@ -58,20 +64,20 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
   for (size_t j = 0; j < std::size(shapes); ++j) {
     got[j].assign(size_t(shapes[j].n * shapes[j].out), 0.0f);
     ref[j] = got[j];
-    jobs.push_back({&weights[j].w, shapes[j].n, xs[j].data(), got[j].data()});
-    ref_jobs.push_back({&weights[j].w, shapes[j].n, xs[j].data(), ref[j].data()});
+    jobs.push_back({&weights[j].w, shapes[j].n, xp[j], got[j].data()});
+    ref_jobs.push_back({&weights[j].w, shapes[j].n, xp[j], ref[j].data()});
   }
   ASSERT_TRUE(linear_many(jobs, pool).ok());
   ASSERT_TRUE(linear_many(ref_jobs, pool, "ref").ok());
   for (size_t j = 0; j < std::size(shapes); ++j) {
     std::vector<float> alone(got[j].size());
     if (shapes[j].n > 0)
-      ASSERT_TRUE(linear(weights[j].w, shapes[j].n, xs[j].data(), alone.data(), pool).ok());
+      ASSERT_TRUE(linear(weights[j].w, shapes[j].n, xp[j], alone.data(), pool).ok());
     EXPECT_EQ(got[j], alone) << "job " << j;
     std::vector<float> ref_alone(got[j].size());
     if (shapes[j].n > 0)
       ASSERT_TRUE(
-          linear(weights[j].w, shapes[j].n, xs[j].data(), ref_alone.data(), pool, "ref").ok());
+          linear(weights[j].w, shapes[j].n, xp[j], ref_alone.data(), pool, "ref").ok());
     EXPECT_EQ(ref[j], ref_alone) << "job " << j;
   }
 }

@@ -40,12 +40,43 @@ double bound(int64_t in, double abs_sum) {
   return k * u / (1 - k * u) * abs_sum + k * std::ldexp(1.0, -149);
 }
 
+// Path kBf16 on a variant with the BF16 GEMM, n > 16 (linear_gemm_bf16.h): x_j rounds to BF16
+// (RNE, relative u_b = 2^-8); BF16 weights are exact and FP8 ones are held as their exact value
+// · 2^-8 in BF16, so every pair product is exact in FP32. Each lane adds its products one at a
+// time (one rounding each: ≤ in), and FP8 adds two roundings per scale block (s · partial, then
+// the block sum: ≤ 2 · (in / 2 + 1)), so m = 2·in + 4 roundings bound any term's path:
+//   |ŷ − y| ≤ (u_b + γ_m · (1 + u_b)) · Σ_j |x_j·w_j| + flush terms.
+// The BF16 units treat values below 2^-126 as zero: an input x_j that small moves y by at most
+// 2^-126·|w_j| (2^-126·Σ_j|w_j| in all), and each of the m sums that underflows moves it by at
+// most 2^-126 in the accumulator's unit, which FP8 scales by s·2^8 (`unit`).
+double bound_bf16(int64_t in, double abs_sum, double w_abs_sum, double unit) {
+  const double u = std::ldexp(1.0, -24), ub = std::ldexp(1.0, -8), m = double(2 * in + 4);
+  const double gamma = m * u / (1 - m * u);
+  return (ub + gamma * (1 + ub)) * abs_sum + std::ldexp(1.0, -126) * (w_abs_sum + m * unit);
+}
+
+// The largest FP8 scale · 2^8 of a weight (the unit of its partial sums in the GEMM), 1 otherwise.
+double gemm_unit(const TestWeight& t) {
+  if (t.w.dtype != DType::kF8E4M3) return 1.0;
+  double m = 1.0;
+  for (size_t k = size_t(t.w.scale_inv - t.scales.data()); k + 4 <= t.scales.size(); k += 4) {
+    float s;
+    std::memcpy(&s, t.scales.data() + k, 4);
+    m = std::max(m, 256.0 * s);
+  }
+  return m;
+}
+
 // Checks y against the reference; returns the number of mismatches (reports the first few).
+// `bf16`: the bound of path kBf16 (w_abs_sum: Σ_j |w_j| of each output's weight row).
 int check(const std::vector<float>& y, const std::vector<double>& want,
-          const std::vector<double>& abs_sum, int64_t in, const std::string& what) {
+          const std::vector<double>& abs_sum, int64_t in, const std::string& what,
+          const std::vector<double>* w_abs_sum = nullptr, double unit = 1.0) {
   int bad = 0;
+  const size_t out = w_abs_sum ? w_abs_sum->size() : 1;
   for (size_t k = 0; k < y.size(); ++k) {
-    const double b = bound(in, abs_sum[k]);
+    const double b = w_abs_sum ? bound_bf16(in, abs_sum[k], (*w_abs_sum)[k % out], unit)
+                               : bound(in, abs_sum[k]);
     const bool ok = std::isnan(want[k]) ? std::isnan(y[k]) : std::abs(double(y[k]) - want[k]) <= b;
     if (!ok && ++bad <= 3)
       ADD_FAILURE() << what << " element " << k << ": got " << y[k] << " want " << want[k]
@@ -55,7 +86,13 @@ int check(const std::vector<float>& y, const std::vector<double>& want,
 }
 
 const char* path_name(cpu::LinearPath p) {
-  return p == cpu::LinearPath::kDot ? "dot" : "auto";
+  return p == cpu::LinearPath::kDot ? "dot" : (p == cpu::LinearPath::kBf16 ? "bf16" : "auto");
+}
+
+const cpu::LinearCpuVariant* variant(const char* name) {
+  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
+    if (std::string(v.name) == name) return &v;
+  return nullptr;
 }
 
 struct Shape {
@@ -74,7 +111,8 @@ TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
   };
   const std::vector<int64_t> ns = {0, 1, 3, 8, 9, 64, 200};
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3};
-  const cpu::LinearPath paths[] = {cpu::LinearPath::kDot, cpu::LinearPath::kAuto};
+  const cpu::LinearPath paths[] = {cpu::LinearPath::kDot, cpu::LinearPath::kAuto,
+                                   cpu::LinearPath::kBf16};
   ThreadPool pool(3);  // more threads than this machine's cores: chunks interleave
   Rng rng(42);
   int case_index = 0;
@@ -84,6 +122,9 @@ TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
       const TestWeight t = make_weight(rng, dt, s.out, s.in, offset, s.block_rows, s.block_cols);
       const TestWeight a = abs_weight(t);
       ASSERT_TRUE(validate(t.w).ok());
+      std::vector<double> w_abs_sum(size_t(s.out));  // Σ_j |w_j| per output: |W| · ones
+      ref::linear(a.w, 1, std::vector<float>(size_t(s.in), 1.0f).data(), w_abs_sum.data());
+      const double unit = gemm_unit(t);
       for (int64_t n : ns) {
         std::vector<float> x(size_t(n * s.in)), xa(x.size());
         for (size_t k = 0; k < x.size(); ++k) xa[k] = std::abs(x[k] = float(rng.normal()));
@@ -103,13 +144,18 @@ TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
           for (cpu::LinearPath p : paths) {
             std::vector<float> y(want.size(), -12345.0f);
             v.run(t.w, n, x.data(), y.data(), pool, p);
-            check(y, want, abs_sum, s.in, shape + " " + v.name + " " + path_name(p));
+            const bool bf16 = p == cpu::LinearPath::kBf16 && n > 16;
+            check(y, want, abs_sum, s.in, shape + " " + v.name + " " + path_name(p),
+                  bf16 ? &w_abs_sum : nullptr, unit);
           }
         }
         // The public entry: backend "cpu" within the bound, "ref" is the reference rounded once.
         std::vector<float> y(want.size(), -12345.0f);
         ASSERT_TRUE(linear(t.w, n, x.data(), y.data(), pool, "cpu").ok());
         check(y, want, abs_sum, s.in, shape + " linear(cpu)");
+        ASSERT_TRUE(linear(t.w, n, x.data(), y.data(), pool, "cpu", DType::kBF16).ok());
+        check(y, want, abs_sum, s.in, shape + " linear(cpu, bf16)", n > 16 ? &w_abs_sum : nullptr,
+              unit);
         ASSERT_TRUE(linear(t.w, n, x.data(), y.data(), pool, "ref").ok());
         for (size_t k = 0; k < y.size(); ++k) ASSERT_EQ(y[k], float(want[k])) << shape;
       }
@@ -143,13 +189,45 @@ TEST(Linear, ARowOfXGetsTheSameOutputAloneAndInABatch) {
     }
 }
 
+// Path kBf16: decode batches (n ≤ 16) keep the FP32 products bit for bit in every variant. Above
+// 16 rows the BF16 GEMM is really taken where the CPU has it (x rounded: outputs differ from the
+// FP32 products), and a row's output still does not depend on the other rows of the batch.
+TEST(Linear, Bf16PathKeepsDecodeBatchesAndRowsIndependent) {
+  ThreadPool pool(3);
+  Rng rng(13);
+  for (DType dt : {DType::kF8E4M3, DType::kBF16})
+    for (auto [out, in] : {std::pair<int64_t, int64_t>{300, 2100}, {37, 131}}) {
+      const TestWeight t = make_weight(rng, dt, out, in, 3);
+      std::vector<float> x(size_t(45 * in));
+      for (auto& e : x) e = float(rng.normal());
+      const std::string what = std::string(dtype_name(dt)) + " out " + std::to_string(out);
+      for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
+        if (!v.supported()) continue;
+        for (int64_t n : {1, 4, 16}) {
+          std::vector<float> a(size_t(n * out)), b(a.size());
+          v.run(t.w, n, x.data(), a.data(), pool, cpu::LinearPath::kDot);
+          v.run(t.w, n, x.data(), b.data(), pool, cpu::LinearPath::kBf16);
+          ASSERT_EQ(a, b) << v.name << " " << what << " n " << n;
+        }
+        std::vector<float> y17(size_t(17 * out)), y45(size_t(45 * out)), f32(y17.size());
+        v.run(t.w, 17, x.data(), y17.data(), pool, cpu::LinearPath::kBf16);
+        v.run(t.w, 45, x.data(), y45.data(), pool, cpu::LinearPath::kBf16);
+        v.run(t.w, 17, x.data(), f32.data(), pool, cpu::LinearPath::kDot);
+        for (size_t k = 0; k < y17.size(); ++k) ASSERT_EQ(y17[k], y45[k]) << v.name << " " << what;
+        if (std::string(v.name) == "linear.cpu.avx512bf16") EXPECT_NE(y17, f32) << what;
+      }
+    }
+}
+
 // linear.cpu.avx512vbmi decodes FP8 by byte-table lookups where linear.cpu.avx512 goes through
 // FP16, to the same values, and takes the products in the same order: every output is the same bit
 // for bit, every finite code (subnormals included) and NaN bytes in the 64-column steps, their tail
 // and the ragged end of a row.
 TEST(Linear, VbmiFp8DecodingGivesTheFp16RoutesBits) {
-  const auto v = cpu::linear_cpu_variants();
-  if (!v[0].supported()) GTEST_SKIP() << v[0].name << " needs AVX-512 VBMI";
+  const cpu::LinearCpuVariant* vbmi = variant("linear.cpu.avx512vbmi");
+  const cpu::LinearCpuVariant* fp16 = variant("linear.cpu.avx512");
+  ASSERT_TRUE(vbmi && fp16);
+  if (!vbmi->supported()) GTEST_SKIP() << vbmi->name << " needs AVX-512 VBMI";
   ThreadPool pool(2);
   Rng rng(5);
   const Shape shapes[] = {{300, 2100}, {130, 260}, {33, 2048, 3, 5}, {17, 700, 16, 24}};
@@ -162,8 +240,8 @@ TEST(Linear, VbmiFp8DecodingGivesTheFp16RoutesBits) {
     for (int64_t n : {1, 2, 4, 5, 16}) {
       std::vector<float> x(size_t(n * s.in)), a(size_t(n * s.out)), b(a.size());
       for (auto& e : x) e = float(rng.normal());
-      v[0].run(t.w, n, x.data(), a.data(), pool, cpu::LinearPath::kAuto);
-      v[1].run(t.w, n, x.data(), b.data(), pool, cpu::LinearPath::kAuto);
+      vbmi->run(t.w, n, x.data(), a.data(), pool, cpu::LinearPath::kAuto);
+      fp16->run(t.w, n, x.data(), b.data(), pool, cpu::LinearPath::kAuto);
       for (size_t k = 0; k < a.size(); ++k) {
         if (std::isnan(b[k])) {
           ASSERT_TRUE(std::isnan(a[k])) << "out " << s.out << " in " << s.in << " n " << n;
@@ -177,11 +255,12 @@ TEST(Linear, VbmiFp8DecodingGivesTheFp16RoutesBits) {
 
 TEST(Linear, ListsTheVariantsBestFirstWithScalarAlwaysThere) {
   const auto v = cpu::linear_cpu_variants();
-  ASSERT_EQ(v.size(), 4u);
-  EXPECT_STREQ(v[0].name, "linear.cpu.avx512vbmi");
-  EXPECT_STREQ(v[1].name, "linear.cpu.avx512");
-  EXPECT_STREQ(v[3].name, "linear.cpu.scalar");
-  EXPECT_TRUE(v[3].supported());
+  ASSERT_EQ(v.size(), 5u);
+  EXPECT_STREQ(v[0].name, "linear.cpu.avx512bf16");
+  EXPECT_STREQ(v[1].name, "linear.cpu.avx512vbmi");
+  EXPECT_STREQ(v[2].name, "linear.cpu.avx512");
+  EXPECT_STREQ(v[4].name, "linear.cpu.scalar");
+  EXPECT_TRUE(v[4].supported());
   for (const auto& x : v) std::printf("%s: %s\n", x.name, x.supported() ? "supported" : "skipped");
 }
 
@@ -200,7 +279,8 @@ TEST(Linear, Fp8NanBytesGiveNanOutputs) {
     ref::linear(t.w, n, x.data(), want.data());
     for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
       if (!v.supported()) continue;
-      for (cpu::LinearPath p : {cpu::LinearPath::kDot, cpu::LinearPath::kAuto}) {
+      for (cpu::LinearPath p :
+           {cpu::LinearPath::kDot, cpu::LinearPath::kAuto, cpu::LinearPath::kBf16}) {
         std::vector<float> y(want.size());
         v.run(t.w, n, x.data(), y.data(), pool, p);
         for (int64_t r = 0; r < n; ++r)
