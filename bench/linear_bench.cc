@@ -120,9 +120,8 @@ const bool registered = [] {
               ->UseRealTime();
         // The BF16 GEMM (path kBf16, n > 16) beside the FP32 products of the same shape.
         if (n > 16)
-          benchmark::RegisterBenchmark(
-              (name.substr(0, name.size() - 4) + "/bf16").c_str(), BM_Linear, dt, out, in, n,
-              LinearPath::kBf16, false)
+          benchmark::RegisterBenchmark((name.substr(0, name.size() - 4) + "/bf16").c_str(),
+                                       BM_Linear, dt, out, in, n, LinearPath::kBf16, false)
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
       }

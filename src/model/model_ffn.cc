@@ -1,5 +1,6 @@
-// The FFN of a decoder layer: dense SwiGLU, or MoE (router in FP32 whatever the matmul dtype, experts run only on the tokens
-// routed to them, grouped by expert, shared experts on every token) — deepseek-models.md §6.
+// The FFN of a decoder layer: dense SwiGLU, or MoE (router in FP32 whatever the matmul dtype,
+// experts run only on the tokens routed to them, grouped by expert, shared experts on every token)
+// — deepseek-models.md §6.
 #include <cmath>
 #include <vector>
 
@@ -119,9 +120,9 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
   for (size_t i = 0; i <= runs.size(); ++i) {
     const size_t b = i < runs.size() ? run_bytes(runs[i], D) : 0;
     if (i == runs.size() || (i > first && bytes + b > kSwigluGroupBytes)) {
-      MLA_RETURN_IF_ERROR(run_swiglu_group(
-          std::span<const SwigluRun>(runs.data() + first, i - first), D, x, out, pool, be,
-          m.options.matmul_dtype));
+      MLA_RETURN_IF_ERROR(
+          run_swiglu_group(std::span<const SwigluRun>(runs.data() + first, i - first), D, x, out,
+                           pool, be, m.options.matmul_dtype));
       first = i;
       bytes = 0;
     }

@@ -248,9 +248,8 @@ Result<ForwardStats> Model::forward(const ForwardBatch& b, KvCacheStorage& cache
   if (m.logits_divisor != 1.0f)
     for (float& v : x) v /= m.logits_divisor;
   logits.resize(rows.size() * size_t(c.vocab_size));
-  MLA_RETURN_IF_ERROR(
-      linear(m.lm_head, int64_t(rows.size()), x.data(), logits.data(), pool, m.options.backend,
-             m.options.matmul_dtype));
+  MLA_RETURN_IF_ERROR(linear(m.lm_head, int64_t(rows.size()), x.data(), logits.data(), pool,
+                             m.options.backend, m.options.matmul_dtype));
   return stats;
 }
 

@@ -24,9 +24,9 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
   const struct {
     DType dt;
     int64_t out, in, n;
-  } shapes[] = {{DType::kF8E4M3, 96, 200, 1},  {DType::kF8E4M3, 300, 130, 3},
-                {DType::kBF16, 64, 77, 2},     {DType::kF8E4M3, 40, 64, 0},
-                {DType::kF16, 33, 48, 5},      {DType::kF32, 17, 31, 1},
+  } shapes[] = {{DType::kF8E4M3, 96, 200, 1},   {DType::kF8E4M3, 300, 130, 3},
+                {DType::kBF16, 64, 77, 2},      {DType::kF8E4M3, 40, 64, 0},
+                {DType::kF16, 33, 48, 5},       {DType::kF32, 17, 31, 1},
                 {DType::kF8E4M3, 130, 260, 20}, {DType::kBF16, 70, 260, 20}};
   std::vector<TestWeight> weights;
   std::vector<std::vector<float>> xs;
@@ -49,8 +49,7 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
         many[j].assign(size_t(shapes[j].n * shapes[j].out), -1.0f);
         one[j].assign(many[j].size(), -2.0f);
         jobs.push_back({&weights[j].w, shapes[j].n, xp[j], many[j].data()});
-        if (shapes[j].n > 0)
-          v.run(weights[j].w, shapes[j].n, xp[j], one[j].data(), pool, path);
+        if (shapes[j].n > 0) v.run(weights[j].w, shapes[j].n, xp[j], one[j].data(), pool, path);
       }
       v.run_many(jobs, pool, path);
       for (size_t j = 0; j < std::size(shapes); ++j)
@@ -76,8 +75,7 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
     EXPECT_EQ(got[j], alone) << "job " << j;
     std::vector<float> ref_alone(got[j].size());
     if (shapes[j].n > 0)
-      ASSERT_TRUE(
-          linear(weights[j].w, shapes[j].n, xp[j], ref_alone.data(), pool, "ref").ok());
+      ASSERT_TRUE(linear(weights[j].w, shapes[j].n, xp[j], ref_alone.data(), pool, "ref").ok());
     EXPECT_EQ(ref[j], ref_alone) << "job " << j;
   }
 }

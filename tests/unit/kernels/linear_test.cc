@@ -75,8 +75,8 @@ int check(const std::vector<float>& y, const std::vector<double>& want,
   int bad = 0;
   const size_t out = w_abs_sum ? w_abs_sum->size() : 1;
   for (size_t k = 0; k < y.size(); ++k) {
-    const double b = w_abs_sum ? bound_bf16(in, abs_sum[k], (*w_abs_sum)[k % out], unit)
-                               : bound(in, abs_sum[k]);
+    const double b =
+        w_abs_sum ? bound_bf16(in, abs_sum[k], (*w_abs_sum)[k % out], unit) : bound(in, abs_sum[k]);
     const bool ok = std::isnan(want[k]) ? std::isnan(y[k]) : std::abs(double(y[k]) - want[k]) <= b;
     if (!ok && ++bad <= 3)
       ADD_FAILURE() << what << " element " << k << ": got " << y[k] << " want " << want[k]
