@@ -126,7 +126,35 @@ int64_t linear_bytes(const LinearWeight& l) {
 int64_t mlp_bytes(const MlpLinear& m) {
   return linear_bytes(m.gate) + linear_bytes(m.up) + linear_bytes(m.down);
 }
+double linear_macs(const LinearWeight& l) {
+  return l.data ? double(l.out) * double(l.in) : 0.0;
+}
+double mlp_macs(const MlpLinear& m) {
+  return linear_macs(m.gate) + linear_macs(m.up) + linear_macs(m.down);
+}
 }  // namespace
+
+double Model::prefill_flops(int64_t tokens) const {
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.weights.config;
+  const double T = double(tokens), H = c.num_attention_heads;
+  // Causal attention: T·(T + 1)/2 (query, key) pairs, each a d_qk score and a d_v output MAC.
+  const double pairs = T * (T + 1) / 2;
+  double macs = linear_macs(m.lm_head);  // the last token's logits
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const LayerRuntime& L = m.layers[i];
+    double per_token = linear_macs(L.q_proj) + linear_macs(L.q_a) + linear_macs(L.q_b) +
+                       linear_macs(L.kv_a) + linear_macs(L.o_proj) +
+                       linear_macs(linear_of(m.weights.layers[i].kv_b_proj, c));
+    if (!L.moe)
+      per_token += mlp_macs(L.mlp);
+    else
+      per_token += linear_macs(L.router) + mlp_macs(L.shared) +
+                   (L.experts.empty() ? 0.0 : c.num_experts_per_tok * mlp_macs(L.experts[0]));
+    macs += T * per_token + pairs * H * double(c.d_qk() + c.v_head_dim);
+  }
+  return 2 * macs;
+}
 
 int64_t Model::active_weight_bytes_per_token() const {
   const Impl& m = *impl_;

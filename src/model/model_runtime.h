@@ -82,6 +82,12 @@ class Model {
   // machine's memory bandwidth it bounds decode tokens/s for one sequence.
   int64_t active_weight_bytes_per_token() const;
 
+  // Floating-point operations (2 per multiply-add) of a prefill of `tokens` tokens in one chunk:
+  // every weight product on every token (kv_b_proj once: the decompressed path's up-projection,
+  // K routed experts and the shared ones), causal attention (d_qk + d_v per query-key pair and
+  // head), lm_head on the last token. Norms, RoPE, routing and softmax are not counted.
+  double prefill_flops(int64_t tokens) const;
+
   // The cache this model needs: num_layers, record bytes of options().kv_dtype.
   KvCacheShape cache_shape(int32_t num_blocks, int page_size) const;
   // The global scale of an nvfp4 cache (fixed per layer).

@@ -100,6 +100,16 @@ int run_bench_model(const BenchModelOptions& o) {
     frac.push_back(eff.back() / bound.back());
   }
   const double prefill_tps = r->prefill_seconds > 0 ? o.prompt_len / r->prefill_seconds : 0;
+  // Prefill against the machine's peak for the products' math: the BF16 dot product (AMX tiles
+  // are not used by the weight products) for --matmul-dtype bf16, else the FP32 FMA.
+  const double prefill_gflops =
+      r->prefill_seconds > 0 ? (*model)->prefill_flops(o.prompt_len) / r->prefill_seconds * 1e-9
+                             : 0;
+  const bench::MachineRates peak = bench::measure_machine(pool, true).all;
+  const double peak_gflops = o.matmul_dtype == "bf16" && peak.bf16_dot_gflops > 0
+                                 ? peak.bf16_dot_gflops
+                                 : peak.fp32_fma_gflops;
+  const double prefill_fraction = peak_gflops > 0 ? prefill_gflops / peak_gflops : 0;
   if (o.json) {
     nlohmann::ordered_json j;
     j["threads"] = pool.num_threads();
@@ -107,6 +117,9 @@ int run_bench_model(const BenchModelOptions& o) {
     j["prompt_tokens"] = o.prompt_len;
     j["matmul_dtype"] = o.matmul_dtype;
     j["prefill_tokens_per_s"] = prefill_tps;
+    j["prefill_gflops"] = prefill_gflops;
+    j["peak_gflops"] = peak_gflops;
+    j["prefill_fraction_of_peak"] = prefill_fraction;
     j["decode_tokens_per_s"] = median(tps);
     j["effective_gbps"] = median(eff);
     j["probe_gbps"] = median(bound);
@@ -126,8 +139,9 @@ int run_bench_model(const BenchModelOptions& o) {
   }
   fmt::print(
       "weights read per decode token: {:.1f} MB; {} threads; prefill {} tokens: {:.1f} "
-      "tokens/s\n",
-      weight_bytes / 1e6, pool.num_threads(), o.prompt_len, prefill_tps);
+      "tokens/s, {:.1f} GFLOP/s = {:.3f} of the {:.1f} GFLOP/s {} peak\n",
+      weight_bytes / 1e6, pool.num_threads(), o.prompt_len, prefill_tps, prefill_gflops,
+      prefill_fraction, peak_gflops, o.matmul_dtype == "bf16" ? "BF16 dot" : "FP32 FMA");
   fmt::print("{:>8} {:>10} {:>14} {:>12} {:>9}\n", "segment", "tokens/s", "effective GB/s",
              "probe GB/s", "fraction");
   for (size_t i = 0; i < segments.size(); ++i)

@@ -32,6 +32,10 @@ TEST_F(BenchModelCli, EverySegmentIsHeldToTheProbesBesideIt) {
   EXPECT_GT(bytes, 0.0);
   EXPECT_EQ(j.at("prompt_tokens").get<int>(), 5);
   EXPECT_GT(j.at("prefill_tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(j.at("prefill_gflops").get<double>(), 0.0);
+  EXPECT_GT(j.at("peak_gflops").get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(j.at("prefill_fraction_of_peak").get<double>(),
+                   j.at("prefill_gflops").get<double>() / j.at("peak_gflops").get<double>());
   const auto& segs = j.at("segments");
   ASSERT_EQ(segs.size(), 3u);
   double min_fraction = 1e30;
