@@ -146,9 +146,8 @@ int run_prefill(const PrefillOptions& o) {
     for (int l : o.l)
       for (int mm : o.m) {
         fmt::print(stderr, "prefill M={} L={} h_q={}...\n", mm, l, h);
-        auto rs =
-            bench::bench_prefill({mm, l, h, DType::kBF16, attention_dtype_of(o.attention_dtype)}, m,
-                                 default_thread_pool(), o.reps);
+        auto rs = bench::bench_prefill({mm, l, h, DType::kBF16, f32_or_bf16(o.attention_dtype)}, m,
+                                       default_thread_pool(), o.reps);
         if (!rs.ok()) {
           fmt::print(stderr, "mla bench prefill: {}\n", rs.status().message());
           return 1;
@@ -201,9 +200,8 @@ int run_threshold(const ThresholdOptions& o) {
     ordered_json rows = ordered_json::array();
     for (int mm : o.m) {
       fmt::print(stderr, "threshold M={} L={}...\n", mm, l);
-      auto rs =
-          bench::bench_prefill({mm, l, o.h_q, DType::kBF16, attention_dtype_of(o.attention_dtype)},
-                               m, default_thread_pool(), o.reps);
+      auto rs = bench::bench_prefill({mm, l, o.h_q, DType::kBF16, f32_or_bf16(o.attention_dtype)},
+                                     m, default_thread_pool(), o.reps);
       if (!rs.ok()) {
         fmt::print(stderr, "mla bench threshold: {}\n", rs.status().message());
         return 1;

@@ -46,7 +46,7 @@ double median(const std::vector<double>& v) {
 
 int run_bench_model(const BenchModelOptions& o) {
   RuntimeOptions ro;
-  ro.matmul_dtype = attention_dtype_of(o.matmul_dtype);
+  ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
   ro.prefill_absorption_threshold = tuned_prefill_absorption_threshold(ro.attention_q_dtype)
                                         .value_or(kDefaultPrefillAbsorptionThreshold);
   auto model = Model::load(o.model, ro);

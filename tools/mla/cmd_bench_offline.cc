@@ -79,8 +79,8 @@ int run_offline(const OfflineOptions& o) {
   RuntimeOptions ro;
   ro.backend = o.backend;
   ro.kv_dtype = *kv;
-  ro.attention_q_dtype = attention_dtype_of(o.attention_dtype);
-  ro.matmul_dtype = attention_dtype_of(o.matmul_dtype);
+  ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
+  ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold
                                         : tuned_prefill_absorption_threshold(ro.attention_q_dtype)

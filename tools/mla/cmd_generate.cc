@@ -105,8 +105,8 @@ int run_generate(const GenerateCliOptions& o) {
   RuntimeOptions ro;
   ro.backend = o.backend;
   ro.kv_dtype = *kv;
-  ro.attention_q_dtype = attention_dtype_of(o.attention_dtype);
-  ro.matmul_dtype = attention_dtype_of(o.matmul_dtype);
+  ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
+  ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
   ro.max_context = o.max_context;
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold

@@ -17,7 +17,7 @@ inline void add_attention_dtype_flag(CLI::App* cmd, std::string* value) {
       ->check(CLI::IsMember({"f32", "bf16"}));
 }
 // The DType of an f32|bf16 flag value (--attention-dtype, --matmul-dtype).
-inline DType attention_dtype_of(const std::string& value) {
+inline DType f32_or_bf16(const std::string& value) {
   return value == "bf16" ? DType::kBF16 : DType::kF32;
 }
 

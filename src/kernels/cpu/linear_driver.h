@@ -359,10 +359,13 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     int64_t r0, r1;
   };
   const int threads = pool.num_threads();
-  std::vector<int32_t> panel_of(jobs.size(), -1);  // index into panels, -1: FP32 products
+  // Path kBf16 only (empty otherwise: a decode pass allocates nothing here): per job, its index
+  // into panels, -1 for FP32 products.
+  std::vector<int32_t> panel_of;
   std::vector<AlignedBuffer<uint32_t>> panels;
   if constexpr (requires { L::kBf16Gemm; }) {
     if (path == LinearPath::kBf16) {
+      panel_of.assign(jobs.size(), -1);
       std::vector<size_t> owner;  // the job whose x each panel holds
       for (size_t j = 0; j < jobs.size(); ++j) {
         const LinearJob& job = jobs[j];
@@ -395,7 +398,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     decode = decode && job.n <= kLinGroup;
     int64_t rows = lin_chunk_rows(*job.w, job.n, threads);
     if constexpr (requires { L::kBf16Gemm; })
-      if (panel_of[j] >= 0) rows = L::gemm_chunk_rows(*job.w, threads);
+      if (!panel_of.empty() && panel_of[j] >= 0) rows = L::gemm_chunk_rows(*job.w, threads);
     for (int64_t r0 = 0; r0 < job.w->out; r0 += rows)
       items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows)});
   }
@@ -416,7 +419,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     const LinearJob& job = jobs[size_t(it.job)];
     const LinearWeight& w = *job.w;
     if constexpr (requires { L::kBf16Gemm; })
-      if (panel_of[size_t(it.job)] >= 0) {
+      if (!panel_of.empty() && panel_of[size_t(it.job)] >= 0) {
         const uint32_t* xp = panels[size_t(panel_of[size_t(it.job)])].data();
         if (w.dtype == DType::kBF16)
           return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, job.y, it.r0, it.r1);

@@ -85,7 +85,8 @@ inline void gemm_pack_x_tile(const float* x, int64_t n, int64_t in, int64_t t, u
   }
 }
 
-// dst [rows, ldw] BF16 = exact value · 2^-8 of the FP8 rows [o0, o0 + rows), zero-padded to ldw.
+// dst [rows, ldw] BF16 = exact value · 2^-8 of the FP8 rows [o0, o0 + rows); an odd in's last
+// pair gets a 0 partner (columns past the last pair are never read).
 template <class L>
 void gemm_widen_fp8(const LinearWeight& w, int64_t o0, int64_t rows, int64_t ldw, uint16_t* dst) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -97,7 +98,7 @@ void gemm_widen_fp8(const LinearWeight& w, int64_t o0, int64_t rows, int64_t ldw
       const auto hi = L::template widen<DType::kF8E4M3>(src + k + 16);
       _mm512_storeu_si512(d + k, __m512i(_mm512_cvtne2ps_pbh(hi.v, lo.v)));
     }
-    for (; k < ldw; ++k)  // the tail and the pad: the same bits, one at a time
+    for (; k < 2 * gemm_pairs(w.in); ++k)  // the tail: the same bits, one at a time
       d[k] = k < w.in ? uint16_t(f32_bits(fp8_e4m3_to_f32(src[k]) * 0x1p-8f) >> 16) : 0;
   }
 }

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "cache/sequence_blocks.h"
-#include "core/cpu_features.h"
+#include "kernels/cpu/linear_cpu.h"
 #include "model/generator.h"
 #include "model/tiny_checkpoint.h"
 #include "temp_dir.h"
@@ -115,14 +115,24 @@ TEST_P(ForwardTest, AbsorbedAndDecompressedPrefillAgree) {
   expect_close(a->prompt_logits, d->prompt_logits, "absorbed vs decompressed");
 }
 
+// Whether linear() takes the BF16 GEMM on this CPU: its best variant is linear.cpu.avx512bf16
+// (AVX512_BF16 and VBMI; a CPU with BF16 but no VBMI keeps the FP32 products).
+bool bf16_gemm_runs_here() {
+  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
+    if (v.supported()) return std::string(v.name) == "linear.cpu.avx512bf16";
+  return false;
+}
+
 // --matmul-dtype bf16: products of more than 16 rows round x to BF16, relative 2^-8 of each
 // product's Σ|a·b| (≲ 10 for these activations, as above): ≲ 0.04 per product where the FP32
 // orders differed by 2e-4. Checked on the residual stream after the first layer (attention and
-// the dense MLP every family starts with: 5 products, ≲ 0.2 of max(1, |h|)). Past it, an MoE
+// the dense MLP every family starts with: at most 7 products in series, q_a, q_b, kv_a, o_proj,
+// gate, up, down, so ≲ 7 · 0.04 ≈ 0.3 of max(1, |h|)). Past it, an MoE
 // layer's expert choice can flip at a routing near-tie, and a flipped token's row then differs
 // by O(1) (seen: one token of 40 in the v3 and kimi-k2 models), which no rounding bound covers;
 // the oracle's Monte Carlo counts such flips instead. The 40-token prompt takes the BF16 path
-// (its values differ from the FP32 products where the CPU has AVX512_BF16).
+// (its values differ from the FP32 products where the GEMM runs). The logits' cosine only tells
+// the same model from noise (independent logit vectors have a cosine near 0).
 TEST_P(ForwardTest, Bf16ProductsStayWithinTheirBound) {
   RuntimeOptions bf16 = exact();
   bf16.matmul_dtype = DType::kBF16;
@@ -138,12 +148,17 @@ TEST_P(ForwardTest, Bf16ProductsStayWithinTheirBound) {
   const std::vector<float>& hf = f->prompt_hidden[0];
   const std::vector<float>& hb = b->prompt_hidden[0];
   ASSERT_EQ(hf.size(), hb.size());
-  int bad = 0;
-  for (size_t i = 0; i < hf.size(); ++i)
-    bad += !(std::fabs(hb[i] - hf[i]) <= 0.2f * std::max(1.0f, std::fabs(hf[i])));
-  EXPECT_EQ(bad, 0);
-  if (cpu_supports(CpuIsa::kAvx512Bf16)) EXPECT_NE(hf, hb);
-  EXPECT_GT(cosine(f->prompt_logits, b->prompt_logits), 0.9);  // the same model, not noise
+  double worst = 0;  // largest |Δh| / max(1, |h|); a NaN stays (and fails the check)
+  for (size_t i = 0; i < hf.size(); ++i) {
+    const double r = std::fabs(hb[i] - hf[i]) / std::max(1.0f, std::fabs(hf[i]));
+    if (!(r <= worst) && !std::isnan(worst)) worst = r;
+  }
+  EXPECT_LE(worst, 0.3);
+  if (bf16_gemm_runs_here()) {
+    EXPECT_NE(hf, hb);
+  }
+  std::printf("%s: largest |dh| / max(1, |h|) %.3g\n", GetParam(), worst);
+  EXPECT_GT(cosine(f->prompt_logits, b->prompt_logits), 0.9);
 }
 
 // prefill_flops(T) = 2·(lm_head + T·(weight MACs per token) + T(T+1)/2 · L·H·(d_qk + d_v)).
