@@ -7,6 +7,7 @@
 #include "kernels/linear.h"
 #include "model/model_runtime.h"
 #include "model/moe_routing.h"
+#include "model/weight_requant.h"
 
 namespace mla {
 
@@ -45,8 +46,9 @@ struct Model::Impl {
   float embed_scale = 1.0f, residual_scale = 1.0f, logits_divisor = 1.0f;
   MoeRouting routing;
   std::vector<LayerRuntime> layers;
-  std::vector<float> final_norm;  // [D]
-  LinearWeight embed, lm_head;    // [vocab, D]
+  std::vector<float> final_norm;    // [D]
+  LinearWeight embed, lm_head;      // [vocab, D]
+  RequantizedWeight lm_head_store;  // lm_head in options.lm_head_dtype, when that differs
 };
 
 // dst[0, n) = the FP32 values of elements [first, first + n) of a BF16 / F16 / F32 tensor whose

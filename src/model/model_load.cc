@@ -156,6 +156,10 @@ double Model::prefill_flops(int64_t tokens) const {
   return 2 * macs;
 }
 
+DType Model::lm_head_dtype() const {
+  return impl_->lm_head.dtype;
+}
+
 int64_t Model::active_weight_bytes_per_token() const {
   const Impl& m = *impl_;
   const ModelConfig& c = m.weights.config;
@@ -226,6 +230,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const Runtime
   impl->final_norm = widen_vector(impl->weights.norm);
   impl->embed = linear_of(impl->weights.embed_tokens, c);
   impl->lm_head = linear_of(impl->weights.lm_head, c);
+  if (options.lm_head_dtype && *options.lm_head_dtype != impl->lm_head.dtype) {
+    MLA_ASSIGN_OR_RETURN(impl->lm_head_store,
+                         requantize_weight(impl->lm_head, *options.lm_head_dtype,
+                                           default_thread_pool(), dir + ": lm_head"));
+    impl->lm_head = impl->lm_head_store.weight;
+  }
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,9 +31,14 @@ struct RuntimeOptions {
   // The absorbed query's dtype at the decode kernel: kF32, or kBF16 for the BF16-dot / AMX
   // kernels (kernels/mla_attention.h).
   DType attention_q_dtype = kDefaultAbsorbedQueryDtype;
-  // The weight products' math (kernels/linear.h): kF32, or kBF16 for BF16 dot products in the
-  // products of more than 16 rows (prefill chunks, expert batches), x rounded to BF16.
-  DType matmul_dtype = DType::kF32;
+  // The weight products' math (kernels/linear.h): kBF16 (default) runs the products of more than
+  // 16 rows (prefill chunks, expert batches) on BF16 dot products, x rounded to BF16 (relative
+  // 2^-8; tests/e2e/model_oracle.py bounds it against transformers); kF32 keeps every product in
+  // FP32, and a row's result then does not depend on how many rows share its product.
+  DType matmul_dtype = DType::kBF16;
+  // lm_head's stored dtype: the checkpoint's when empty, else kBF16 or kF8E4M3 (block FP8, made
+  // at load: model/weight_requant.h), for the decode step's largest single read.
+  std::optional<DType> lm_head_dtype;
   // Longest sequence (prompt + generated) the RoPE table covers; 0: max_position_embeddings,
   // capped at kDefaultMaxContext to keep the table small on machines that will never get there.
   int64_t max_context = 0;
@@ -81,6 +87,8 @@ class Model {
   // K routed experts and the shared experts, lm_head, one embedding row. Divided into the
   // machine's memory bandwidth it bounds decode tokens/s for one sequence.
   int64_t active_weight_bytes_per_token() const;
+  // The dtype lm_head is stored in at run time (RuntimeOptions::lm_head_dtype, else the file's).
+  DType lm_head_dtype() const;
 
   // Floating-point operations (2 per multiply-add) of a prefill of `tokens` tokens in one chunk:
   // every weight product on every token (kv_b_proj once: the decompressed path's up-projection,

@@ -143,6 +143,16 @@ class Checkpoint:
 #    BF16 cache (engine)           not an error term: the rounding of c and k_pe is applied to
 #                                  each perturbed copy, so a value near a BF16 midpoint flips to
 #                                  the neighbour in some copies, as it may in a real run.
+#    BF16 products (engine,        x of a weight product may be rounded to BF16 before BF16 dot
+#    --matmul-dtype bf16)          products (kernels/linear.h; weights are BF16, or FP8 widened
+#                                  exactly): each x_j gets its own relative error δ_j, |δ_j| ≤
+#                                  2^-8 (BF16's unit roundoff, 8 significant bits), independent
+#                                  and mean zero like the rest. Modelled where it enters: every
+#                                  perturbed copy multiplies x by (1 + δ) with δ uniform in
+#                                  [−2^-8, 2^-8] before the product, on every row of every product
+#                                  but the router's (always FP32), whether or not the engine takes
+#                                  the BF16 kernel for that product (decode-sized ones stay FP32):
+#                                  the bound covers both.
 # 2. Monte Carlo arithmetic (Parker 1997; Verificarlo): the model runs in float64 on S + 1 copies;
 #    copy 0 is exact, copies 1..S add to every op's result an independent uniform draw in [−L, L].
 #    This carries the local errors through the network's real Jacobians (a sum of many independent
@@ -159,6 +169,7 @@ class Checkpoint:
 # comparison does not fail on what follows from it.
 
 U = 2.0**-24
+U_BF16 = 2.0**-8
 C_EXP = 4
 MC_SAMPLES = 32
 K_SIGMA = 10.0
@@ -229,12 +240,14 @@ class Options:
     """Reference-drift switches (deepseek-models.md §9 item 13) for the sensitivity report; the
     defaults are what transformers 5.23 and the hub remote code both do."""
 
-    def __init__(self, m2=True, group_mask=-math.inf, latent_eps=1e-6, kv_bf16=False, neox=None):
+    def __init__(self, m2=True, group_mask=-math.inf, latent_eps=1e-6, kv_bf16=False, neox=None,
+                 products_bf16=False):
         self.m2 = m2  # YaRN softmax factor m² (transformers: yarn_apply_mscale)
         self.group_mask = group_mask  # noaux_tc dropped groups (transformers 5.23: −inf)
         self.latent_eps = latent_eps  # q_a / kv_a norms: the default 1e-6, not rms_norm_eps
         self.kv_bf16 = kv_bf16  # round c and k_pe to BF16 as the engine's cache stores them
         self.neox = neox  # RoPE pairs (i, i + d_r/2); None: MiniCPM3's, not DeepSeek's
+        self.products_bf16 = products_bf16  # x of the weight products may be rounded to BF16
 
 
 class Model64:
@@ -261,8 +274,11 @@ class Model64:
             y[1:] += L[1:] * self.rng.uniform(-1.0, 1.0, size=y[1:].shape)
         return y
 
-    def lin(self, x, name):
+    def lin(self, x, name, fp32_only=False):
         W = self.W(name)
+        if self.o.products_bf16 and not fp32_only and self.N > 1:
+            x = x.copy()
+            x[1:] *= 1.0 + U_BF16 * self.rng.uniform(-1.0, 1.0, size=x[1:].shape)
         return self.perturb(x @ W.T, gamma(W.shape[1] + 2) * (np.abs(x) @ np.abs(W).T))
 
     def rms_norm(self, x, name, eps):
@@ -331,7 +347,7 @@ class Model64:
         G, Gk = int(cfg.get("n_group") or 1), int(cfg.get("topk_group") or 1)
         method, sf = cfg["topk_method"], float(cfg["routed_scaling_factor"])
         N, T = x.shape[:2]
-        z = self.lin(x, pre + "gate.weight")
+        z = self.lin(x, pre + "gate.weight", fp32_only=True)  # the router runs in FP32
         if cfg["scoring_func"] == "softmax":
             m = z.max(axis=-1, keepdims=True)
             e = np.exp(z - m)

@@ -28,7 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchModelOptions {
   std::string model;
-  std::string matmul_dtype = "f32";
+  std::string matmul_dtype = "bf16";
+  std::string lm_head_dtype;
   int tokens = 64, segment = 4, warmup = 4, prompt_len = 16, threads = 0, sweeps = 3;
   bool json = false;
 };
@@ -47,6 +48,7 @@ double median(const std::vector<double>& v) {
 int run_bench_model(const BenchModelOptions& o) {
   RuntimeOptions ro;
   ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
+  ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
   ro.prefill_absorption_threshold = tuned_prefill_absorption_threshold(ro.attention_q_dtype)
                                         .value_or(kDefaultPrefillAbsorptionThreshold);
   auto model = Model::load(o.model, ro);
@@ -121,6 +123,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["active_weight_bytes_per_token"] = int64_t(weight_bytes);
     j["prompt_tokens"] = o.prompt_len;
     j["matmul_dtype"] = o.matmul_dtype;
+    j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     j["prefill_tokens_per_s"] = prefill_tps;
     j["prefill_gflops"] = prefill_gflops;
     j["peak_gflops"] = peak_gflops;
@@ -172,6 +175,7 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
   cmd->add_option("--warmup", o->warmup, "Decode steps before the first segment (default 4)")
       ->check(CLI::Range(0, 1 << 20));
   add_matmul_dtype_flag(cmd, &o->matmul_dtype);
+  add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
   cmd->add_option("--prompt-len", o->prompt_len, "Prompt tokens, ids 1 .. N (default 16)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--sweeps", o->sweeps, "256 MiB reads per probe, median (default 3)")

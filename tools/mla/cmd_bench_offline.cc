@@ -31,7 +31,8 @@ struct OfflineOptions {
   int page_size = 64, threads = 0, prefill_threshold = -1;
   int64_t num_blocks = 0;
   double kv_cache_gib = 1.0;
-  std::string kv_dtype = "bf16", backend = "cpu", attention_dtype = "f32", matmul_dtype = "f32";
+  std::string kv_dtype = "bf16", backend = "cpu", attention_dtype = "f32", matmul_dtype = "bf16",
+              lm_head_dtype;
   uint64_t seed = 0;
   bool json = false;
 };
@@ -81,6 +82,7 @@ int run_offline(const OfflineOptions& o) {
   ro.kv_dtype = *kv;
   ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
   ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
+  ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold
                                         : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
@@ -217,6 +219,7 @@ void register_bench_offline(CLI::App* bench, int* exit_code) {
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache format: bf16, fp8_e4m3, int8, nvfp4");
   add_attention_dtype_flag(cmd, &o->attention_dtype);
   add_matmul_dtype_flag(cmd, &o->matmul_dtype);
+  add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
   cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)");
   cmd->add_option("--backend", o->backend, "cpu or ref");
   cmd->add_option("--prefill-threshold", o->prefill_threshold,

@@ -35,7 +35,8 @@ struct GenerateCliOptions {
   uint64_t seed = 0;
   std::string kv_dtype = "bf16";
   std::string attention_dtype = "f32";
-  std::string matmul_dtype = "f32";
+  std::string matmul_dtype = "bf16";
+  std::string lm_head_dtype;
   int threads = 0;
   std::string backend = "cpu";
   int prefill_threshold = -1;  // -1: the tuned value, else the default
@@ -107,6 +108,7 @@ int run_generate(const GenerateCliOptions& o) {
   ro.kv_dtype = *kv;
   ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
   ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
+  ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
   ro.max_context = o.max_context;
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold
@@ -184,6 +186,7 @@ int run_generate(const GenerateCliOptions& o) {
     j["kv_bytes_per_token"] = r->kv_bytes_per_token;
     j["attention_dtype"] = o.attention_dtype;
     j["matmul_dtype"] = o.matmul_dtype;
+    j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     j["active_weight_bytes_per_token"] = (*model)->active_weight_bytes_per_token();
     j["decode_steps"] = r->decode_steps;
     j["prefill_seconds"] = r->prefill_seconds;
@@ -228,6 +231,7 @@ void register_generate(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16, fp8_e4m3, int8, nvfp4");
   add_attention_dtype_flag(cmd, &o->attention_dtype);
   add_matmul_dtype_flag(cmd, &o->matmul_dtype);
+  add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
   cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--backend", o->backend, "cpu (default) or ref (the reference kernels)")

@@ -38,7 +38,8 @@ struct ServeCliOptions {
   uint64_t kv_cache_bytes = 0;  // when given, instead of kv_cache_gib
   std::string kv_dtype = "bf16";
   std::string attention_dtype = "f32";
-  std::string matmul_dtype = "f32";
+  std::string matmul_dtype = "bf16";
+  std::string lm_head_dtype;
   int64_t max_model_len = 0;
   int threads = 0;
   std::string backend = "cpu";
@@ -136,6 +137,7 @@ int run_serve(ServeCliOptions o) {
   ro.kv_dtype = *kv;
   ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
   ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
+  ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
   ro.max_context = o.max_model_len;
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold
@@ -224,6 +226,7 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache format: bf16, fp8_e4m3, int8, nvfp4");
   add_attention_dtype_flag(cmd, &o->attention_dtype);
   add_matmul_dtype_flag(cmd, &o->matmul_dtype);
+  add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
   cmd->add_option("--max-model-len", o->max_model_len, "Context length (default: the model's)");
   cmd->add_option("--threads", o->threads, "Compute threads (default: MLA_NUM_THREADS or all)");
   cmd->add_option("--backend", o->backend, "cpu or ref");

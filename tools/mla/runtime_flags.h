@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 #include "core/dtype.h"
@@ -24,10 +25,36 @@ inline DType f32_or_bf16(const std::string& value) {
 // --matmul-dtype f32|bf16: the weight products' math (RuntimeOptions::matmul_dtype).
 inline void add_matmul_dtype_flag(CLI::App* cmd, std::string* value) {
   cmd->add_option("--matmul-dtype", *value,
-                  "Weight products of prefill chunks and expert batches (> 16 rows): f32 "
-                  "(default) or bf16 (BF16 dot products where the CPU has AVX512_BF16; x rounded "
-                  "to BF16, FP32 accumulation)")
+                  "Weight products of prefill chunks and expert batches (> 16 rows): bf16 "
+                  "(default: BF16 dot products where the CPU has AVX512_BF16, x rounded to BF16, "
+                  "FP32 accumulation) or f32 (FP32 products, independent of batching)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+}
+
+// --lm-head-dtype bf16|fp8: lm_head stored at load in another dtype (RuntimeOptions::
+// lm_head_dtype); unset keeps the checkpoint's.
+inline void add_lm_head_dtype_flag(CLI::App* cmd, std::string* value) {
+  cmd->add_option("--lm-head-dtype", *value,
+                  "Store lm_head as bf16 or fp8 (E4M3, one scale per 128x128 block, made at "
+                  "load) for faster decode; default: the checkpoint's dtype")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+}
+inline std::optional<DType> lm_head_dtype_of(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  return value == "fp8" ? DType::kF8E4M3 : DType::kBF16;
+}
+// The flag's spelling of a stored weight dtype, for --json: "bf16", "fp8", "f16", "f32".
+inline std::string weight_dtype_flag_name(DType t) {
+  switch (t) {
+    case DType::kF8E4M3:
+      return "fp8";
+    case DType::kF16:
+      return "f16";
+    case DType::kF32:
+      return "f32";
+    default:
+      return "bf16";
+  }
 }
 
 }  // namespace mla::cli

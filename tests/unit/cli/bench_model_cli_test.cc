@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
@@ -58,6 +59,32 @@ TEST_F(BenchModelCli, EverySegmentIsHeldToTheProbesBesideIt) {
   EXPECT_EQ(segs[1].at("probe_gbps_after"), segs[2].at("probe_gbps_before"));
   EXPECT_DOUBLE_EQ(j.at("fraction_min").get<double>(), min_fraction);
   EXPECT_GE(j.at("fraction").get<double>(), min_fraction);
+}
+
+// --lm-head-dtype fp8: lm_head (v2-lite: BF16, [vocab, D]) read as 1 byte per weight plus one
+// FP32 scale per 128x128 block, so a decode token reads exactly that much less.
+TEST_F(BenchModelCli, Fp8LmHeadReadsLessPerToken) {
+  auto bytes = [&](const std::string& flag) {
+    const auto r = run_mla("bench model -m '" + dir_.path() +
+                               "' --tokens 2 --segment 2 --warmup 0 --prompt-len 3 --sweeps 1 "
+                               "--json " +
+                               flag,
+                           false);
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    return std::make_pair(j.at("active_weight_bytes_per_token").get<int64_t>(),
+                          j.at("lm_head_dtype").get<std::string>());
+  };
+  const auto [base, base_dtype] = bytes("");
+  const auto [fp8, fp8_dtype] = bytes("--lm-head-dtype fp8");
+  EXPECT_EQ(base_dtype, "bf16");
+  EXPECT_EQ(fp8_dtype, "fp8");
+  const auto cfg = nlohmann::json::parse(std::ifstream(dir_.path() + "/config.json"));
+  const int64_t v = cfg.at("vocab_size"), d = cfg.at("hidden_size");
+  const int64_t scales = 4 * ((v + 127) / 128) * ((d + 127) / 128);
+  EXPECT_EQ(base - fp8, v * d - scales);
+  EXPECT_NE(run_mla("bench model -m '" + dir_.path() + "' --lm-head-dtype int4", true).exit_code,
+            0);
 }
 
 TEST_F(BenchModelCli, TableAndBadInput) {

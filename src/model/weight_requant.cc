@@ -1,0 +1,82 @@
+#include "model/weight_requant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "model/model_impl.h"
+
+namespace mla {
+namespace {
+
+// rows [r0, r1) of w as FP32, [r1 - r0, in] (FP8: code · weight_scale_inv, one FP32 product).
+void real_rows(const LinearWeight& w, int64_t r0, int64_t r1, float* dst) {
+  if (w.dtype != DType::kF8E4M3) {
+    widen_elements(w.dtype, w.data, r0 * w.in, (r1 - r0) * w.in, dst);
+    return;
+  }
+  const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t j = 0; j < w.in; ++j) {
+      float s;
+      std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
+      dst[(i - r0) * w.in + j] = fp8_e4m3_to_f32(w.data[i * w.in + j]) * s;
+    }
+}
+
+}  // namespace
+
+Result<RequantizedWeight> requantize_weight(const LinearWeight& w, DType to, ThreadPool& pool,
+                                            const std::string& what) {
+  MLA_RETURN_IF_ERROR(validate(w));
+  if (to != DType::kBF16 && to != DType::kF8E4M3)
+    return invalid_argument(what + ": can be stored as bf16 or fp8, not " +
+                            std::string(dtype_name(to)));
+  constexpr int64_t kB = kRequantFp8Block;
+  RequantizedWeight r;
+  const size_t n = size_t(w.out) * size_t(w.in);
+  const int64_t block_rows = (w.out + kB - 1) / kB, block_cols = (w.in + kB - 1) / kB;
+  MLA_ASSIGN_OR_RETURN(r.data, AlignedBuffer<uint8_t>::allocate(n * size_t(dtype_bits(to) / 8), what));
+  if (to == DType::kF8E4M3) {
+    MLA_ASSIGN_OR_RETURN(r.scales,
+                         AlignedBuffer<float>::allocate(size_t(block_rows * block_cols), what));
+  }
+  // One task per 128 rows (an FP8 block row): [128, in] FP32 of scratch each.
+  pool.parallel_for(block_rows, [&](int64_t b, int) {
+    const int64_t r0 = b * kB, r1 = std::min(w.out, r0 + kB);
+    std::vector<float> v(size_t((r1 - r0) * w.in));
+    real_rows(w, r0, r1, v.data());
+    if (to == DType::kBF16) {
+      uint16_t* out = reinterpret_cast<uint16_t*>(r.data.data()) + r0 * w.in;
+      for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+      return;
+    }
+    for (int64_t c = 0; c < block_cols; ++c) {
+      const int64_t c0 = c * kB, c1 = std::min(w.in, c0 + kB);
+      float amax = 0.0f;
+      for (int64_t i = 0; i < r1 - r0; ++i)
+        for (int64_t j = c0; j < c1; ++j) {
+          const float a = std::fabs(v[size_t(i * w.in + j)]);
+          if (std::isfinite(a)) amax = std::max(amax, a);
+        }
+      // An all-zero block keeps scale 1 (codes 0), not 0 · anything.
+      const float scale = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+      r.scales.data()[b * block_cols + c] = scale;
+      for (int64_t i = 0; i < r1 - r0; ++i)
+        for (int64_t j = c0; j < c1; ++j)
+          r.data.data()[(r0 + i) * w.in + j] = f32_to_fp8_e4m3(v[size_t(i * w.in + j)] / scale);
+    }
+  });
+  r.weight = w;
+  r.weight.dtype = to;
+  r.weight.data = r.data.data();
+  r.weight.scale_inv = nullptr;
+  if (to == DType::kF8E4M3) {
+    r.weight.scale_inv = reinterpret_cast<const uint8_t*>(r.scales.data());
+    r.weight.block_rows = r.weight.block_cols = kRequantFp8Block;
+  }
+  return r;
+}
+
+}  // namespace mla

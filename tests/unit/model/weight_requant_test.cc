@@ -1,0 +1,147 @@
+// requantize_weight (--lm-head-dtype) against kernels/ref's FP64 reading of both matrices, with
+// the rounding bound of each format derived in the comments.
+#include "model/weight_requant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/ref/linear_ref.h"
+
+namespace mla {
+namespace {
+
+struct Source {
+  std::vector<uint8_t> bytes;
+  LinearWeight w;
+};
+
+// [out, in] F32 or BF16 weights: Gaussian rows, a row spanning 2^-30 .. 2^4 (values far below
+// the block's amax land in E4M3's subnormals), an all-zero 128x128 block, a NaN.
+Source make_source(DType dt, int64_t out, int64_t in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  std::vector<float> v(size_t(out * in));
+  for (float& x : v) x = g(rng);
+  if (out > 7) {
+    for (int64_t j = 0; j < in; ++j)
+      v[size_t(5 * in + j)] = std::ldexp(j % 2 ? -1.0f : 1.0f, int(j % 35) - 30);
+    v[size_t(7 * in + 3)] = std::numeric_limits<float>::quiet_NaN();
+  }
+  for (int64_t i = 128; i < std::min<int64_t>(out, 256); ++i)
+    for (int64_t j = 0; j < std::min<int64_t>(in, 128); ++j) v[size_t(i * in + j)] = 0.0f;
+  Source s;
+  s.bytes.resize(v.size() * size_t(dt == DType::kF32 ? 4 : 2));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dt == DType::kF32) {
+      std::memcpy(&s.bytes[4 * i], &v[i], 4);
+    } else {
+      const uint16_t h = f32_to_bf16(v[i]);
+      std::memcpy(&s.bytes[2 * i], &h, 2);
+    }
+  }
+  s.w.dtype = dt;
+  s.w.data = s.bytes.data();
+  s.w.out = out;
+  s.w.in = in;
+  return s;
+}
+
+class WeightRequantTest : public ::testing::TestWithParam<DType> {};
+
+// FP8: code = e4m3(w / s) by round to nearest even, s = amax / 448 of the 128x128 block.
+// w / s rounds once in FP32 (relative 2^-24); a normal E4M3 value has 4 significant bits, so the
+// code is within half an ulp, 2^-4 relatively, of w / s; a subnormal one (spacing 2^-9) within
+// 2^-10. |w / s| ≤ 448 (+ one FP32 rounding), so nothing saturates. Decoding code · s is exact in
+// FP64 (kernels/ref). Hence |w' − w| ≤ 2^-4·|w|·(1 + 2^-23) + 2^-10·s.
+TEST_P(WeightRequantTest, Fp8BlocksStayWithinTheirRoundingBound) {
+  const int64_t out = 300, in = 200;  // ragged blocks both ways
+  Source src = make_source(GetParam(), out, in, 11);
+  ThreadPool pool(2);
+  auto r = requantize_weight(src.w, DType::kF8E4M3, pool, "test lm_head");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const LinearWeight& q = r->weight;
+  ASSERT_TRUE(validate(q).ok());
+  EXPECT_EQ(q.dtype, DType::kF8E4M3);
+  EXPECT_EQ(q.block_rows, kRequantFp8Block);
+  EXPECT_EQ(q.block_cols, kRequantFp8Block);
+  std::vector<double> a(static_cast<size_t>(in)), b(static_cast<size_t>(in));
+  int subnormal_checked = 0;
+  for (int64_t i = 0; i < out; ++i) {
+    ref::linear_weight_row(src.w, i, a.data());
+    ref::linear_weight_row(q, i, b.data());
+    for (int64_t j = 0; j < in; ++j) {
+      if (std::isnan(a[size_t(j)])) {
+        EXPECT_TRUE(std::isnan(b[size_t(j)])) << i << "," << j;
+        continue;
+      }
+      float s;
+      std::memcpy(&s, q.scale_inv + 4 * ((i / 128) * 2 + j / 128), 4);
+      const double bound = std::ldexp(std::fabs(a[size_t(j)]), -4) * (1 + std::ldexp(1.0, -23)) +
+                           std::ldexp(double(s), -10);
+      ASSERT_LE(std::fabs(b[size_t(j)] - a[size_t(j)]), bound) << i << "," << j;
+      if (a[size_t(j)] != 0 && std::fabs(a[size_t(j)]) < std::ldexp(double(s), -6)) ++subnormal_checked;
+      if (i >= 128 && i < 256 && j < 128) EXPECT_EQ(b[size_t(j)], 0.0) << "all-zero block";
+    }
+  }
+  EXPECT_GT(subnormal_checked, 0);  // the wide-range row reached E4M3's subnormals
+}
+
+// BF16: round to nearest even, 8 significant bits: |w' − w| ≤ 2^-8·|w| (0 for BF16 sources).
+TEST_P(WeightRequantTest, Bf16RoundsToNearest) {
+  const int64_t out = 130, in = 70;
+  Source src = make_source(GetParam(), out, in, 12);
+  ThreadPool pool(2);
+  auto r = requantize_weight(src.w, DType::kBF16, pool, "test lm_head");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::vector<double> a(static_cast<size_t>(in)), b(static_cast<size_t>(in));
+  for (int64_t i = 0; i < out; ++i) {
+    ref::linear_weight_row(src.w, i, a.data());
+    ref::linear_weight_row(r->weight, i, b.data());
+    for (int64_t j = 0; j < in; ++j) {
+      if (std::isnan(a[size_t(j)])) {
+        EXPECT_TRUE(std::isnan(b[size_t(j)]));
+        continue;
+      }
+      const double bound = GetParam() == DType::kBF16 ? 0.0 : std::ldexp(std::fabs(a[size_t(j)]), -8);
+      ASSERT_LE(std::fabs(b[size_t(j)] - a[size_t(j)]), bound) << i << "," << j;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sources, WeightRequantTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+// An FP8 source (a V3 checkpoint's 128x128 blocks) re-blocked is the same matrix: its codes
+// fit E4M3 again at the same scale, so the round trip is exact.
+TEST(WeightRequant, Fp8SourceRoundTripsExactly) {
+  Source src = make_source(DType::kF32, 256, 256, 13);
+  ThreadPool pool(2);
+  auto once = requantize_weight(src.w, DType::kF8E4M3, pool, "a");
+  ASSERT_TRUE(once.ok());
+  auto twice = requantize_weight(once->weight, DType::kF8E4M3, pool, "b");
+  ASSERT_TRUE(twice.ok());
+  std::vector<double> a(256), b(256);
+  for (int64_t i = 0; i < 256; ++i) {
+    ref::linear_weight_row(once->weight, i, a.data());
+    ref::linear_weight_row(twice->weight, i, b.data());
+    for (int j = 0; j < 256; ++j)
+      if (!std::isnan(a[size_t(j)])) ASSERT_EQ(a[size_t(j)], b[size_t(j)]) << i << "," << j;
+  }
+}
+
+TEST(WeightRequant, RefusesOtherTargetsNamingThem) {
+  Source src = make_source(DType::kF32, 4, 4, 1);
+  ThreadPool pool(1);
+  auto r = requantize_weight(src.w, DType::kF16, pool, "m/lm_head");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("m/lm_head"), std::string::npos);
+  EXPECT_NE(r.status().message().find("F16"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace mla
