@@ -1,6 +1,7 @@
 // The FFN of a decoder layer: dense SwiGLU, or MoE (router in FP32 whatever the matmul dtype,
 // experts run only on the tokens routed to them, grouped by expert, shared experts on every token)
 // — deepseek-models.md §6.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -30,6 +31,19 @@ size_t run_bytes(const SwigluRun& r, int64_t D) {
 // out[t, D] += scale · down(silu(gate(x_t)) ⊙ up(x_t)) for every row of every run. The gate / up
 // products of all runs go through one linear_many pass and the down products through a second:
 // in decode each is a small GEMV, and a pass over the pool each cost more than the work it split.
+
+// fn(i) for i < n over the pool when the pass moves at least kParallelFloats floats; serially
+// otherwise (a decode step's few rows: waking the pool would cost more than the loop).
+constexpr size_t kParallelFloats = size_t(1) << 18;
+template <class Fn>
+void for_each_item(ThreadPool& pool, int64_t n, size_t floats, Fn&& fn) {
+  if (floats < kParallelFloats) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  pool.parallel_for(n, [&](int64_t i, int) { fn(i); });
+}
+
 Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float* x, float* out,
                         ThreadPool& pool, const std::string& be, DType math) {
   size_t x_size = 0, h_size = 0, y_size = 0;
@@ -38,42 +52,65 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
     h_size += size_t(r.n * r.mlp->width);
     y_size += size_t(r.n * D);
   }
-  std::vector<float> xe(x_size), g(h_size), u(h_size), y(y_size);
+  // Kept between calls (at most ~kSwigluGroupBytes): see grown().
+  static thread_local AlignedBuffer<float> xe_buf, g_buf, u_buf, y_buf;
+  float* xe = grown(xe_buf, x_size);
+  float* g = grown(g_buf, h_size);
+  float* u = grown(u_buf, h_size);
+  float* y = grown(y_buf, y_size);
   std::vector<LinearJob> jobs;
+  std::vector<size_t> x_of(runs.size());  // where each gathered run's rows start in xe
   size_t x_at = 0, h_at = 0;
-  for (const SwigluRun& r : runs) {
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const SwigluRun& r = runs[k];
     const float* xr = x;
     if (r.toks) {
-      for (int64_t i = 0; i < r.n; ++i)
-        std::copy_n(x + r.toks[i] * D, D, &xe[x_at + size_t(i * D)]);
-      xr = &xe[x_at];
+      x_of[k] = x_at;
+      xr = xe + x_at;
       x_at += size_t(r.n * D);
     }
-    jobs.push_back({&r.mlp->gate, r.n, xr, &g[h_at]});
-    jobs.push_back({&r.mlp->up, r.n, xr, &u[h_at]});
+    jobs.push_back({&r.mlp->gate, r.n, xr, g + h_at});
+    jobs.push_back({&r.mlp->up, r.n, xr, u + h_at});
     h_at += size_t(r.n * r.mlp->width);
   }
+  for_each_item(pool, int64_t(runs.size()), x_size, [&](int64_t k) {
+    const SwigluRun& r = runs[size_t(k)];
+    if (r.toks)
+      for (int64_t i = 0; i < r.n; ++i)
+        std::copy_n(x + r.toks[i] * D, D, xe + x_of[size_t(k)] + size_t(i * D));
+  });
   MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math));
-  for (size_t i = 0; i < h_size; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  constexpr int64_t kSiluSpan = 16384;
+  for_each_item(pool, (int64_t(h_size) + kSiluSpan - 1) / kSiluSpan, h_size, [&](int64_t c) {
+    const size_t e = std::min(h_size, size_t((c + 1) * kSiluSpan));
+    for (size_t i = size_t(c * kSiluSpan); i < e; ++i)
+      g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  });
   jobs.clear();
   h_at = 0;
   size_t y_at = 0;
   for (const SwigluRun& r : runs) {
-    jobs.push_back({&r.mlp->down, r.n, &g[h_at], &y[y_at]});
+    jobs.push_back({&r.mlp->down, r.n, g + h_at, y + y_at});
     h_at += size_t(r.n * r.mlp->width);
     y_at += size_t(r.n * D);
   }
   MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math));
-  y_at = 0;
-  for (const SwigluRun& r : runs) {
-    for (int64_t i = 0; i < r.n; ++i) {
-      const int64_t t = r.toks ? r.toks[i] : i;
-      const float s = r.scale ? r.scale[i] : 1.0f;
-      const float* yi = &y[y_at + size_t(i * D)];
-      for (int64_t j = 0; j < D; ++j) out[t * D + j] += s * yi[j];
+  // out[t] += s · y, the runs in order (a token's experts add in ascending expert order, as
+  // before); threads split the D columns, so no two write the same element.
+  constexpr int64_t kColSpan = 256;
+  for_each_item(pool, (D + kColSpan - 1) / kColSpan, y_size, [&](int64_t c) {
+    const int64_t j0 = c * kColSpan, j1 = std::min(D, j0 + kColSpan);
+    size_t at = 0;
+    for (const SwigluRun& r : runs) {
+      for (int64_t i = 0; i < r.n; ++i) {
+        const int64_t t = r.toks ? r.toks[i] : i;
+        const float s = r.scale ? r.scale[i] : 1.0f;
+        const float* yi = y + at + size_t(i * D);
+        for (int64_t j = j0; j < j1; ++j) out[t * D + j] += s * yi[j];
+      }
+      at += size_t(r.n * D);
     }
-    y_at += size_t(r.n * D);
-  }
+  });
   return Status();
 }
 

@@ -150,26 +150,28 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
   const int r = c.kv_lora_rank, d_r = c.qk_rope_head_dim, d_n = c.qk_nope_head_dim;
   const float eps = float(c.rms_norm_eps);
 
-  std::vector<float> x(size_t(T) * D);
-  rms_norm(h, L.input_norm.data(), T, D, eps, D, D, x.data());
+  // Activations, kept between layers and calls (grown(), model_impl.h).
+  static thread_local AlignedBuffer<float> x_buf, q_buf, cq_buf, kv_buf, attn_buf, o_buf;
+  float* x = grown(x_buf, size_t(T) * D);
+  rms_norm(h, L.input_norm.data(), T, D, eps, D, D, x);
 
   // Query [T, H, d_qk]: q_nope | q_pe per head.
-  std::vector<float> q(size_t(T) * H * d_qk);
+  float* q = grown(q_buf, size_t(T) * H * d_qk);
   if (c.has_q_lora()) {
-    std::vector<float> cq(size_t(T) * c.q_lora_rank);
-    MLA_RETURN_IF_ERROR(linear(L.q_a, T, x.data(), cq.data(), pool, be, m.options.matmul_dtype));
-    rms_norm(cq.data(), L.q_a_norm.data(), T, c.q_lora_rank, m.latent_norm_eps, c.q_lora_rank,
-             c.q_lora_rank, cq.data());
-    MLA_RETURN_IF_ERROR(linear(L.q_b, T, cq.data(), q.data(), pool, be, m.options.matmul_dtype));
+    float* cq = grown(cq_buf, size_t(T) * c.q_lora_rank);
+    MLA_RETURN_IF_ERROR(linear(L.q_a, T, x, cq, pool, be, m.options.matmul_dtype));
+    rms_norm(cq, L.q_a_norm.data(), T, c.q_lora_rank, m.latent_norm_eps, c.q_lora_rank,
+             c.q_lora_rank, cq);
+    MLA_RETURN_IF_ERROR(linear(L.q_b, T, cq, q, pool, be, m.options.matmul_dtype));
   } else {
-    MLA_RETURN_IF_ERROR(linear(L.q_proj, T, x.data(), q.data(), pool, be, m.options.matmul_dtype));
+    MLA_RETURN_IF_ERROR(linear(L.q_proj, T, x, q, pool, be, m.options.matmul_dtype));
   }
   // Latent row [T, r + d_r]: normalised c_kv (the norm covers only the r latent values) | k_pe.
-  std::vector<float> kv(size_t(T) * (r + d_r));
-  MLA_RETURN_IF_ERROR(linear(L.kv_a, T, x.data(), kv.data(), pool, be, m.options.matmul_dtype));
-  rms_norm(kv.data(), L.kv_a_norm.data(), T, r, m.latent_norm_eps, r + d_r, r + d_r, kv.data());
-  MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), 1, r + d_r, r, kv.data()));
-  MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), H, d_qk, d_n, q.data()));
+  float* kv = grown(kv_buf, size_t(T) * (r + d_r));
+  MLA_RETURN_IF_ERROR(linear(L.kv_a, T, x, kv, pool, be, m.options.matmul_dtype));
+  rms_norm(kv, L.kv_a_norm.data(), T, r, m.latent_norm_eps, r + d_r, r + d_r, kv);
+  MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), 1, r + d_r, r, kv));
+  MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), H, d_qk, d_n, q));
 
   // The cache stores the normalised latent and the rotated k_pe.
   const float gscale = kNvfp4DefaultGlobalScale;
@@ -178,21 +180,21 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
     const ForwardSeq& sq = b.seqs[size_t(place[t].seq)];
     const int64_t pos = place[t].pos;
     uint8_t* row = cache.row(layer, sq.block_table[size_t(pos / ps)], int(pos % ps));
-    quantize_kv_row(m.options.kv_dtype, r, d_r, &kv[size_t(t) * (r + d_r)], gscale, row);
+    quantize_kv_row(m.options.kv_dtype, r, d_r, kv + size_t(t) * (r + d_r), gscale, row);
   }
 
-  std::vector<float> attn(size_t(T) * H * c.v_head_dim);
-  MLA_RETURN_IF_ERROR(
-      attention(m, L, b, first_token, cache, layer, q.data(), attn.data(), pool, stats));
-  std::vector<float> o(size_t(T) * D);
-  MLA_RETURN_IF_ERROR(linear(L.o_proj, T, attn.data(), o.data(), pool, be, m.options.matmul_dtype));
+  float* attn = grown(attn_buf, size_t(T) * H * c.v_head_dim);
+  MLA_RETURN_IF_ERROR(attention(m, L, b, first_token, cache, layer, q, attn, pool, stats));
+  const size_t n_o = size_t(T) * D;
+  float* o = grown(o_buf, n_o);
+  MLA_RETURN_IF_ERROR(linear(L.o_proj, T, attn, o, pool, be, m.options.matmul_dtype));
   const float rs = m.residual_scale;  // 1 but for MiniCPM3: x · 1 is exact
-  for (size_t i = 0; i < o.size(); ++i) h[i] += o[i] * rs;
+  for (size_t i = 0; i < n_o; ++i) h[i] += o[i] * rs;
 
-  rms_norm(h, L.post_norm.data(), T, D, eps, D, D, x.data());
-  std::fill(o.begin(), o.end(), 0.0f);
-  MLA_RETURN_IF_ERROR(run_ffn(m, L, T, x.data(), o.data(), pool));
-  for (size_t i = 0; i < o.size(); ++i) h[i] += o[i] * rs;
+  rms_norm(h, L.post_norm.data(), T, D, eps, D, D, x);
+  std::fill(o, o + n_o, 0.0f);
+  MLA_RETURN_IF_ERROR(run_ffn(m, L, T, x, o, pool));
+  for (size_t i = 0; i < n_o; ++i) h[i] += o[i] * rs;
   return Status();
 }
 

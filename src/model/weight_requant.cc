@@ -37,7 +37,8 @@ Result<RequantizedWeight> requantize_weight(const LinearWeight& w, DType to, Thr
   RequantizedWeight r;
   const size_t n = size_t(w.out) * size_t(w.in);
   const int64_t block_rows = (w.out + kB - 1) / kB, block_cols = (w.in + kB - 1) / kB;
-  MLA_ASSIGN_OR_RETURN(r.data, AlignedBuffer<uint8_t>::allocate(n * size_t(dtype_bits(to) / 8), what));
+  MLA_ASSIGN_OR_RETURN(r.data,
+                       AlignedBuffer<uint8_t>::allocate(n * size_t(dtype_bits(to) / 8), what));
   if (to == DType::kF8E4M3) {
     MLA_ASSIGN_OR_RETURN(r.scales,
                          AlignedBuffer<float>::allocate(size_t(block_rows * block_cols), what));

@@ -360,13 +360,18 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   };
   const int threads = pool.num_threads();
   // Path kBf16 only (empty otherwise: a decode pass allocates nothing here): per job, its index
-  // into panels, -1 for FP32 products.
+  // into panel_at, -1 for FP32 products. The panels live in one per-thread buffer kept between
+  // calls (as large as the largest pass so far: a prefill chunk's x in BF16): fresh buffers
+  // per call cost ~3% of a prefill in page faults.
   std::vector<int32_t> panel_of;
-  std::vector<AlignedBuffer<uint32_t>> panels;
+  std::vector<size_t> panel_at;  // word offset of each panel in panel_store
+  static thread_local AlignedBuffer<uint32_t> panel_store;
+  uint32_t* store = nullptr;  // the caller's panel_store (a lambda on a worker names its own)
   if constexpr (requires { L::kBf16Gemm; }) {
     if (path == LinearPath::kBf16) {
       panel_of.assign(jobs.size(), -1);
       std::vector<size_t> owner;  // the job whose x each panel holds
+      size_t panel_end = 0;
       for (size_t j = 0; j < jobs.size(); ++j) {
         const LinearJob& job = jobs[j];
         if (job.n == 0 || !L::gemm_takes(*job.w, job.n)) continue;
@@ -375,10 +380,15 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
           if (o.x == job.x && o.n == job.n && o.w->in == job.w->in) panel_of[j] = int32_t(p);
         }
         if (panel_of[j] >= 0) continue;
-        panel_of[j] = int32_t(panels.size());
+        panel_of[j] = int32_t(panel_at.size());
         owner.push_back(j);
-        panels.emplace_back(size_t(L::gemm_panel_words(job.n, job.w->in)));
+        const size_t start = panel_at.empty() ? 0 : panel_end;
+        panel_at.push_back(start);
+        // 64-byte aligned panels: word counts rounded up to 16.
+        panel_end = start + (size_t(L::gemm_panel_words(job.n, job.w->in)) + 15) / 16 * 16;
       }
+      if (panel_store.size() < panel_end) panel_store = AlignedBuffer<uint32_t>(panel_end);
+      store = panel_store.data();
       std::vector<std::pair<int32_t, int64_t>> tiles;  // (panel, tile)
       for (size_t p = 0; p < owner.size(); ++p)
         for (int64_t t = 0; t * L::kGemmTileRows < jobs[owner[p]].n; ++t)
@@ -386,7 +396,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       pool.parallel_for(int64_t(tiles.size()), [&](int64_t c, int) {
         const auto [p, t] = tiles[size_t(c)];
         const LinearJob& job = jobs[owner[size_t(p)]];
-        L::gemm_pack_x_tile(job.x, job.n, job.w->in, t, panels[size_t(p)].data());
+        L::gemm_pack_x_tile(job.x, job.n, job.w->in, t, store + panel_at[size_t(p)]);
       });
     }
   }
@@ -420,7 +430,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     const LinearWeight& w = *job.w;
     if constexpr (requires { L::kBf16Gemm; })
       if (!panel_of.empty() && panel_of[size_t(it.job)] >= 0) {
-        const uint32_t* xp = panels[size_t(panel_of[size_t(it.job)])].data();
+        const uint32_t* xp = store + panel_at[size_t(panel_of[size_t(it.job)])];
         if (w.dtype == DType::kBF16)
           return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, job.y, it.r0, it.r1);
         return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, job.y, it.r0, it.r1);
