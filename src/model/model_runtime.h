@@ -28,9 +28,9 @@ struct RuntimeOptions {
   KvCacheDtype kv_dtype = KvCacheDtype::kBF16;
   // Prefill chunks of at most this many tokens take the absorbed path (kernels/mla_attention.h).
   int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
-  // The absorbed query's dtype at the decode kernel: kF32, or kBF16 for the BF16-dot / AMX
-  // kernels (kernels/mla_attention.h).
-  DType attention_q_dtype = kDefaultAbsorbedQueryDtype;
+  // The absorbed query's dtype at the decode kernel: kBF16 (default) for the BF16-dot / AMX
+  // kernels, or kF32 (kernels/mla_attention.h). The model oracle bounds both.
+  DType attention_q_dtype = DType::kBF16;
   // The weight products' math (kernels/linear.h): kBF16 (default) runs the products of more than
   // 16 rows (prefill chunks, expert batches) on BF16 dot products, x rounded to BF16 (relative
   // 2^-8; tests/e2e/model_oracle.py bounds it against transformers); kF32 keeps every product in

@@ -153,6 +153,13 @@ class Checkpoint:
 #                                  but the router's (always FP32), whether or not the engine takes
 #                                  the BF16 kernel for that product (decode-sized ones stay FP32):
 #                                  the bound covers both.
+#    BF16 attention (engine,       the absorbed query [q_nope·W_UK | q_pe] rounded to BF16 before
+#    --attention-dtype bf16)       its dot products with the (BF16) cache rows, and on the
+#                                  BF16-P variants the probabilities rounded to BF16 before P·c
+#                                  (kernels/mla_attention.h; docs/kernels/mla_decode.md): each a
+#                                  relative δ, |δ| ≤ 2^-8, drawn per element in every perturbed
+#                                  copy as above, on every query row (prefill chunks up to the
+#                                  absorption threshold take the same kernels).
 # 2. Monte Carlo arithmetic (Parker 1997; Verificarlo): the model runs in float64 on S + 1 copies;
 #    copy 0 is exact, copies 1..S add to every op's result an independent uniform draw in [−L, L].
 #    This carries the local errors through the network's real Jacobians (a sum of many independent
@@ -241,13 +248,14 @@ class Options:
     defaults are what transformers 5.23 and the hub remote code both do."""
 
     def __init__(self, m2=True, group_mask=-math.inf, latent_eps=1e-6, kv_bf16=False, neox=None,
-                 products_bf16=False):
+                 products_bf16=False, attention_bf16=False):
         self.m2 = m2  # YaRN softmax factor m² (transformers: yarn_apply_mscale)
         self.group_mask = group_mask  # noaux_tc dropped groups (transformers 5.23: −inf)
         self.latent_eps = latent_eps  # q_a / kv_a norms: the default 1e-6, not rms_norm_eps
         self.kv_bf16 = kv_bf16  # round c and k_pe to BF16 as the engine's cache stores them
         self.neox = neox  # RoPE pairs (i, i + d_r/2); None: MiniCPM3's, not DeepSeek's
         self.products_bf16 = products_bf16  # x of the weight products may be rounded to BF16
+        self.attention_bf16 = attention_bf16  # absorbed query and probabilities may be BF16
 
 
 class Model64:
@@ -274,11 +282,18 @@ class Model64:
             y[1:] += L[1:] * self.rng.uniform(-1.0, 1.0, size=y[1:].shape)
         return y
 
+    def bf16_rounding(self, x):
+        """x with a relative BF16 rounding error drawn per element in copies 1.. (see above)."""
+        if self.N == 1:
+            return x
+        x = x.copy()
+        x[1:] *= 1.0 + U_BF16 * self.rng.uniform(-1.0, 1.0, size=x[1:].shape)
+        return x
+
     def lin(self, x, name, fp32_only=False):
         W = self.W(name)
-        if self.o.products_bf16 and not fp32_only and self.N > 1:
-            x = x.copy()
-            x[1:] *= 1.0 + U_BF16 * self.rng.uniform(-1.0, 1.0, size=x[1:].shape)
+        if self.o.products_bf16 and not fp32_only:
+            x = self.bf16_rounding(x)
         return self.perturb(x @ W.T, gamma(W.shape[1] + 2) * (np.abs(x) @ np.abs(W).T))
 
     def rms_norm(self, x, name, eps):
@@ -313,8 +328,13 @@ class Model64:
         T = c.shape[1]
         kvb = self.W(f"model.layers.{l}.self_attn.kv_b_proj.weight").reshape(H, dn + dv, r)
         Wk, Wv = kvb[:, :dn, :], kvb[:, dn:, :]
-        kn = np.einsum("hdr,ntr->nthd", Wk, c)
-        z = self.scale * (np.einsum("nshd,nthd->nhst", qn, kn) + np.einsum("nshd,ntd->nhst", qp, kp))
+        if self.o.attention_bf16:  # the absorbed query, as the BF16 kernels read it
+            qa = self.bf16_rounding(np.einsum("nshd,hdr->nshr", qn, Wk))
+            z = self.scale * (np.einsum("nshr,ntr->nhst", qa, c)
+                              + np.einsum("nshd,ntd->nhst", self.bf16_rounding(qp), kp))
+        else:
+            kn = np.einsum("hdr,ntr->nthd", Wk, c)
+            z = self.scale * (np.einsum("nshd,nthd->nhst", qn, kn) + np.einsum("nshd,ntd->nhst", qp, kp))
         A = np.einsum("nshr,ntr->nhst", np.einsum("nshd,hdr->nshr", np.abs(qn), np.abs(Wk)), np.abs(c))
         A += np.einsum("nshd,ntd->nhst", np.abs(qp), np.abs(kp))
         g = max(gamma(r) + gamma(dn + dr), gamma(dn) + gamma(r + dr))
@@ -329,6 +349,8 @@ class Model64:
         dist = np.where(mask, np.abs(z - m), 0.0)
         span = dist.max(axis=-1, keepdims=True)
         p = self.perturb(p, p * (U * dist + (C_EXP + 3) * U + gamma(keys) + resc * ((C_EXP + 3) * U + U * span)))
+        if self.o.attention_bf16:
+            p = self.bf16_rounding(p)
         v = np.einsum("hdr,ntr->nthd", Wv, c)
         o = np.einsum("nhst,nthd->nshd", p, v)
         absv = np.einsum("hdr,ntr->nthd", np.abs(Wv), np.abs(c))

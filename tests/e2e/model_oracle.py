@@ -263,9 +263,9 @@ class Exact:
     """The FP64 model on one token sequence (prompt + a run's generated[:-1]): values, bounds, and
     the first row at which a routing choice is a near-tie (rows from there on are not failed)."""
 
-    def __init__(self, ck, seq, kv_bf16, products_bf16=False):
-        hidden, (self.logits, self.bound), self.flips = mc_forward(ck, seq, kv_bf16=kv_bf16,
-                                                                   products_bf16=products_bf16)
+    def __init__(self, ck, seq, kv_bf16, products_bf16=False, attention_bf16=False):
+        hidden, (self.logits, self.bound), self.flips = mc_forward(
+            ck, seq, kv_bf16=kv_bf16, products_bf16=products_bf16, attention_bf16=attention_bf16)
         self.hidden = [h for h, _ in hidden]
         self.hbound = [b for _, b in hidden]
         self.first_tie = min([t for (_, t) in self.flips], default=len(seq))
@@ -547,9 +547,9 @@ def check_case(case, mla, golden_dir, hf, have_generate):
         if not have_generate:
             rep.add("`mla generate --dump-activations` is not in this binary", ok=False)
         else:
-            # FP32 products (--matmul-dtype f32) against the FP32-derived bounds; the BF16
-            # products (the engine's default) against the bound that adds their input rounding.
-            f32 = ["--matmul-dtype", "f32"]
+            # FP32 products and attention against the FP32-derived bounds; the engine's defaults
+            # (BF16 products and BF16 attention) against the bound that adds their roundings.
+            f32 = ["--matmul-dtype", "f32", "--attention-dtype", "f32"]
             plan = [("mla cpu", "f32", f32), ("mla cpu", "bf16", f32),
                     ("mla --backend ref", None, ["--backend", "ref"] + f32),
                     ("mla --prefill-threshold 0", None, ["--prefill-threshold", "0"] + f32)]
@@ -573,15 +573,16 @@ def check_case(case, mla, golden_dir, hf, have_generate):
                 if name != base and kv_of[name] == primary and base in runs:
                     var = "fp32" if primary == "f32" else "kv_bf16"
                     compare_run(rep, f"{name} vs {base}", runs[name], runs[base], exact[var], T, 2)
-            name = "mla cpu [kv bf16, products bf16]"
-            run, err = run_mla(mla, ckdir, prompt, os.path.join(tmp, "dump_bf16_products"), "bf16",
-                               ["--matmul-dtype", "bf16"])
+            name = "mla cpu defaults [kv bf16, products bf16, attention bf16]"
+            run, err = run_mla(mla, ckdir, prompt, os.path.join(tmp, "dump_defaults"), "bf16",
+                               ["--matmul-dtype", "bf16", "--attention-dtype", "bf16"])
             if run is None:
                 rep.add(f"{name}: generate failed", ok=False, note=err)
             else:
-                ex = Exact(ck, prompt + gold["kv_bf16"]["generated"][:-1].tolist(), True, products_bf16=True)
+                ex = Exact(ck, prompt + gold["kv_bf16"]["generated"][:-1].tolist(), True,
+                           products_bf16=True, attention_bf16=True)
                 for (l, t), n in sorted(ex.flips.items()):
-                    rep.add(f"[products bf16] routing near-tie: layer {l}, token {t}",
+                    rep.add(f"[defaults] routing near-tie: layer {l}, token {t}",
                             note=f"{n}/{MC_SAMPLES} copies chose other experts")
                 compare_run(rep, f"{name} vs HF golden", run, gold["kv_bf16"], ex, T, 2)
         if hf is not None:

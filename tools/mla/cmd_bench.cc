@@ -122,7 +122,7 @@ struct PrefillOptions {
   std::vector<int> m{64, 256, 1024}, l{1024, 4096}, h_q{128};
   int reps = 3;
   bool json = false;
-  std::string attention_dtype = "f32";
+  std::string attention_dtype = "bf16";
 };
 
 ordered_json prefill_json(const bench::PrefillResult& r) {
@@ -168,7 +168,7 @@ struct ThresholdOptions {
   std::vector<int> m{16, 32, 64, 128, 192, 256, 384, 512, 768, 1024}, l{1024, 4096, 16384};
   int h_q = 128, reps = 1;
   bool json = false, write = false;
-  std::string attention_dtype = "f32";
+  std::string attention_dtype = "bf16";
 };
 
 // One swept point: chunk length and the two paths' times.

@@ -31,7 +31,7 @@ struct OfflineOptions {
   int page_size = 64, threads = 0, prefill_threshold = -1;
   int64_t num_blocks = 0;
   double kv_cache_gib = 1.0;
-  std::string kv_dtype = "bf16", backend = "cpu", attention_dtype = "f32", matmul_dtype = "bf16",
+  std::string kv_dtype = "bf16", backend = "cpu", attention_dtype = "bf16", matmul_dtype = "bf16",
               lm_head_dtype;
   uint64_t seed = 0;
   bool json = false;

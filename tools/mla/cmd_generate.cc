@@ -34,7 +34,7 @@ struct GenerateCliOptions {
   float top_p = 1.0f;
   uint64_t seed = 0;
   std::string kv_dtype = "bf16";
-  std::string attention_dtype = "f32";
+  std::string attention_dtype = "bf16";
   std::string matmul_dtype = "bf16";
   std::string lm_head_dtype;
   int threads = 0;

@@ -21,8 +21,8 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
   // The runtime options of `mla serve` and `mla generate` left at their defaults, so a server
   // started without flags computes what this does.
   RuntimeOptions ro;
-  ro.prefill_absorption_threshold =
-      tuned_prefill_absorption_threshold().value_or(kDefaultPrefillAbsorptionThreshold);
+  ro.prefill_absorption_threshold = tuned_prefill_absorption_threshold(ro.attention_q_dtype)
+                                        .value_or(kDefaultPrefillAbsorptionThreshold);
   fmt::print(stderr, "loading the local model {}...\n", s.model_dir);
   MLA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(s.model_dir, ro));
   MLA_ASSIGN_OR_RETURN(tok::LoadedTokenizer tk, tok::load_tokenizer_dir(s.model_dir));

@@ -37,7 +37,7 @@ struct ServeCliOptions {
   double kv_cache_gib = 1.0;
   uint64_t kv_cache_bytes = 0;  // when given, instead of kv_cache_gib
   std::string kv_dtype = "bf16";
-  std::string attention_dtype = "f32";
+  std::string attention_dtype = "bf16";
   std::string matmul_dtype = "bf16";
   std::string lm_head_dtype;
   int64_t max_model_len = 0;

@@ -9,12 +9,13 @@
 
 namespace mla::cli {
 
-// --attention-dtype f32|bf16: the absorbed query's dtype at the decode kernel
-// (kernels/mla_attention.h). bf16 runs the BF16-dot / AMX kernels, FlashMLA's numerics.
+// --attention-dtype bf16|f32: the absorbed query's dtype at the decode kernel
+// (kernels/mla_attention.h). bf16 (the default) runs the BF16-dot / AMX kernels, FlashMLA's
+// numerics; f32 the FP32 kernels, exact to FP32 activations.
 inline void add_attention_dtype_flag(CLI::App* cmd, std::string* value) {
   cmd->add_option("--attention-dtype", *value,
-                  "Absorbed query at the attention kernel: f32 (default) or bf16 (BF16 / AMX "
-                  "kernels, probabilities in BF16 too)")
+                  "Absorbed query at the attention kernel: bf16 (default: BF16 / AMX kernels, "
+                  "probabilities in BF16 too) or f32 (FP32 kernels)")
       ->check(CLI::IsMember({"f32", "bf16"}));
 }
 // The DType of an f32|bf16 flag value (--attention-dtype, --matmul-dtype).

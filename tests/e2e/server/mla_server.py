@@ -17,11 +17,14 @@ class MlaServer:
 
     def __init__(self, binary, model, *args, ready_timeout=60.0):
         self.binary, self.model = binary, model
-        # FP32 weight products unless a test asks otherwise: the server tests compare replies
-        # under load with single-request baselines, and the default BF16 products make a row's
-        # result depend on how many rows share its product (> 16 rows take BF16).
+        # FP32 weight products and attention unless a test asks otherwise: the server tests
+        # compare replies under load with single-request baselines (to their FP32-derived
+        # near-tie gap), and the default BF16 products make a row's result depend on how many
+        # rows share its product (> 16 rows take BF16).
         if "--matmul-dtype" not in args:
             args = ("--matmul-dtype", "f32", *args)
+        if "--attention-dtype" not in args:
+            args = ("--attention-dtype", "f32", *args)
         self.proc = subprocess.Popen([binary, "serve", "-m", model, "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log = []

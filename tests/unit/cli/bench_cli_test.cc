@@ -55,23 +55,23 @@ TEST(BenchCli, TuneWritesTheThresholdFile) {
   std::ifstream in(path);
   ASSERT_TRUE(in.good()) << path;
   const auto j = nlohmann::json::parse(in);
-  const int threshold = j.at("prefill_absorption_threshold").get<int>();
-  EXPECT_GE(threshold,
-            0);  // within the swept range: 0 (decompressed always) .. 16 (absorbed always)
-  EXPECT_LE(threshold, 16);
-  EXPECT_FALSE(j.contains("prefill_absorption_threshold_bf16"));
+  // The default sweep is BF16 attention (the engine's default): its own figure, within the swept
+  // range 0 (decompressed always) .. 16 (absorbed always); the FP32 field keeps its default.
+  const int bf16 = j.at("prefill_absorption_threshold_bf16").get<int>();
+  EXPECT_GE(bf16, 0);
+  EXPECT_LE(bf16, 16);
 
-  // A BF16-attention sweep adds its own figure and keeps the FP32 one.
+  // An FP32-attention sweep writes the FP32 figure and keeps the BF16 one.
   setenv("MLA_TUNE_FILE", path.c_str(), 1);
-  const auto b = run_mla("tune --m 8,16 --l 64 --h-q 4 --attention-dtype bf16", false);
+  const auto b = run_mla("tune --m 8,16 --l 64 --h-q 4 --attention-dtype f32", false);
   unsetenv("MLA_TUNE_FILE");
   ASSERT_EQ(b.exit_code, 0) << b.out;
   std::ifstream in2(path);
   const auto j2 = nlohmann::json::parse(in2);
-  EXPECT_EQ(j2.at("prefill_absorption_threshold").get<int>(), threshold);
-  const int bf16 = j2.at("prefill_absorption_threshold_bf16").get<int>();
-  EXPECT_GE(bf16, 0);
-  EXPECT_LE(bf16, 16);
+  EXPECT_EQ(j2.at("prefill_absorption_threshold_bf16").get<int>(), bf16);
+  const int threshold = j2.at("prefill_absorption_threshold").get<int>();
+  EXPECT_GE(threshold, 0);
+  EXPECT_LE(threshold, 16);
 }
 
 TEST(BenchCli, BadFlagsFail) {

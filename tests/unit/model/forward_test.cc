@@ -55,7 +55,9 @@ class ForwardTest : public ::testing::TestWithParam<const char*> {
   static RuntimeOptions exact() {
     RuntimeOptions ro;
     ro.kv_dtype = KvCacheDtype::kF32;
-    ro.matmul_dtype = DType::kF32;  // the FP32-derived bounds; BF16 products have their own test
+    // The FP32-derived bounds; BF16 products and attention have their own tests.
+    ro.matmul_dtype = DType::kF32;
+    ro.attention_q_dtype = DType::kF32;
     return ro;
   }
   std::unique_ptr<Model> load(RuntimeOptions ro = exact()) {
@@ -288,6 +290,7 @@ TEST_P(ForwardTest, Bf16AttentionFollowsFp32Attention) {
   RuntimeOptions f32;
   f32.kv_dtype = KvCacheDtype::kBF16;
   f32.matmul_dtype = DType::kF32;
+  f32.attention_q_dtype = DType::kF32;
   RuntimeOptions bf16 = f32;
   bf16.attention_q_dtype = DType::kBF16;
   auto a = load(f32), b = load(bf16);

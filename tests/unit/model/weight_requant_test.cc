@@ -84,7 +84,8 @@ TEST_P(WeightRequantTest, Fp8BlocksStayWithinTheirRoundingBound) {
       const double bound = std::ldexp(std::fabs(a[size_t(j)]), -4) * (1 + std::ldexp(1.0, -23)) +
                            std::ldexp(double(s), -10);
       ASSERT_LE(std::fabs(b[size_t(j)] - a[size_t(j)]), bound) << i << "," << j;
-      if (a[size_t(j)] != 0 && std::fabs(a[size_t(j)]) < std::ldexp(double(s), -6)) ++subnormal_checked;
+      if (a[size_t(j)] != 0 && std::fabs(a[size_t(j)]) < std::ldexp(double(s), -6))
+        ++subnormal_checked;
       if (i >= 128 && i < 256 && j < 128) EXPECT_EQ(b[size_t(j)], 0.0) << "all-zero block";
     }
   }
@@ -107,7 +108,8 @@ TEST_P(WeightRequantTest, Bf16RoundsToNearest) {
         EXPECT_TRUE(std::isnan(b[size_t(j)]));
         continue;
       }
-      const double bound = GetParam() == DType::kBF16 ? 0.0 : std::ldexp(std::fabs(a[size_t(j)]), -8);
+      const double bound =
+          GetParam() == DType::kBF16 ? 0.0 : std::ldexp(std::fabs(a[size_t(j)]), -8);
       ASSERT_LE(std::fabs(b[size_t(j)] - a[size_t(j)]), bound) << i << "," << j;
     }
   }

@@ -39,6 +39,7 @@ inline Model& tiny_model() {
     // FP32 products: the engine tests compare batched with single runs, and a BF16 product's
     // rows depend on how many rows share it (kernels/linear.h: > 16 rows take BF16).
     ro.matmul_dtype = DType::kF32;
+    ro.attention_q_dtype = DType::kF32;
     ro.max_context = 4096;
     Result<std::unique_ptr<Model>> m = Model::load(dir->path(), ro);
     if (!m.ok()) ADD_FAILURE() << m.status().to_string();

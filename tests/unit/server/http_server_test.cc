@@ -35,7 +35,9 @@ class HttpServerTest : public ::testing::Test {
     ASSERT_TRUE(write_tiny_checkpoint(o, dir_->path()).ok());
     RuntimeOptions ro;
     ro.max_context = 16384;
-    ro.matmul_dtype = DType::kF32;  // streamed and batched replies are compared with single runs
+    // Streamed and batched replies are compared with single runs: FP32 products and attention.
+    ro.matmul_dtype = DType::kF32;
+    ro.attention_q_dtype = DType::kF32;
     auto m = Model::load(dir_->path(), ro);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::move(*m).release();
