@@ -26,6 +26,7 @@ SETTINGS = [
     ("--attention-dtype bf16", ["--matmul-dtype", "f32", "--attention-dtype", "bf16"]),
     ("defaults (both bf16)", []),
     ("defaults + --lm-head-dtype fp8", ["--lm-head-dtype", "fp8"]),
+    ("defaults + --lm-head-dtype int8", ["--lm-head-dtype", "int8"]),
 ]
 
 

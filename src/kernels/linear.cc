@@ -13,9 +13,9 @@ namespace mla {
 
 Status validate(const LinearWeight& w) {
   if (w.dtype != DType::kBF16 && w.dtype != DType::kF16 && w.dtype != DType::kF32 &&
-      w.dtype != DType::kF8E4M3)
+      !linear_block_scaled(w.dtype))
     return invalid_argument("linear weight: dtype " + std::string(dtype_name(w.dtype)) +
-                            " is not one of BF16, F16, F32, F8_E4M3");
+                            " is not one of BF16, F16, F32, F8_E4M3, I8");
   if (w.out < 1 || w.in < 1)
     return invalid_argument("linear weight: shape [" + std::to_string(w.out) + ", " +
                             std::to_string(w.in) + "] must have out >= 1 and in >= 1");
@@ -24,11 +24,13 @@ Status validate(const LinearWeight& w) {
     return invalid_argument("linear weight: shape [" + std::to_string(w.out) + ", " +
                             std::to_string(w.in) + "] is too large");
   if (!w.data) return invalid_argument("linear weight: data is null");
-  if (w.dtype == DType::kF8E4M3) {
-    if (!w.scale_inv) return invalid_argument("linear weight: F8_E4M3 without weight_scale_inv");
+  if (linear_block_scaled(w.dtype)) {
+    if (!w.scale_inv)
+      return invalid_argument("linear weight: " + std::string(dtype_name(w.dtype)) +
+                              " without weight_scale_inv");
     if (w.block_rows < 1 || w.block_cols < 1)
-      return invalid_argument("linear weight: FP8 block size [" + std::to_string(w.block_rows) +
-                              ", " + std::to_string(w.block_cols) + "] must be >= 1");
+      return invalid_argument("linear weight: block size [" + std::to_string(w.block_rows) + ", " +
+                              std::to_string(w.block_cols) + "] must be >= 1");
   }
   return Status();
 }

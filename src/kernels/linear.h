@@ -16,15 +16,21 @@
 namespace mla {
 
 struct LinearWeight {
-  DType dtype = DType::kBF16;     // kBF16, kF16, kF32 or kF8E4M3
+  DType dtype = DType::kBF16;     // kBF16, kF16, kF32, kF8E4M3 or kI8
   const uint8_t* data = nullptr;  // [out, in] row-major; NOT necessarily aligned (mmap'd file)
   int64_t out = 0, in = 0;
-  // kF8E4M3 only: F32 [ceil(out / block_rows), ceil(in / block_cols)], not necessarily aligned.
-  // W_real[i][j] = fp8(W[i][j]) · scale_inv[i / block_rows][j / block_cols] (a multiplication;
-  // blocks at a ragged edge use the last scale row / column).
+  // Block-scaled dtypes (kF8E4M3, kI8) only: F32 [ceil(out / block_rows), ceil(in / block_cols)],
+  // not necessarily aligned. W_real[i][j] = code(W[i][j]) · scale_inv[i / block_rows][j /
+  // block_cols] (a multiplication; blocks at a ragged edge use the last scale row / column);
+  // code is the E4M3 value or the int8 integer.
   const uint8_t* scale_inv = nullptr;
   int block_rows = 128, block_cols = 128;
 };
+
+// Whether W carries a block scale grid (kF8E4M3, kI8).
+constexpr bool linear_block_scaled(DType t) {
+  return t == DType::kF8E4M3 || t == DType::kI8;
+}
 
 // invalid_argument naming what is wrong: dtype, non-positive dims, missing data or scales,
 // a block size < 1.

@@ -36,8 +36,8 @@ struct RuntimeOptions {
   // 2^-8; tests/e2e/model_oracle.py bounds it against transformers); kF32 keeps every product in
   // FP32, and a row's result then does not depend on how many rows share its product.
   DType matmul_dtype = DType::kBF16;
-  // lm_head's stored dtype: the checkpoint's when empty, else kBF16 or kF8E4M3 (block FP8, made
-  // at load: model/weight_requant.h), for the decode step's largest single read.
+  // lm_head's stored dtype: the checkpoint's when empty, else kBF16, kF8E4M3 or kI8 (block-scaled,
+  // made at load: model/weight_requant.h), for the decode step's largest single read.
   std::optional<DType> lm_head_dtype;
   // Longest sequence (prompt + generated) the RoPE table covers; 0: max_position_embeddings,
   // capped at kDefaultMaxContext to keep the table small on machines that will never get there.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "model/model_impl.h"
@@ -12,7 +13,7 @@ namespace {
 
 // rows [r0, r1) of w as FP32, [r1 - r0, in] (FP8: code · weight_scale_inv, one FP32 product).
 void real_rows(const LinearWeight& w, int64_t r0, int64_t r1, float* dst) {
-  if (w.dtype != DType::kF8E4M3) {
+  if (!linear_block_scaled(w.dtype)) {
     widen_elements(w.dtype, w.data, r0 * w.in, (r1 - r0) * w.in, dst);
     return;
   }
@@ -21,7 +22,9 @@ void real_rows(const LinearWeight& w, int64_t r0, int64_t r1, float* dst) {
     for (int64_t j = 0; j < w.in; ++j) {
       float s;
       std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
-      dst[(i - r0) * w.in + j] = fp8_e4m3_to_f32(w.data[i * w.in + j]) * s;
+      const uint8_t b = w.data[i * w.in + j];
+      dst[(i - r0) * w.in + j] =
+          (w.dtype == DType::kI8 ? float(int8_t(b)) : fp8_e4m3_to_f32(b)) * s;
     }
 }
 
@@ -30,16 +33,16 @@ void real_rows(const LinearWeight& w, int64_t r0, int64_t r1, float* dst) {
 Result<RequantizedWeight> requantize_weight(const LinearWeight& w, DType to, ThreadPool& pool,
                                             const std::string& what) {
   MLA_RETURN_IF_ERROR(validate(w));
-  if (to != DType::kBF16 && to != DType::kF8E4M3)
-    return invalid_argument(what + ": can be stored as bf16 or fp8, not " +
+  if (to != DType::kBF16 && !linear_block_scaled(to))
+    return invalid_argument(what + ": can be stored as bf16, fp8 or int8, not " +
                             std::string(dtype_name(to)));
-  constexpr int64_t kB = kRequantFp8Block;
+  constexpr int64_t kB = kRequantBlock;
   RequantizedWeight r;
   const size_t n = size_t(w.out) * size_t(w.in);
   const int64_t block_rows = (w.out + kB - 1) / kB, block_cols = (w.in + kB - 1) / kB;
   MLA_ASSIGN_OR_RETURN(r.data,
                        AlignedBuffer<uint8_t>::allocate(n * size_t(dtype_bits(to) / 8), what));
-  if (to == DType::kF8E4M3) {
+  if (linear_block_scaled(to)) {
     MLA_ASSIGN_OR_RETURN(r.scales,
                          AlignedBuffer<float>::allocate(size_t(block_rows * block_cols), what));
   }
@@ -56,26 +59,38 @@ Result<RequantizedWeight> requantize_weight(const LinearWeight& w, DType to, Thr
     for (int64_t c = 0; c < block_cols; ++c) {
       const int64_t c0 = c * kB, c1 = std::min(w.in, c0 + kB);
       float amax = 0.0f;
+      bool nan = false;
       for (int64_t i = 0; i < r1 - r0; ++i)
         for (int64_t j = c0; j < c1; ++j) {
           const float a = std::fabs(v[size_t(i * w.in + j)]);
           if (std::isfinite(a)) amax = std::max(amax, a);
+          nan |= std::isnan(a);
         }
+      const float code_max = to == DType::kI8 ? 127.0f : kFp8E4M3Max;
       // An all-zero block keeps scale 1 (codes 0), not 0 · anything.
-      const float scale = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
-      r.scales.data()[b * block_cols + c] = scale;
+      const float scale = amax > 0.0f ? amax / code_max : 1.0f;
+      r.scales.data()[b * block_cols + c] =
+          to == DType::kI8 && nan ? std::numeric_limits<float>::quiet_NaN() : scale;
       for (int64_t i = 0; i < r1 - r0; ++i)
-        for (int64_t j = c0; j < c1; ++j)
-          r.data.data()[(r0 + i) * w.in + j] = f32_to_fp8_e4m3(v[size_t(i * w.in + j)] / scale);
+        for (int64_t j = c0; j < c1; ++j) {
+          const float q = v[size_t(i * w.in + j)] / scale;
+          uint8_t& code = r.data.data()[(r0 + i) * w.in + j];
+          if (to == DType::kF8E4M3) {
+            code = f32_to_fp8_e4m3(q);
+          } else {
+            const float c8 = std::isnan(q) ? 0.0f : std::clamp(std::nearbyint(q), -127.0f, 127.0f);
+            code = uint8_t(int8_t(c8));
+          }
+        }
     }
   });
   r.weight = w;
   r.weight.dtype = to;
   r.weight.data = r.data.data();
   r.weight.scale_inv = nullptr;
-  if (to == DType::kF8E4M3) {
+  if (linear_block_scaled(to)) {
     r.weight.scale_inv = reinterpret_cast<const uint8_t*>(r.scales.data());
-    r.weight.block_rows = r.weight.block_cols = kRequantFp8Block;
+    r.weight.block_rows = r.weight.block_cols = kRequantBlock;
   }
   return r;
 }

@@ -32,23 +32,26 @@ inline void add_matmul_dtype_flag(CLI::App* cmd, std::string* value) {
       ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
-// --lm-head-dtype bf16|fp8: lm_head stored at load in another dtype (RuntimeOptions::
+// --lm-head-dtype bf16|fp8|int8: lm_head stored at load in another dtype (RuntimeOptions::
 // lm_head_dtype); unset keeps the checkpoint's.
 inline void add_lm_head_dtype_flag(CLI::App* cmd, std::string* value) {
   cmd->add_option("--lm-head-dtype", *value,
-                  "Store lm_head as bf16 or fp8 (E4M3, one scale per 128x128 block, made at "
-                  "load) for faster decode; default: the checkpoint's dtype")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+                  "Store lm_head as bf16, fp8 or int8 (fp8 / int8: one scale per 128x128 block, "
+                  "made at load) for faster decode; default: the checkpoint's dtype")
+      ->check(CLI::IsMember({"bf16", "fp8", "int8"}));
 }
 inline std::optional<DType> lm_head_dtype_of(const std::string& value) {
   if (value.empty()) return std::nullopt;
+  if (value == "int8") return DType::kI8;
   return value == "fp8" ? DType::kF8E4M3 : DType::kBF16;
 }
-// The flag's spelling of a stored weight dtype, for --json: "bf16", "fp8", "f16", "f32".
+// The flag's spelling of a stored weight dtype, for --json: "bf16", "fp8", "int8", "f16", "f32".
 inline std::string weight_dtype_flag_name(DType t) {
   switch (t) {
     case DType::kF8E4M3:
       return "fp8";
+    case DType::kI8:
+      return "int8";
     case DType::kF16:
       return "f16";
     case DType::kF32:

@@ -40,6 +40,9 @@ struct LinAvx2 {
       return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))};
     } else if constexpr (D == DType::kF16) {
       return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+    } else if constexpr (D == DType::kI8) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));  // 8 bytes
+      return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b))};
     } else {
       // E4M3 → FP16 with the exponent field kept (value · 2^-8), as in linear_avx512.cc.
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));  // 8 bytes

@@ -36,6 +36,9 @@ struct LinAvx512 {
       return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
     } else if constexpr (D == DType::kF16) {
       return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+    } else if constexpr (D == DType::kI8) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b))};
     } else {
       // E4M3 s.eeee.mmm → FP16 s.0eeee.mmm0000000: the same exponent field under a bias of 15
       // instead of 7, so the FP16 value is exactly the E4M3 value · 2^-8, subnormals included.

@@ -4,7 +4,8 @@
 //   kW                  lanes per Vec
 //   widen<D, nan>(p)    kW weights of dtype D from p (any alignment) as FP32; FP8 E4M3 comes out
 //                       as value · 2^-8 (E4M3 bits placed in an FP16), NaN for 0x7F / 0xFF
-//                       unless nan = false (the caller has checked the bytes with fp8_nan)
+//                       unless nan = false (the caller has checked the bytes with fp8_nan);
+//                       int8 as its integer (exact)
 //   fp8_nan(p, count)   whether any of count E4M3 bytes is a NaN (0x7F / 0xFF)
 //   rows<N>()           W rows per register block next to N rows of x
 //   optional, a wider FP8 step for n = 1 (kFp8Cols columns):
@@ -23,7 +24,7 @@ namespace mla::cpu {
 namespace {
 
 template <DType D>
-constexpr int kLinBytes = D == DType::kF32 ? 4 : (D == DType::kF8E4M3 ? 1 : 2);
+constexpr int kLinBytes = D == DType::kF32 ? 4 : (linear_block_scaled(D) ? 1 : 2);
 
 // Rows of x handled per pass over a block of W rows (the accumulators live in registers). 4 rows
 // against 4 W rows (16 accumulators) ran ~2× faster per FLOP on Zen 4 than 8 against 2 or 3: GCC
@@ -48,14 +49,15 @@ inline bool lin_fp8_nan_scalar(const uint8_t* p, int64_t count) {
   return hit != 0;
 }
 
-// weight_scale_inv[i / block_rows][j / block_cols] · 2^8: widen<kF8E4M3> yields value · 2^-8, so
-// the scale carries the 2^8 (exact: a power of two; it would overflow only for a scale above
-// 2^119, which no quantiser writes). The scale grid comes from an mmap'd file: unaligned.
-inline float lin_fp8_scale(const LinearWeight& w, int64_t i, int64_t j) {
+// weight_scale_inv[i / block_rows][j / block_cols], times 2^8 for FP8: widen<kF8E4M3> yields
+// value · 2^-8, so the scale carries the 2^8 (exact: a power of two; it would overflow only for
+// a scale above 2^119, which no quantiser writes); int8 widens to its integer. The scale grid
+// comes from an mmap'd file: unaligned.
+inline float lin_block_scale(const LinearWeight& w, int64_t i, int64_t j) {
   const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
   float s;
   std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
-  return s * 256.0f;
+  return w.dtype == DType::kF8E4M3 ? s * 256.0f : s;
 }
 
 // acc[r][i] += widen(wp[r]) · x[i · ldx ..], one Vec of columns: R widened rows shared by N rows
@@ -252,7 +254,7 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
     const int64_t nx = std::min<int64_t>(kLinGroup, n - i0);
     const float* xg = x + i0 * w.in;
     float* yg = y + i0 * w.out;
-    if constexpr (D != DType::kF8E4M3) {
+    if constexpr (!linear_block_scaled(D)) {
       lin_dot_group_n<L, D>(nx, stored, r0, r1, xg, yg);
     } else {
       float* xs = ensure_scratch(scratch, size_t(kLinGroup * w.in));
@@ -269,7 +271,7 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
         const int64_t re = std::min(r1, (rs / w.block_rows + 1) * w.block_rows);
         for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {
           const int64_t c1 = std::min(w.in, c0 + w.block_cols);
-          const float s = lin_fp8_scale(w, rs, c0);
+          const float s = lin_block_scale(w, rs, c0);
           for (int64_t i = 0; i < nx; ++i)
             for (int64_t j = c0; j < c1; ++j) xs[i * w.in + j] = xg[i * w.in + j] * s;
         }
@@ -301,8 +303,9 @@ inline int64_t lin_chunk_rows(const LinearWeight& w, int64_t n, int threads) {
   }
   int64_t rows = (w.out + 8 * threads - 1) / (8 * threads);
   rows = std::min(rows, kLinL2Bytes / (w.in * 4));  // FP32 bytes: the larger
-  const int64_t unit =
-      w.dtype == DType::kF8E4M3 && n <= kLinWidenMinRows && w.block_rows <= rows ? w.block_rows : 4;
+  const int64_t unit = linear_block_scaled(w.dtype) && n <= kLinWidenMinRows && w.block_rows <= rows
+                           ? w.block_rows
+                           : 4;
   return (std::max<int64_t>(rows, unit) + unit - 1) / unit * unit;
 }
 
@@ -319,12 +322,12 @@ void lin_widen(const LinearWeight& w, int64_t o0, int64_t rows, int64_t k0, int6
       std::memcpy(d, src + k0 * 4, sizeof(float) * kc);
       continue;
     }
-    const int64_t seg = D == DType::kF8E4M3 ? w.block_cols : w.in;
+    const int64_t seg = linear_block_scaled(D) ? w.block_cols : w.in;
     for (int64_t c0 = k0; c0 < k0 + kc;) {
       const int64_t c1 = std::min(k0 + kc, (c0 / seg + 1) * seg);
-      const V sc = V::set1(D == DType::kF8E4M3 ? lin_fp8_scale(w, o0 + r, c0) : 1.0f);
+      const V sc = V::set1(linear_block_scaled(D) ? lin_block_scale(w, o0 + r, c0) : 1.0f);
       auto wide = [&sc](const uint8_t* p) {
-        if constexpr (D == DType::kF8E4M3) return L::template widen<D>(p) * sc;
+        if constexpr (linear_block_scaled(D)) return L::template widen<D>(p) * sc;
         return L::template widen<D>(p);
       };
       int64_t j = c0;
@@ -444,8 +447,10 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         return lin_dot_chunk<L, DType::kF32>(w, job.n, job.x, job.y, it.r0, it.r1);
       case DType::kF8E4M3:
         return lin_dot_chunk<L, DType::kF8E4M3>(w, job.n, job.x, job.y, it.r0, it.r1);
+      case DType::kI8:
+        return lin_dot_chunk<L, DType::kI8>(w, job.n, job.x, job.y, it.r0, it.r1);
       default:
-        return;  // validate() admits only the four dtypes above
+        return;  // validate() admits only the five dtypes above
     }
   });
 }

@@ -190,7 +190,7 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
     for (int64_t p0 = 0; p0 < kp; p0 += block) {
       const int64_t p1 = std::min(kp, p0 + block);
       if constexpr (D == DType::kF8E4M3)
-        for (int64_t r = 0; r < rows; ++r) scale[r] = lin_fp8_scale(w, r0 + r, 2 * p0);
+        for (int64_t r = 0; r < rows; ++r) scale[r] = lin_block_scale(w, r0 + r, 2 * p0);
       const float* sc = D == DType::kF8E4M3 ? scale : nullptr;
       if (x_rows > 16)
         gemm_bf16_tiles<kGemmGroup, 2>(panel, wr, ldw, rows, p0, p1, sc, p0 == 0, tot);

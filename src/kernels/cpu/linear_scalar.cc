@@ -28,6 +28,8 @@ struct LinScalar {
       uint16_t h;
       std::memcpy(&h, p, 2);
       return {D == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h)};
+    } else if constexpr (D == DType::kI8) {
+      return {float(int8_t(*p))};
     } else {
       // The driver's convention: FP8 as value · 2^-8 (exact; the smallest subnormal becomes
       // 2^-17, still normal in FP32). NaN stays NaN.

@@ -7,6 +7,14 @@
 #include "kernels/ref/linear_ref.h"
 
 namespace mla::ref {
+namespace {
+
+// The code of a block-scaled element: the E4M3 value, or the int8 integer.
+double block_code(DType t, uint8_t b) {
+  return t == DType::kI8 ? double(int8_t(b)) : double(fp8_e4m3_to_f32(b));
+}
+
+}  // namespace
 
 double linear_weight(const LinearWeight& w, int64_t i, int64_t j) {
   const int64_t k = i * w.in + j;  // element index in the [out, in] row-major matrix
@@ -26,21 +34,22 @@ double linear_weight(const LinearWeight& w, int64_t i, int64_t j) {
       std::memcpy(&h, w.data + 2 * k, 2);
       return f16_to_f32(h);
     }
-    case DType::kF8E4M3: {
+    case DType::kF8E4M3:
+    case DType::kI8: {
       // Scale grid [ceil(out / block_rows), ceil(in / block_cols)]: integer division already
       // gives a ragged edge block the last scale row / column.
       const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
       float s;
       std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
-      return double(fp8_e4m3_to_f32(w.data[k])) * double(s);
+      return block_code(w.dtype, w.data[k]) * double(s);
     }
     default:
-      return 0.0;  // validate() admits only the four dtypes above
+      return 0.0;  // validate() admits only the five dtypes above
   }
 }
 
 void linear_weight_row(const LinearWeight& w, int64_t i, double* row) {
-  if (w.dtype != DType::kF8E4M3) {
+  if (!linear_block_scaled(w.dtype)) {
     for (int64_t j = 0; j < w.in; ++j) row[j] = linear_weight(w, i, j);
     return;
   }
@@ -50,8 +59,7 @@ void linear_weight_row(const LinearWeight& w, int64_t i, double* row) {
     float s;
     std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + b), 4);
     const int64_t j1 = std::min(w.in, (b + 1) * w.block_cols);
-    for (int64_t j = b * w.block_cols; j < j1; ++j)
-      row[j] = double(fp8_e4m3_to_f32(e[j])) * double(s);
+    for (int64_t j = b * w.block_cols; j < j1; ++j) row[j] = block_code(w.dtype, e[j]) * double(s);
   }
 }
 

@@ -10,7 +10,7 @@
 namespace mla::ref {
 
 // W_real[i][j] in FP64: the stored element, times weight_scale_inv[i / block_rows][j / block_cols]
-// for FP8 (exact: an E4M3 value has 4 significant bits, an F32 scale 24).
+// for FP8 and int8 (exact: an E4M3 value has 4 significant bits, an int8 8, an F32 scale 24).
 double linear_weight(const LinearWeight& w, int64_t i, int64_t j);
 // Row i of W_real: row[j] = linear_weight(w, i, j) for j < w.in, the dtype dispatch and scale
 // lookup once per row / block instead of per element (model load splits kv_b_proj with it).

@@ -61,8 +61,8 @@ TEST_F(BenchModelCli, EverySegmentIsHeldToTheProbesBesideIt) {
   EXPECT_GE(j.at("fraction").get<double>(), min_fraction);
 }
 
-// --lm-head-dtype fp8: lm_head (v2-lite: BF16, [vocab, D]) read as 1 byte per weight plus one
-// FP32 scale per 128x128 block, so a decode token reads exactly that much less.
+// --lm-head-dtype fp8 / int8: lm_head (v2-lite: BF16, [vocab, D]) read as 1 byte per weight plus
+// one FP32 scale per 128x128 block, so a decode token reads exactly that much less.
 TEST_F(BenchModelCli, Fp8LmHeadReadsLessPerToken) {
   auto bytes = [&](const std::string& flag) {
     const auto r = run_mla("bench model -m '" + dir_.path() +
@@ -83,6 +83,9 @@ TEST_F(BenchModelCli, Fp8LmHeadReadsLessPerToken) {
   const int64_t v = cfg.at("vocab_size"), d = cfg.at("hidden_size");
   const int64_t scales = 4 * ((v + 127) / 128) * ((d + 127) / 128);
   EXPECT_EQ(base - fp8, v * d - scales);
+  const auto [int8, int8_dtype] = bytes("--lm-head-dtype int8");
+  EXPECT_EQ(int8_dtype, "int8");
+  EXPECT_EQ(int8, fp8);
   EXPECT_NE(run_mla("bench model -m '" + dir_.path() + "' --lm-head-dtype int4", true).exit_code,
             0);
 }

@@ -26,15 +26,19 @@ TestWeight abs_weight(const TestWeight& t) {
   a.w.data = a.data.data() + off;
   if (t.w.scale_inv) a.w.scale_inv = a.scales.data() + (t.w.scale_inv - t.scales.data());
   const int eb = elem_bytes(t.w.dtype);
-  for (int64_t k = 0; k < t.w.out * t.w.in; ++k) a.data[off + size_t(k) * eb + eb - 1] &= 0x7F;
+  for (int64_t k = 0; k < t.w.out * t.w.in; ++k) {
+    uint8_t& b = a.data[off + size_t(k) * eb + eb - 1];
+    b = t.w.dtype == DType::kI8 ? uint8_t(std::abs(int(int8_t(b)))) : uint8_t(b & 0x7F);
+  }
   return a;
 }
 
-// The error bound per output y_i = Σ_j x_j·w_j (u = 2^-24): widening is exact except FP8 · scale,
-// which rounds once (u·|w_j|); a product is exact under FMA or rounds once (u) in the scalar
-// variant; any summation tree of `in` terms (lane partials, horizontal sums, SGEMM's blocking and
-// its β = 1 accumulation over column panels) adds at most γ_in = in·u / (1 − in·u) of Σ|x_j·w_j|.
-// Together: |ŷ − y| ≤ γ_(in+2) · Σ_j |x_j·w_j|, plus (in + 2)·2^-149 for products that underflow.
+// The error bound per output y_i = Σ_j x_j·w_j (u = 2^-24): widening is exact except the block
+// scale of FP8 and int8 (code · scale, or x · scale on the decode path), which rounds once; a
+// product is exact under FMA or rounds once (u) in the scalar variant; any summation tree of `in`
+// terms (lane partials, horizontal sums, SGEMM's blocking and its β = 1 accumulation over column
+// panels) adds at most γ_in = in·u / (1 − in·u) of Σ|x_j·w_j|. Together: |ŷ − y| ≤ γ_(in+2) · Σ_j
+// |x_j·w_j|, plus (in + 2)·2^-149 for products that underflow.
 double bound(int64_t in, double abs_sum) {
   const double u = std::ldexp(1.0, -24), k = double(in + 2);
   return k * u / (1 - k * u) * abs_sum + k * std::ldexp(1.0, -149);
@@ -110,7 +114,7 @@ TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
       {33, 2048, 3, 5},                     // blocks smaller than a vector
   };
   const std::vector<int64_t> ns = {0, 1, 3, 8, 9, 64, 200};
-  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3};
+  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3, DType::kI8};
   const cpu::LinearPath paths[] = {cpu::LinearPath::kDot, cpu::LinearPath::kAuto,
                                    cpu::LinearPath::kBf16};
   ThreadPool pool(3);  // more threads than this machine's cores: chunks interleave
@@ -168,7 +172,7 @@ TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
 TEST(Linear, ARowOfXGetsTheSameOutputAloneAndInABatch) {
   ThreadPool pool(3);
   Rng rng(11);
-  for (DType dt : {DType::kF8E4M3, DType::kBF16})
+  for (DType dt : {DType::kF8E4M3, DType::kBF16, DType::kI8})
     for (auto [out, in] : {std::pair<int64_t, int64_t>{300, 2100}, {130, 260}}) {
       const TestWeight t = make_weight(rng, dt, out, in, 1);
       for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
@@ -307,7 +311,7 @@ TEST(Linear, RejectsBadArguments) {
     EXPECT_NE(s.to_string().find(needle), std::string::npos) << s.to_string();
   };
   LinearWeight w = good.w;
-  w.dtype = DType::kI8;
+  w.dtype = DType::kI16;
   expect_bad(w, "dtype");
   w = good.w;
   w.out = 0;

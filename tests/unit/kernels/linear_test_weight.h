@@ -1,5 +1,5 @@
-// Random weights for the linear() tests: every dtype, FP8 with a scale grid, at an unaligned
-// address as inside an mmap'd file.
+// Random weights for the linear() tests: every dtype, FP8 and int8 with a scale grid, at an
+// unaligned address as inside an mmap'd file.
 #pragma once
 
 #include <cmath>
@@ -13,7 +13,7 @@
 namespace mla {
 
 inline int elem_bytes(DType d) {
-  return d == DType::kF32 ? 4 : (d == DType::kF8E4M3 ? 1 : 2);
+  return d == DType::kF32 ? 4 : (linear_block_scaled(d) ? 1 : 2);
 }
 
 // A weight (and FP8 scale grid) in owned storage, `offset` bytes past a malloc'd address, like a
@@ -36,6 +36,8 @@ inline TestWeight make_weight(Rng& rng, DType dt, int64_t out, int64_t in, int o
     } else if (dt == DType::kBF16 || dt == DType::kF16) {
       const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
       std::memcpy(p + 2 * k, &h, 2);
+    } else if (dt == DType::kI8) {
+      p[k] = uint8_t(int8_t(int(rng.below(255)) - 127));  // every code in [-127, 127]
     } else {
       const uint8_t b = uint8_t(rng.below(254));  // every finite code, subnormals included
       p[k] = b < 0x7F ? b : uint8_t(b + 1);
@@ -45,7 +47,7 @@ inline TestWeight make_weight(Rng& rng, DType dt, int64_t out, int64_t in, int o
   t.w.data = p;
   t.w.out = out;
   t.w.in = in;
-  if (dt == DType::kF8E4M3) {
+  if (linear_block_scaled(dt)) {
     t.w.block_rows = block_rows;
     t.w.block_cols = block_cols;
     const int64_t cells =

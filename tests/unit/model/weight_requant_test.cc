@@ -67,8 +67,8 @@ TEST_P(WeightRequantTest, Fp8BlocksStayWithinTheirRoundingBound) {
   const LinearWeight& q = r->weight;
   ASSERT_TRUE(validate(q).ok());
   EXPECT_EQ(q.dtype, DType::kF8E4M3);
-  EXPECT_EQ(q.block_rows, kRequantFp8Block);
-  EXPECT_EQ(q.block_cols, kRequantFp8Block);
+  EXPECT_EQ(q.block_rows, kRequantBlock);
+  EXPECT_EQ(q.block_cols, kRequantBlock);
   std::vector<double> a(static_cast<size_t>(in)), b(static_cast<size_t>(in));
   int subnormal_checked = 0;
   for (int64_t i = 0; i < out; ++i) {
@@ -90,6 +90,36 @@ TEST_P(WeightRequantTest, Fp8BlocksStayWithinTheirRoundingBound) {
     }
   }
   EXPECT_GT(subnormal_checked, 0);  // the wide-range row reached E4M3's subnormals
+}
+
+// INT8: q = w / s rounds once in FP32 (|q| ≤ 127, so within 127·2^-24 < 2^-17), the code is q
+// rounded to the nearest integer (within 1/2), and code · s is exact in FP64: |w' − w| ≤
+// s · (1/2 + 2^-17). A NaN makes its whole block NaN (int8 has no NaN code).
+TEST_P(WeightRequantTest, Int8BlocksStayWithinHalfAStep) {
+  const int64_t out = 300, in = 200;
+  Source src = make_source(GetParam(), out, in, 14);
+  ThreadPool pool(2);
+  auto r = requantize_weight(src.w, DType::kI8, pool, "test lm_head");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const LinearWeight& q = r->weight;
+  ASSERT_TRUE(validate(q).ok());
+  EXPECT_EQ(q.dtype, DType::kI8);
+  std::vector<double> a(static_cast<size_t>(in)), b(static_cast<size_t>(in));
+  for (int64_t i = 0; i < out; ++i) {
+    ref::linear_weight_row(src.w, i, a.data());
+    ref::linear_weight_row(q, i, b.data());
+    for (int64_t j = 0; j < in; ++j) {
+      if (i < 128 && j < 128) {  // the block holding the NaN at (7, 3)
+        EXPECT_TRUE(std::isnan(b[size_t(j)])) << i << "," << j;
+        continue;
+      }
+      float s;
+      std::memcpy(&s, q.scale_inv + 4 * ((i / 128) * 2 + j / 128), 4);
+      ASSERT_LE(std::fabs(b[size_t(j)] - a[size_t(j)]), double(s) * (0.5 + std::ldexp(1.0, -17)))
+          << i << "," << j;
+      if (i >= 128 && i < 256 && j < 128) EXPECT_EQ(b[size_t(j)], 0.0) << "all-zero block";
+    }
+  }
 }
 
 // BF16: round to nearest even, 8 significant bits: |w' − w| ≤ 2^-8·|w| (0 for BF16 sources).
@@ -139,10 +169,10 @@ TEST(WeightRequant, Fp8SourceRoundTripsExactly) {
 TEST(WeightRequant, RefusesOtherTargetsNamingThem) {
   Source src = make_source(DType::kF32, 4, 4, 1);
   ThreadPool pool(1);
-  auto r = requantize_weight(src.w, DType::kF16, pool, "m/lm_head");
+  auto r = requantize_weight(src.w, DType::kI16, pool, "m/lm_head");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("m/lm_head"), std::string::npos);
-  EXPECT_NE(r.status().message().find("F16"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("I16"), std::string::npos) << r.status().message();
 }
 
 }  // namespace
