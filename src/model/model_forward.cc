@@ -155,20 +155,21 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
   float* x = grown(x_buf, size_t(T) * D);
   rms_norm(h, L.input_norm.data(), T, D, eps, D, D, x);
 
-  // Query [T, H, d_qk]: q_nope | q_pe per head.
+  // Query [T, H, d_qk]: q_nope | q_pe per head; latent row [T, r + d_r]: normalised c_kv (the
+  // norm covers only the r latent values) | k_pe. The products of x (q_a or q_proj, and kv_a)
+  // go through one pass: one wake of the pool in decode, one BF16 panel of x in prefill.
   float* q = grown(q_buf, size_t(T) * H * d_qk);
+  float* kv = grown(kv_buf, size_t(T) * (r + d_r));
+  float* cq = c.has_q_lora() ? grown(cq_buf, size_t(T) * c.q_lora_rank) : nullptr;
+  const LinearJob of_x[2] = {
+      c.has_q_lora() ? LinearJob{&L.q_a, T, x, cq} : LinearJob{&L.q_proj, T, x, q},
+      {&L.kv_a, T, x, kv}};
+  MLA_RETURN_IF_ERROR(linear_many(of_x, pool, be, m.options.matmul_dtype));
   if (c.has_q_lora()) {
-    float* cq = grown(cq_buf, size_t(T) * c.q_lora_rank);
-    MLA_RETURN_IF_ERROR(linear(L.q_a, T, x, cq, pool, be, m.options.matmul_dtype));
     rms_norm(cq, L.q_a_norm.data(), T, c.q_lora_rank, m.latent_norm_eps, c.q_lora_rank,
              c.q_lora_rank, cq);
     MLA_RETURN_IF_ERROR(linear(L.q_b, T, cq, q, pool, be, m.options.matmul_dtype));
-  } else {
-    MLA_RETURN_IF_ERROR(linear(L.q_proj, T, x, q, pool, be, m.options.matmul_dtype));
   }
-  // Latent row [T, r + d_r]: normalised c_kv (the norm covers only the r latent values) | k_pe.
-  float* kv = grown(kv_buf, size_t(T) * (r + d_r));
-  MLA_RETURN_IF_ERROR(linear(L.kv_a, T, x, kv, pool, be, m.options.matmul_dtype));
   rms_norm(kv, L.kv_a_norm.data(), T, r, m.latent_norm_eps, r + d_r, r + d_r, kv);
   MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), 1, r + d_r, r, kv));
   MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), H, d_qk, d_n, q));
