@@ -23,7 +23,9 @@
 #   THREADS=2 PP=512 TG=64 DEPTH=4096
 #   STEPS=all         all | prepare (patch, build, convert; no benchmark) | bench (no build)
 #   JOBS=2            parallel build jobs (builds and conversions run under nice -n 19)
-#   MLA_MATMUL_DTYPE  mla --matmul-dtype (default: bf16 where the CPU has avx512_bf16, else f32)
+#   MLA_ARGS          extra `mla bench model` flags (default none: the engine's defaults, BF16
+#                     products and attention); e.g. "--lm-head-dtype int8" for the 8-bit row at
+#                     the peers' bytes per token (Q8_0 quantises their lm_head too)
 #   IK_CONFIGS        ik_llama.cpp flag sets, ';'-separated; the table takes the best per row
 #                     (default "-mla 3 -fa 1 -fmoe 1;-mla 3 -fa 1 -fmoe 1 -rtr 1")
 #   LLAMA_ARGS        extra llama-bench flags for llama.cpp (default none: its defaults, which
@@ -129,9 +131,7 @@ desc_fp8=$("$PYTHON" "$helper" check-model "$MODEL_FP8" fp8) || die "MODEL_FP8: 
 log "BF16 model $MODEL_BF16: $desc_bf16"
 log "FP8 model  $MODEL_FP8: $desc_fp8"
 
-if [[ -z ${MLA_MATMUL_DTYPE:-} ]]; then
-  if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then MLA_MATMUL_DTYPE=bf16; else MLA_MATMUL_DTYPE=f32; fi
-fi
+MLA_ARGS=${MLA_ARGS:-}
 
 src_of() { if [[ $1 == llama.cpp ]]; then echo "$LLAMA_CPP_SRC"; else echo "$IK_LLAMA_CPP_SRC"; fi; }
 bench_of() { echo "$WORK_DIR/build/$1/bin/llama-bench"; }
@@ -295,9 +295,10 @@ warm_page_cache() {
   fi
 }
 
-mla_cmd() { # MODEL PROMPT_LEN
+mla_cmd() { # MODEL PROMPT_LEN (MLA_ARGS split into words on purpose)
+  # shellcheck disable=SC2086
   echo "$MLA_BIN" bench model -m "$1" --threads "$THREADS" --prompt-len "$2" --tokens "$TG" \
-    --matmul-dtype "$MLA_MATMUL_DTYPE" --json
+    $MLA_ARGS --json
 }
 
 # The jobs of one group, one line each: ENGINE|CONFIG|WEIGHTS|command words (no '|' in any);
@@ -327,7 +328,7 @@ group_jobs() {
 for peer in llama.cpp ik_llama.cpp; do
   [[ $(version_of "$peer") != unknown ]] || log "warning: $peer version unknown (no git checkout, no $(src_of "$peer")/COMMIT)"
 done
-log "benchmark: $ROUNDS rounds, $THREADS threads, prefill $PP, decode $TG, depth $DEPTH; mla --matmul-dtype $MLA_MATMUL_DTYPE"
+log "benchmark: $ROUNDS rounds, $THREADS threads, prefill $PP, decode $TG, depth $DEPTH; mla ${MLA_ARGS:-(defaults)}"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 bench_t0=$SECONDS
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -356,7 +357,7 @@ for peer in llama.cpp ik_llama.cpp; do
   done
 done
 export PEERS_BYTES="${bytes_json%, }}"
-export PEERS_IK_SETS="$IK_CONFIGS" PEERS_LLAMA_ARGS="$LLAMA_ARGS" PEERS_MLA_DTYPE="$MLA_MATMUL_DTYPE"
+export PEERS_IK_SETS="$IK_CONFIGS" PEERS_LLAMA_ARGS="$LLAMA_ARGS" PEERS_MLA_ARGS="$MLA_ARGS"
 export PEERS_THREADS=$THREADS PEERS_PP=$PP PEERS_TG=$TG PEERS_DEPTH=$DEPTH PEERS_ROUNDS=$ROUNDS
 export PEERS_LOAD="$load_before -> $load_after"
 export PEERS_WALL=$bench_s PEERS_FAILURES=$failures PEERS_MLA_BIN=$MLA_BIN
@@ -375,8 +376,8 @@ largs = (" " + e["PEERS_LLAMA_ARGS"]) if e["PEERS_LLAMA_ARGS"] else ""
 names = json.loads(e["PEERS_CFG_NAMES"])
 wall = int(e["PEERS_WALL"])
 notes = [
-    f"mla: `mla bench model --threads {t} --prompt-len {pp} --tokens {tg} --matmul-dtype "
-    f"{e['PEERS_MLA_DTYPE']} --json` on the BF16 and the FP8 checkpoint (depth row: "
+    f"mla: `mla bench model --threads {t} --prompt-len {pp} --tokens {tg} "
+    f"{e['PEERS_MLA_ARGS'] + ' ' if e['PEERS_MLA_ARGS'] else ''}--json` on the BF16 and the FP8 checkpoint (depth row: "
     f"--prompt-len {depth}); one run gives prefill {pp} and decode {tg}, the decode at context "
     f"{pp}..{int(pp) + int(tg)} (the peers' tg{tg}: 0..{tg}).",
     f"llama.cpp {e['PEERS_LLAMA_VERSION']}: `llama-bench -t {t} -r 1 -o json -p {pp} -n {tg}{largs}`"
@@ -392,7 +393,7 @@ notes = [
     f"failed runs: {e['PEERS_FAILURES']}; load average (1, 5, 15 min) before -> after: "
     f"{e['PEERS_LOAD']} (the host's 2 cores are shared).",
 ]
-configs = {"mla/default": f"--matmul-dtype {e['PEERS_MLA_DTYPE']}",
+configs = {"mla/default": e["PEERS_MLA_ARGS"] or "defaults",
            "llama.cpp/default": "defaults" + largs}
 configs.update({f"ik_llama.cpp/{names[s]}": s for s in sets})
 json.dump({"threads": int(t), "pp": int(pp), "tg": int(tg), "depth": int(depth),

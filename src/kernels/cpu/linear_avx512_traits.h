@@ -13,11 +13,15 @@ struct LinAvx512 {
   using Vec = VecAvx512;
   static constexpr int kW = 16;
   // 4 rows × up to kLinGroup = 4 x rows: 16 accumulators and 4 widened rows in the 32 zmm
-  // registers (6 rows were no faster). At n = 1, 8 rows: the BF16 GEMV then reached the
-  // single-thread DRAM rate (410 µs for 8 MiB, against 510 µs with 4 rows).
+  // registers (6 rows were no faster). At n = 1, one row at a time: the weights are then read as
+  // one sequential stream per thread instead of 8 streams 4 KiB apart. Whole-model decode on
+  // two Zen 5 cores, 4-layer V2-Lite-shaped, against the read probe beside it: BF16 0.71 → 0.79
+  // (20.5 → 23.9 tok/s), FP8 0.64 → 0.78 (docs/BENCHMARKS.md "One row at a time"). Weights
+  // that sit in L3 lose: one accumulator chain per row is FMA-latency bound there (BF16 2048 ×
+  // 1408: 75 → 142 µs), which decode of a model far larger than L3 never sees.
   template <int N>
   static constexpr int rows() {
-    return N == 1 ? 8 : 4;
+    return N == 1 ? 1 : 4;
   }
   static bool fp8_nan(const uint8_t* p, int64_t count) {
     const __m512i m = _mm512_set1_epi8(0x7F);
