@@ -1,6 +1,6 @@
 // GGUF reader and writer: round trips of every metadata type and tensor dtype, writer errors,
-// split sets, and files exchanged with llama.cpp's `gguf` Python package (tests/data/gguf).
-// Rejections of bad files are in gguf_reject_test.cc.
+// split sets. Rejections of bad files are in gguf_reject_test.cc; files exchanged with llama.cpp's
+// `gguf` Python package in gguf_interop_test.cc.
 #include "io/gguf.h"
 
 #include <fmt/format.h>
@@ -9,8 +9,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -395,118 +393,6 @@ TEST_F(GgufSetTest, BadNamesAndUnnamedMembers) {
                   .ok());
   EXPECT_TRUE(failed_with(GgufSet::open(renamed), StatusCode::kDataLoss, renamed,
                           {"split.count is 3", "-NNNNN-of-00003.gguf"}));
-}
-
-// ---- files exchanged with the `gguf` Python package ----
-
-nlohmann::json load_golden_json() {
-  std::ifstream in(std::string(MLA_TEST_DATA_DIR) + "/gguf/golden.json");
-  return nlohmann::json::parse(in);
-}
-
-std::string hex(const TensorInfo& t) {
-  std::string s;
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (uint64_t i = 0; i < t.byte_size; ++i) {
-    s += kDigits[t.data[i] >> 4];
-    s += kDigits[t.data[i] & 15];
-  }
-  return s;
-}
-
-void expect_tensor_matches(const TensorInfo& t, const nlohmann::json& want) {
-  SCOPED_TRACE(t.name);
-  EXPECT_EQ(dtype_name(t.dtype), want["type"].get<std::string>());
-  EXPECT_EQ(t.shape, want["shape"].get<std::vector<int64_t>>());
-  EXPECT_EQ(t.byte_size, want["byte_size"].get<uint64_t>());
-  EXPECT_EQ(hex(t), want["hex"].get<std::string>());
-  const std::vector<double> values = want["values"].get<std::vector<double>>();
-  if (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kI32) {
-    ASSERT_EQ(uint64_t(t.numel), values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      double got;
-      if (t.dtype == DType::kF32) {
-        float f;
-        std::memcpy(&f, t.data + 4 * i, 4);
-        got = f;
-      } else if (t.dtype == DType::kF16) {
-        uint16_t h;
-        std::memcpy(&h, t.data + 2 * i, 2);
-        got = f16_to_f32(h);
-      } else {
-        int32_t v;
-        std::memcpy(&v, t.data + 4 * i, 4);
-        got = v;
-      }
-      EXPECT_EQ(got, values[i]) << "element " << i;
-    }
-  }
-}
-
-TEST(GgufGolden, ReadsFileWrittenByGgufPy) {
-  const nlohmann::json want = load_golden_json();
-  const std::string path = std::string(MLA_TEST_DATA_DIR) + "/gguf/golden.gguf";
-  Result<GgufFile> f = GgufFile::open(path);
-  ASSERT_TRUE(f.ok()) << f.status().to_string();
-  EXPECT_EQ(f->version(), 3u);
-  EXPECT_EQ(f->alignment(), 32u);
-  ASSERT_EQ(f->metadata().size(), want["metadata"].size());
-  for (const auto& [key, w] : want["metadata"].items()) {
-    SCOPED_TRACE(key);
-    const GgufValue* v = f->meta(key);
-    ASSERT_NE(v, nullptr);
-    const std::string type = w["type"].get<std::string>();
-    const nlohmann::json& value = w["value"];
-    if (type == "array") {
-      ASSERT_TRUE(v->is_array());
-      const std::string et = w["elem_type"].get<std::string>();
-      if (et == "string") {
-        EXPECT_EQ(v->elem_type, GgufType::kString);
-        EXPECT_EQ(v->strings, value.get<std::vector<std::string>>());
-      } else if (et == "f32" || et == "f64") {
-        ASSERT_EQ(v->floats.size(), value.size());
-        for (size_t i = 0; i < value.size(); ++i)
-          EXPECT_EQ(v->floats[i],
-                    et == "f32" ? double(value[i].get<float>()) : value[i].get<double>());
-      } else {
-        std::vector<int64_t> ints;
-        for (const auto& x : value)
-          ints.push_back(x.is_boolean() ? x.get<bool>() : x.get<int64_t>());
-        EXPECT_EQ(v->ints, ints);
-      }
-    } else if (type == "string") {
-      EXPECT_EQ(v->type, GgufType::kString);
-      EXPECT_EQ(v->s, value.get<std::string>());
-    } else if (type == "f32") {
-      EXPECT_EQ(v->type, GgufType::kF32);
-      EXPECT_EQ(v->f, double(value.get<float>()));
-    } else if (type == "f64") {
-      EXPECT_EQ(v->type, GgufType::kF64);
-      EXPECT_EQ(v->f, value.get<double>());
-    } else if (type == "bool") {
-      EXPECT_EQ(v->type, GgufType::kBool);
-      EXPECT_EQ(v->i, value.get<bool>() ? 1 : 0);
-    } else {
-      EXPECT_EQ(v->i, value.get<int64_t>());
-    }
-  }
-  ASSERT_EQ(f->tensors().size(), want["tensors"].size());
-  for (size_t i = 0; i < f->tensors().size(); ++i)
-    expect_tensor_matches(f->tensors()[i], want["tensors"][i]);
-}
-
-TEST(GgufGolden, ReadsSplitSetWrittenByGgufPy) {
-  const nlohmann::json want = load_golden_json()["split"];
-  const std::string dir = std::string(MLA_TEST_DATA_DIR) + "/gguf/";
-  Result<GgufSet> s = GgufSet::open(dir + want["files"][1].get<std::string>());
-  ASSERT_TRUE(s.ok()) << s.status().to_string();
-  ASSERT_EQ(s->files().size(), 2u);
-  EXPECT_EQ(s->first().path(), dir + want["files"][0].get<std::string>());
-  for (const nlohmann::json& t : want["tensors"]) {
-    const TensorInfo* info = s->find(t["name"].get<std::string>());
-    ASSERT_NE(info, nullptr);
-    expect_tensor_matches(*info, t);
-  }
 }
 
 }  // namespace
