@@ -26,8 +26,39 @@ int dtype_bits(DType t) {
       return 8;
     case DType::kE2M1:
       return 4;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return 0;
   }
   return 0;
+}
+
+DTypeBlock dtype_block(DType t) {
+  switch (t) {
+    case DType::kQ8_0:
+      return {32, 34};
+    case DType::kQ4_0:
+      return {32, 18};
+    case DType::kQ2_K:
+      return {256, 84};
+    case DType::kQ3_K:
+      return {256, 110};
+    case DType::kQ4_K:
+      return {256, 144};
+    case DType::kQ5_K:
+      return {256, 176};
+    case DType::kQ6_K:
+      return {256, 210};
+    case DType::kE2M1:
+      return {2, 1};
+    default:
+      return {1, dtype_bits(t) / 8};
+  }
 }
 
 namespace {
@@ -42,8 +73,15 @@ constexpr NameEntry kNames[] = {
 };
 }  // namespace
 
+constexpr NameEntry kBlockNames[] = {
+    {DType::kQ8_0, "Q8_0"}, {DType::kQ4_0, "Q4_0"}, {DType::kQ2_K, "Q2_K"}, {DType::kQ3_K, "Q3_K"},
+    {DType::kQ4_K, "Q4_K"}, {DType::kQ5_K, "Q5_K"}, {DType::kQ6_K, "Q6_K"},
+};
+
 std::string_view dtype_name(DType t) {
   for (const auto& e : kNames)
+    if (e.type == t) return e.name;
+  for (const auto& e : kBlockNames)
     if (e.type == t) return e.name;
   return "?";
 }

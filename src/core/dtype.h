@@ -23,13 +23,37 @@ enum class DType : uint8_t {
   kI8,
   kU8,
   kBool,
+  // Block-quantised weight formats of GGUF files (docs/GGUF.md): a row of `in` values is stored
+  // as in / block_elems blocks of block_bytes bytes, each with its own scales. Only GGUF weights
+  // carry them; they have no safetensors name.
+  kQ8_0,  // 32 values: f16 d, 32 × i8                          (8.5 bits per value)
+  kQ4_0,  // 32 values: f16 d, 16 bytes of 4-bit codes - 8      (4.5)
+  kQ2_K,  // 256 values: 16 × (4-bit scale, 4-bit min), 2-bit codes, f16 d, dmin   (2.625)
+  kQ3_K,  // 256 values: high-bit mask, 2-bit codes, 16 × 6-bit scales, f16 d      (3.4375)
+  kQ4_K,  // 256 values: f16 d, dmin, 8 × (6-bit scale, 6-bit min), 4-bit codes     (4.5)
+  kQ5_K,  // 256 values: as Q4_K plus a high-bit plane                              (5.5)
+  kQ6_K,  // 256 values: 4-bit low, 2-bit high codes, 16 × i8 scales, f16 d         (6.5625)
 };
 
-// Size of one element in bits (4 for E2M1).
+// Size of one element in bits (4 for E2M1); 0 for the block formats (see dtype_block).
 int dtype_bits(DType t);
-// The safetensors spelling: "F32", "BF16", "F8_E4M3", "F4", ...
+// The safetensors spelling: "F32", "BF16", "F8_E4M3", "F4", ...; the GGUF spelling for the
+// block formats ("Q8_0", "Q4_K", ...).
 std::string_view dtype_name(DType t);
+// Safetensors names only: a block format's name is not a safetensors dtype.
 std::optional<DType> dtype_from_name(std::string_view name);
+
+// The storage unit of a dtype: `elems` values in `bytes` bytes. Plain types: {1, bits / 8}
+// (E2M1: {2, 1}); block formats: their block. A row of n values takes n / elems · bytes bytes
+// and n must be a multiple of elems.
+struct DTypeBlock {
+  int elems = 1;
+  int bytes = 1;
+};
+DTypeBlock dtype_block(DType t);
+constexpr bool dtype_is_ggml_block(DType t) {
+  return t >= DType::kQ8_0 && t <= DType::kQ6_K;
+}
 
 inline uint32_t f32_bits(float f) {
   uint32_t u;

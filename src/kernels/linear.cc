@@ -13,9 +13,13 @@ namespace mla {
 
 Status validate(const LinearWeight& w) {
   if (w.dtype != DType::kBF16 && w.dtype != DType::kF16 && w.dtype != DType::kF32 &&
-      !linear_block_scaled(w.dtype))
+      !linear_block_scaled(w.dtype) && !dtype_is_ggml_block(w.dtype))
     return invalid_argument("linear weight: dtype " + std::string(dtype_name(w.dtype)) +
-                            " is not one of BF16, F16, F32, F8_E4M3, I8");
+                            " is not one of BF16, F16, F32, F8_E4M3, I8 or a GGUF block format");
+  if (dtype_is_ggml_block(w.dtype) && w.in % dtype_block(w.dtype).elems != 0)
+    return invalid_argument("linear weight: " + std::string(dtype_name(w.dtype)) + " rows of " +
+                            std::to_string(w.in) + " values are not whole blocks of " +
+                            std::to_string(dtype_block(w.dtype).elems));
   if (w.out < 1 || w.in < 1)
     return invalid_argument("linear weight: shape [" + std::to_string(w.out) + ", " +
                             std::to_string(w.in) + "] must have out >= 1 and in >= 1");

@@ -40,7 +40,11 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, in
   w.d_v = d_v;
   w.r = r;
   const size_t uk_n = size_t(h_q) * d_n * r, uv_n = size_t(h_q) * d_v * r;
-  const int eb = dtype_bits(kv_b.dtype) / 8;
+  // GGUF block formats (Q8_0, Q4_K, ...) cannot be transposed block-wise: their per-head copies
+  // are the FP32 split itself.
+  const bool block = dtype_is_ggml_block(kv_b.dtype);
+  const DType stored = block ? DType::kF32 : kv_b.dtype;
+  const int eb = dtype_bits(stored) / 8;
   MLA_ASSIGN_OR_RETURN(w.w_uk, AlignedBuffer<float>::allocate(uk_n, "W_UK"));
   MLA_ASSIGN_OR_RETURN(w.w_uv, AlignedBuffer<float>::allocate(uv_n, "W_UV"));
   MLA_ASSIGN_OR_RETURN(w.uk_t_bytes, AlignedBuffer<uint8_t>::allocate(uk_n * eb, "W_UK^T"));
@@ -59,7 +63,14 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, in
   }
 
   // The stored bytes, W_UK[h] transposed: uk_t[h][c][n] = kv_b[row0 + n][c].
-  for (int h = 0; h < h_q; ++h) {
+  for (int h = 0; h < h_q && block; ++h) {
+    float* uk = reinterpret_cast<float*>(w.uk_t_bytes.data()) + size_t(h) * r * d_n;
+    for (int n = 0; n < d_n; ++n)
+      for (int c = 0; c < r; ++c) uk[size_t(c) * d_n + n] = w.w_uk[(size_t(h) * d_n + n) * r + c];
+    std::memcpy(w.uv_bytes.data() + size_t(h) * d_v * r * 4, &w.w_uv[size_t(h) * d_v * r],
+                size_t(d_v) * r * 4);
+  }
+  for (int h = 0; h < h_q && !block; ++h) {
     const int64_t row0 = int64_t(h) * (d_n + d_v);
     uint8_t* uk = w.uk_t_bytes.data() + size_t(h) * r * d_n * eb;
     for (int n = 0; n < d_n; ++n)
@@ -98,12 +109,12 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, in
   w.uv.resize(size_t(h_q));
   for (int h = 0; h < h_q; ++h) {
     LinearWeight& uk = w.uk_t[size_t(h)];
-    uk.dtype = kv_b.dtype;
+    uk.dtype = stored;
     uk.data = w.uk_t_bytes.data() + size_t(h) * r * d_n * eb;
     uk.out = r;
     uk.in = d_n;
     LinearWeight& uv = w.uv[size_t(h)];
-    uv.dtype = kv_b.dtype;
+    uv.dtype = stored;
     uv.data = w.uv_bytes.data() + size_t(h) * d_v * r * eb;
     uv.out = d_v;
     uv.in = r;

@@ -144,12 +144,32 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir_text, const Checkpoin
   return ck;
 }
 
+Checkpoint Checkpoint::from_gguf(std::string path, std::shared_ptr<const GgufSet> set,
+                                 std::deque<CheckpointTensorInfo> tensors,
+                                 std::vector<AlignedBuffer<uint8_t>> owned) {
+  Checkpoint ck;
+  ck.dir_ = std::move(path);
+  ck.bytes_mapped_ = set->bytes_mapped();
+  ck.gguf_ = std::move(set);
+  ck.gguf_tensors_ = std::move(tensors);
+  ck.owned_ = std::move(owned);
+  for (const CheckpointTensorInfo& t : ck.gguf_tensors_)
+    ck.tensors_.try_emplace(t.info.name, CheckpointTensor{t.shard, &t.info});
+  return ck;
+}
+
+const std::string& Checkpoint::file_of(const CheckpointTensor& t) const {
+  if (gguf_) return gguf_->files()[t.shard].path();
+  return shards_[t.shard].path();
+}
+
 const CheckpointTensor* Checkpoint::find(std::string_view name) const {
   const auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
 Status Checkpoint::populate(const CheckpointOptions& options) const {
+  if (gguf_) return gguf_->populate();
   Progress progress(bytes_mapped_ >= options.progress_min_bytes, shards_.size(), bytes_mapped_);
   uint64_t paged = 0;
   for (const SafetensorsFile& f : shards_) {

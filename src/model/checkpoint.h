@@ -5,11 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/aligned_buffer.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "mla/status.h"
 
@@ -21,8 +25,14 @@ inline constexpr const char* kCheckpointIndexFile = "model.safetensors.index.jso
 inline constexpr uint64_t kMaxCheckpointIndexBytes = uint64_t{64} << 20;
 
 struct CheckpointTensor {
-  uint32_t shard = 0;                // index into Checkpoint::shards()
+  uint32_t shard = 0;                // index into Checkpoint::shards(), or the GGUF set's files()
   const TensorInfo* info = nullptr;  // owned by that shard; data points into its mapping
+};
+
+// A tensor as from_gguf takes it: its info (under the Hugging Face name) and its file's index.
+struct CheckpointTensorInfo {
+  TensorInfo info;
+  uint32_t shard = 0;
 };
 
 struct CheckpointOptions {
@@ -49,8 +59,12 @@ class Checkpoint {
   static Result<Checkpoint> open(const std::string& dir, const CheckpointOptions& options = {});
 
   const std::string& dir() const { return dir_; }
-  // Sorted by file name; a single model.safetensors is shard 0.
+  // Sorted by file name; a single model.safetensors is shard 0. Empty for a GGUF model.
   const std::vector<SafetensorsFile>& shards() const { return shards_; }
+  // The file a tensor lives in (a safetensors shard or a GGUF file), for messages.
+  const std::string& file_of(const CheckpointTensor& t) const;
+  // The GGUF files of a model opened by open_gguf_model (model/gguf_checkpoint.h), else null.
+  const GgufSet* gguf() const { return gguf_.get(); }
   bool indexed() const { return indexed_; }  // opened through index.json
   // nullptr when absent. O(log n).
   const CheckpointTensor* find(std::string_view name) const;
@@ -62,6 +76,15 @@ class Checkpoint {
   // options.progress_min_bytes. io_error naming the shard the kernel cannot read.
   Status populate(const CheckpointOptions& options) const;
 
+  // A GGUF model under Hugging Face names (built by model/gguf_checkpoint.cc): `set` owns the
+  // mappings; each tensor is a renamed view into them (an expert's slice of a merged expert
+  // tensor among them), or into one of `owned` (tensors rebuilt at load, such as kv_b_proj from
+  // the split attn_k_b / attn_v_b). shard = the index of the GGUF file in set->files(), or of
+  // the file the rebuilt tensor came from.
+  static Checkpoint from_gguf(std::string path, std::shared_ptr<const GgufSet> set,
+                              std::deque<CheckpointTensorInfo> tensors,
+                              std::vector<AlignedBuffer<uint8_t>> owned);
+
  private:
   std::string dir_;
   bool indexed_ = false;
@@ -70,6 +93,11 @@ class Checkpoint {
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, CheckpointTensor, std::less<>> tensors_;
   uint64_t bytes_mapped_ = 0;
+  // GGUF only. A deque keeps its elements in place when it is moved, so tensors_'s pointers into
+  // it stay valid, as they do into shards_.
+  std::shared_ptr<const GgufSet> gguf_;
+  std::deque<CheckpointTensorInfo> gguf_tensors_;
+  std::vector<AlignedBuffer<uint8_t>> owned_;
 };
 
 }  // namespace mla

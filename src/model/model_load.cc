@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/ggml_quant.h"
 #include "kernels/ref/mla_ref.h"
 #include "model/model_impl.h"
 #include "model/model_rope.h"
@@ -93,6 +94,12 @@ Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c) 
 }  // namespace
 
 void widen_elements(DType t, const uint8_t* data, int64_t first, int64_t n, float* dst) {
+  if (dtype_is_ggml_block(t)) {  // whole rows of a matrix: whole blocks
+    const DTypeBlock b = dtype_block(t);
+    const Status s = dequantize_row(t, data + first / b.elems * b.bytes, n, dst);
+    MLA_CHECK(s.ok(), "widen_elements: {}", s.message());
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) dst[i] = element_f32(t, data, first + i);
 }
 
@@ -117,7 +124,8 @@ float Model::kv_global_scale() const {
 namespace {
 int64_t linear_bytes(const LinearWeight& l) {
   if (!l.data) return 0;
-  int64_t b = l.out * l.in * dtype_bits(l.dtype) / 8;
+  const DTypeBlock blk = dtype_block(l.dtype);
+  int64_t b = l.out * (l.in / blk.elems) * blk.bytes;
   if (l.scale_inv)
     b += 4 * ((l.out + l.block_rows - 1) / l.block_rows) *
          ((l.in + l.block_cols - 1) / l.block_cols);

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "model/gguf_checkpoint.h"
 #include "model/weight_layout.h"
 
 namespace mla {
@@ -40,9 +41,7 @@ class Binder {
  public:
   Binder(const ModelConfig& c, const Checkpoint& ck) : c_(c), ck_(ck) {}
 
-  const std::string& path_of(const CheckpointTensor& t) const {
-    return ck_.shards()[t.shard].path();
-  }
+  const std::string& path_of(const CheckpointTensor& t) const { return ck_.file_of(t); }
 
   // Checks one expected tensor and records it (and its scale) as used.
   Status bind(const ExpectedTensor& e) {
@@ -58,11 +57,18 @@ class Binder {
     const bool fp8 = info.dtype == DType::kF8E4M3;
     const bool plain =
         info.dtype == DType::kBF16 || info.dtype == DType::kF16 || info.dtype == DType::kF32;
-    if (!plain && !(fp8 && e.role == WeightRole::kLinear))
-      return invalid_argument(fmt::format("{}: tensor {} has dtype {}; {} must be BF16, F16, F32{}",
-                                          path_of(*t), quote_name(e.name), dtype_name(info.dtype),
-                                          role_text(e.role),
-                                          e.role == WeightRole::kLinear ? " or F8_E4M3" : ""));
+    // GGUF block formats (Q8_0, Q4_K, ...) carry their scales inside the blocks: any matrix may
+    // have one (llama.cpp quantises embeddings and keeps the router F32, but need not).
+    const bool matrix = e.role == WeightRole::kLinear || e.role == WeightRole::kEmbedding ||
+                        e.role == WeightRole::kRouter;
+    const bool block = dtype_is_ggml_block(info.dtype) && matrix;
+    if (!plain && !block && !(fp8 && e.role == WeightRole::kLinear))
+      return invalid_argument(
+          fmt::format("{}: tensor {} has dtype {}; {} must be BF16, F16, F32{}", path_of(*t),
+                      quote_name(e.name), dtype_name(info.dtype), role_text(e.role),
+                      e.role == WeightRole::kLinear ? ", F8_E4M3 or a GGUF block format"
+                      : matrix                      ? " or a GGUF block format"
+                                                    : ""));
     WeightRef ref{&info, nullptr};
     used_.insert(info.name);
     if (fp8) {
@@ -188,8 +194,16 @@ Result<ModelWeights> bind_model_weights(ModelConfig config, Checkpoint checkpoin
 }
 
 Result<ModelWeights> load_model_weights(const std::string& dir, const CheckpointOptions& options) {
-  MLA_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
-  MLA_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(dir, options));
+  ModelConfig config;
+  Checkpoint checkpoint;
+  if (is_gguf_path(dir)) {
+    MLA_ASSIGN_OR_RETURN(GgufModel g, open_gguf_model(dir));
+    config = std::move(g.config);
+    checkpoint = std::move(g.checkpoint);
+  } else {
+    MLA_ASSIGN_OR_RETURN(config, load_model_config(dir));
+    MLA_ASSIGN_OR_RETURN(checkpoint, Checkpoint::open(dir, options));
+  }
   MLA_ASSIGN_OR_RETURN(ModelWeights w,
                        bind_model_weights(std::move(config), std::move(checkpoint)));
   // After every check: a checkpoint that is refused is not read through first.

@@ -7,6 +7,7 @@
 
 #include "io/safetensors_header.h"
 #include "tokenizer/chat_format.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/json_read.h"
 
 namespace mla::tok {
@@ -54,6 +55,7 @@ Result<TokenizerConfig> parse_tokenizer_config(std::string_view json, std::strin
 
 Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir) {
   namespace fs = std::filesystem;
+  if (fs::path(dir).extension() == ".gguf") return load_tokenizer_gguf(dir);
   const std::string tok_path = (fs::path(dir) / "tokenizer.json").string();
   MLA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_file(tok_path));
   TokenizerConfig config;
@@ -69,6 +71,12 @@ Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir) {
     MLA_ASSIGN_OR_RETURN(config.chat_template,
                          read_text_file(jinja.string(), kMaxTokenizerFileBytes));
   }
+  return finish_loaded_tokenizer(std::move(tok), std::move(config), config_path.string(), tok_path);
+}
+
+Result<LoadedTokenizer> finish_loaded_tokenizer(Tokenizer tok, TokenizerConfig config,
+                                                const std::string& config_origin,
+                                                const std::string& tok_origin) {
   std::optional<int32_t> ids[2];
   const std::optional<std::string>* names[2] = {&config.bos_token, &config.eos_token};
   const char* fields[2] = {"bos_token", "eos_token"};
@@ -76,8 +84,9 @@ Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir) {
     if (!*names[i]) continue;
     ids[i] = tok.token_to_id(**names[i]);
     if (!ids[i])
-      return invalid_argument(fmt::format("{}: {} {} is not a token of {}", config_path.string(),
-                                          fields[i], io_detail::quote_text(**names[i]), tok_path));
+      return invalid_argument(fmt::format("{}: {} {} is not a token of {}", config_origin,
+                                          fields[i], io_detail::quote_text(**names[i]),
+                                          tok_origin));
   }
   tok.set_bos_eos(ids[0], ids[1]);
   // A recognised chat template must find its control tokens now, not at the first chat request
@@ -92,7 +101,7 @@ Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir) {
       Status st = parts.ok() ? encode_chat(tok, *parts).status() : parts.status();
       if (!st.ok())
         return invalid_argument(fmt::format("{}: the chat template ({}) does not fit {}: {}",
-                                            config_path.string(), chat_format_name(*f), tok_path,
+                                            config_origin, chat_format_name(*f), tok_origin,
                                             st.message()));
     }
   return LoadedTokenizer{std::move(tok), std::move(config)};

@@ -29,11 +29,17 @@ struct LoadedTokenizer {
 
 // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (and DIR/
 // chat_template.jinja when the config has no template). A named BOS/EOS that the tokenizer lacks
-// is an error.
+// is an error. A path ending in .gguf is read with load_tokenizer_gguf (gguf_tokenizer.h).
 Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir);
 
-// For the CLI: exactly one of a model directory or a bare tokenizer.json (which brings no config,
-// hence no BOS or chat template).
+// The checks load_tokenizer_dir makes once the files are read, for any source: the named BOS /
+// EOS are tokens (their ids set on the tokenizer), a recognised chat template encodes.
+Result<LoadedTokenizer> finish_loaded_tokenizer(Tokenizer tok, TokenizerConfig config,
+                                                const std::string& config_origin,
+                                                const std::string& tok_origin);
+
+// For the CLI: exactly one of a model directory (or a .gguf file) or a bare tokenizer.json (which
+// brings no config, hence no BOS or chat template).
 Result<LoadedTokenizer> load_tokenizer(const std::string& model_dir,
                                        const std::string& tokenizer_json);
 

@@ -179,7 +179,8 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
   auto o = std::make_shared<BenchModelOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "model", "Decode tokens/s of a model against memory bandwidth / active weight bytes");
-  cmd->add_option("-m,--model", o->model, "Model directory (config.json + safetensors)")
+  cmd->add_option("-m,--model", o->model,
+                  "Model directory (config.json + safetensors) or .gguf file")
       ->required();
   cmd->add_option("--tokens", o->tokens, "Decode steps measured (default 64)")
       ->check(CLI::Range(1, 1 << 20));

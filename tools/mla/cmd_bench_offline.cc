@@ -195,7 +195,9 @@ void register_bench_offline(CLI::App* bench, int* exit_code) {
   auto o = std::make_shared<OfflineOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "offline", "Throughput and latency of N requests through the serving engine (no HTTP)");
-  cmd->add_option("-m,--model", o->model, "Model directory")->required();
+  cmd->add_option("-m,--model", o->model,
+                  "Model directory (config.json + safetensors) or .gguf file")
+      ->required();
   cmd->add_option("--num-prompts", o->num_prompts, "Requests")->check(CLI::PositiveNumber);
   cmd->add_option("--input-len", o->input_len, "Prompt tokens per request")
       ->check(CLI::PositiveNumber);

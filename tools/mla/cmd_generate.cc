@@ -217,7 +217,8 @@ int run_generate(const GenerateCliOptions& o) {
 void register_generate(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<GenerateCliOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate tokens with a model directory");
-  cmd->add_option("-m,--model", o->model, "Model directory (config.json + safetensors)")
+  cmd->add_option("-m,--model", o->model,
+                  "Model directory (config.json + safetensors) or .gguf file")
       ->required();
   CLI::Option* p = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (needs tokenizer.json)");
   CLI::Option* t = cmd->add_option("--tokens", o->tokens, "Prompt as comma-separated token ids");

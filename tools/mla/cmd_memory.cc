@@ -14,6 +14,7 @@
 #include "cache/cache_capacity.h"
 #include "cache/memory_estimate.h"
 #include "commands.h"
+#include "model/gguf_checkpoint.h"
 #include "model/model_config.h"
 
 namespace mla::cli {
@@ -176,7 +177,9 @@ int run_memory(const MemoryOptions& o) {
     return 1;
   };
   const std::string preset = o.preset.empty() ? kDefaultPreset : o.preset;
-  Result<ModelConfig> config = o.model.empty() ? model_preset(preset) : load_model_config(o.model);
+  Result<ModelConfig> config = o.model.empty()         ? model_preset(preset)
+                               : is_gguf_path(o.model) ? gguf_model_config(o.model)
+                                                       : load_model_config(o.model);
   if (!config.ok()) return fail(config.status());
   const ModelConfig& m = *config;
 
@@ -261,8 +264,9 @@ void register_memory(CLI::App& app, int* exit_code) {
   std::vector<std::string> presets;
   for (std::string_view n : model_preset_names()) presets.emplace_back(n);
 
-  CLI::Option* model = cmd->add_option("--model", opts->model,
-                                       "Model directory or its config.json (excludes --preset)");
+  CLI::Option* model =
+      cmd->add_option("--model", opts->model,
+                      "Model directory, its config.json or a .gguf file (excludes --preset)");
   CLI::Option* preset =
       cmd->add_option("--preset", opts->preset,
                       fmt::format("Built-in model config (default {})", kDefaultPreset))

@@ -203,7 +203,9 @@ int run_serve(ServeCliOptions o) {
 void register_serve(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<ServeCliOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server on a model directory");
-  cmd->add_option("-m,--model", o->model, "Model directory")->required();
+  cmd->add_option("-m,--model", o->model,
+                  "Model directory (config.json + safetensors) or .gguf file")
+      ->required();
   cmd->add_option("--host", o->http.host, "Address to listen on (default loopback)");
   cmd->add_option("--port", o->http.port, "Port (0: any free one; the log says which)");
   cmd->add_option("--api-key", o->http.api_key, "Require Authorization: Bearer KEY");

@@ -7,12 +7,14 @@
 #include "kernels/cpu/scratch.h"
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")
+#pragma GCC target( \
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx512vnni,avx2,fma,f16c")
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "kernels/cpu/linear_avx512_vbmi_traits.h"
 #include "kernels/cpu/linear_gemm_bf16.h"
+#include "kernels/cpu/linear_ggml_vnni.h"
 
 namespace mla::cpu {
 namespace {
@@ -33,6 +35,17 @@ struct LinAvx512Bf16 : LinAvx512Vbmi {
   static void gemm_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, float* y,
                          int64_t r0, int64_t r1) {
     gemm_bf16_chunk<LinAvx512Bf16, D>(w, n, panels, y, r0, r1);
+  }
+  // Q8_0 / Q4_0 on AVX512-VNNI (every AVX512_BF16 CPU has it; checked anyway).
+  static constexpr bool kGgmlVnni = true;
+  static bool ggml_takes(DType t) { return ggml_vnni_takes(t); }
+  static int64_t ggml_x_bytes(int64_t in) { return ggml_x_row_bytes(in); }
+  static void ggml_quantize_x(const float* x, int64_t in, uint8_t* dst) {
+    ggml_quantize_x_row(x, in, dst);
+  }
+  static void ggml_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y, int64_t r0,
+                         int64_t r1) {
+    ggml_vnni_chunk(w, n, xq, y, r0, r1);
   }
 };
 

@@ -17,6 +17,7 @@
 // products are accumulated in FP32 lanes and summed across lanes at the end of a row.
 #pragma once
 
+#include "core/ggml_quant.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/scratch.h"
 
@@ -282,6 +283,29 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
   }
 }
 
+// GGUF block formats (Q8_0, Q4_K, ...: core/ggml_quant.h): the chunk's rows are decoded into
+// FP32 scratch (8 rows at a time for decode-sized n, which then sit in L1 / L2; the whole
+// L2-sized chunk for more rows of x, which all read it) and multiplied by the FP32 dot kernels.
+// Same numerics as the reference: the decoded values are exact FP32 reconstructions.
+template <class L>
+void lin_ggml_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
+                    int64_t r1) {
+  static thread_local AlignedBuffer<float> scratch;
+  const DTypeBlock b = dtype_block(w.dtype);
+  const int64_t row_bytes = w.in / b.elems * b.bytes;
+  const int64_t step = n <= kLinGroup ? 8 : r1 - r0;
+  float* wide = ensure_scratch(scratch, size_t(std::min(step, r1 - r0) * w.in));
+  for (int64_t o = r0; o < r1; o += step) {
+    const int64_t rows = std::min(step, r1 - o);
+    for (int64_t r = 0; r < rows; ++r)  // cannot fail: validate() checked dtype and row length
+      (void)dequantize_row(w.dtype, w.data + (o + r) * row_bytes, w.in, wide + r * w.in);
+    const LinRows lr{reinterpret_cast<const uint8_t*>(wide), w.in, w.out, 0};
+    for (int64_t i0 = 0; i0 < n; i0 += kLinGroup)
+      lin_dot_group_n<L, DType::kF32>(std::min<int64_t>(kLinGroup, n - i0), lr, 0, rows,
+                                      x + i0 * w.in, y + i0 * w.out + o);
+  }
+}
+
 // Output rows per chunk of one product, for `threads` threads.
 //  - n > kLinGroup: about 8 chunks per thread even out uneven progress, and a chunk's widened
 //    FP32 rows must stay in L2 across the x groups. FP8 chunks that are not widened (n ≤ 16)
@@ -295,7 +319,8 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
 constexpr int64_t kLinStreamChunkBytes = 2048 << 10;
 inline int64_t lin_chunk_rows(const LinearWeight& w, int64_t n, int threads) {
   if (n <= kLinGroup) {
-    const int64_t row_bytes = w.in * dtype_bits(w.dtype) / 8;
+    const DTypeBlock blk = dtype_block(w.dtype);
+    const int64_t row_bytes = w.in / blk.elems * blk.bytes;
     const int64_t per_chunk = std::max<int64_t>(1, kLinStreamChunkBytes / row_bytes);
     int64_t chunks = (w.out + per_chunk - 1) / per_chunk;
     chunks = std::min<int64_t>((chunks + threads - 1) / threads * threads, 8 * threads);
@@ -403,6 +428,37 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       });
     }
   }
+  // GGUF 32-value blocks on integer dot products (traits with L::kGgmlVnni,
+  // linear_ggml_vnni.h): each job's x quantised once, jobs with the same x sharing it. Empty when
+  // no job takes the path (nothing is allocated).
+  std::vector<int64_t> xq_at;  // per job: byte offset into xq_store, -1 for other products
+  static thread_local AlignedBuffer<uint8_t> xq_store;
+  uint8_t* xq = nullptr;
+  if constexpr (requires { L::kGgmlVnni; }) {
+    int64_t end = 0;
+    std::vector<std::pair<size_t, int64_t>> rows;  // (job, row) to quantise
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const LinearJob& job = jobs[j];
+      if (job.n == 0 || !L::ggml_takes(job.w->dtype)) continue;
+      if (xq_at.empty()) xq_at.assign(jobs.size(), -1);
+      for (size_t p = 0; p < j && xq_at[j] < 0; ++p)
+        if (xq_at[p] >= 0 && jobs[p].x == job.x && jobs[p].n == job.n && jobs[p].w->in == job.w->in)
+          xq_at[j] = xq_at[p];
+      if (xq_at[j] >= 0) continue;
+      xq_at[j] = end;
+      for (int64_t r = 0; r < job.n; ++r) rows.push_back({j, r});
+      end += job.n * L::ggml_x_bytes(job.w->in);
+    }
+    if (!rows.empty()) {
+      xq = ensure_scratch(xq_store, size_t(end));
+      pool.parallel_for(int64_t(rows.size()), [&](int64_t c, int) {
+        const auto [j, r] = rows[size_t(c)];
+        const LinearJob& job = jobs[j];
+        L::ggml_quantize_x(job.x + r * job.w->in, job.w->in,
+                           xq + xq_at[j] + r * L::ggml_x_bytes(job.w->in));
+      });
+    }
+  }
   std::vector<Item> items;
   bool decode = true;
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -438,6 +494,9 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
           return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, job.y, it.r0, it.r1);
         return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, job.y, it.r0, it.r1);
       }
+    if constexpr (requires { L::kGgmlVnni; })
+      if (!xq_at.empty() && xq_at[size_t(it.job)] >= 0)
+        return L::ggml_chunk(w, job.n, xq + xq_at[size_t(it.job)], job.y, it.r0, it.r1);
     switch (w.dtype) {
       case DType::kBF16:
         return lin_dot_chunk<L, DType::kBF16>(w, job.n, job.x, job.y, it.r0, it.r1);
@@ -449,8 +508,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         return lin_dot_chunk<L, DType::kF8E4M3>(w, job.n, job.x, job.y, it.r0, it.r1);
       case DType::kI8:
         return lin_dot_chunk<L, DType::kI8>(w, job.n, job.x, job.y, it.r0, it.r1);
-      default:
-        return;  // validate() admits only the five dtypes above
+      default:  // validate() admits the five dtypes above and the GGUF block formats
+        return lin_ggml_chunk<L>(w, job.n, job.x, job.y, it.r0, it.r1);
     }
   });
 }

@@ -3,7 +3,9 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "core/dtype.h"
+#include "core/ggml_quant.h"
 #include "kernels/ref/linear_ref.h"
 
 namespace mla::ref {
@@ -43,12 +45,24 @@ double linear_weight(const LinearWeight& w, int64_t i, int64_t j) {
       std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
       return block_code(w.dtype, w.data[k]) * double(s);
     }
-    default:
-      return 0.0;  // validate() admits only the five dtypes above
+    default: {  // GGUF block formats: the row's blocks decoded by the scalar reference
+      std::vector<double> row(size_t(w.in));
+      linear_weight_row(w, i, row.data());
+      return row[size_t(j)];
+    }
   }
 }
 
 void linear_weight_row(const LinearWeight& w, int64_t i, double* row) {
+  if (dtype_is_ggml_block(w.dtype)) {
+    const DTypeBlock b = dtype_block(w.dtype);
+    std::vector<float> f(size_t(w.in));
+    const Status s =
+        dequantize_row(w.dtype, w.data + i * (w.in / b.elems) * b.bytes, w.in, f.data());
+    MLA_CHECK(s.ok(), "linear_weight_row: {}", s.message());  // validate() checked the shape
+    for (int64_t j = 0; j < w.in; ++j) row[j] = f[size_t(j)];
+    return;
+  }
   if (!linear_block_scaled(w.dtype)) {
     for (int64_t j = 0; j < w.in; ++j) row[j] = linear_weight(w, i, j);
     return;

@@ -1,0 +1,161 @@
+// linear() with GGUF block-format weights (Q8_0, Q4_0, Q2_K ... Q6_K): every CPU variant against
+// the FP64 reference of the dequantised weights (kernels/ref, core/ggml_quant.h's decoders), on
+// shapes around the register blocks and the odd 32-block count, and through linear_many.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/ggml_quant.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/linear.h"
+#include "kernels/ref/linear_ref.h"
+
+namespace mla {
+namespace {
+
+struct BlockWeight {
+  std::vector<uint8_t> bytes;
+  LinearWeight w;
+  std::vector<std::vector<float>> rows;  // dequantised
+};
+
+BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) {
+  Rng rng(seed);
+  BlockWeight b;
+  const DTypeBlock blk = dtype_block(t);
+  const size_t row_bytes = size_t(in / blk.elems) * size_t(blk.bytes);
+  b.bytes.resize(row_bytes * size_t(out) + 1);  // +1: the data starts at an odd address
+  std::vector<float> x(static_cast<size_t>(in));
+  for (int64_t o = 0; o < out; ++o) {
+    for (float& v : x) v = float(rng.normal()) * 0.05f;
+    EXPECT_TRUE(quantize_row(t, x, b.bytes.data() + 1 + size_t(o) * row_bytes).ok());
+    std::vector<float> back(static_cast<size_t>(in));
+    EXPECT_TRUE(
+        dequantize_row(t, b.bytes.data() + 1 + size_t(o) * row_bytes, in, back.data()).ok());
+    b.rows.push_back(back);
+  }
+  b.w.dtype = t;
+  b.w.data = b.bytes.data() + 1;
+  b.w.out = out;
+  b.w.in = in;
+  return b;
+}
+
+// Per output: the FP64 product with the decoded weights, and its bound.
+//  - FP32 products of the decoded weights (the K formats; every format on variants without
+//    VNNI): the decoded values are exact in FP32, so only the summation rounds:
+//    γ_(in+2)·Σ|x·w| (as linear_test.cc's bound).
+//  - Q8_0 / Q4_0 on VNNI: x is quantised per 32 values, q = round(x / dx), dx = amax/127, each
+//    within dx/2 (plus the rounding of dx and 1/dx: 2^-22·|x| more); the int32 block sums are
+//    exact and each block's d_w·dx·sum rounds twice before the FP32 accumulation:
+//    Σ_blocks (dx/2 + 2^-22·amax)·Σ|w| + γ_(in/32+4)·Σ|x·w|·(1 + 1/127).
+double fp32_bound(int64_t in, double abs_sum) {
+  const double u = std::ldexp(1.0, -24), k = double(in + 2);
+  return k * u / (1 - k * u) * abs_sum;
+}
+
+double vnni_bound(const std::vector<float>& x, const std::vector<float>& w, double abs_sum) {
+  double b = 0;
+  for (size_t j0 = 0; j0 < x.size(); j0 += 32) {
+    double amax = 0, wsum = 0;
+    for (size_t j = j0; j < j0 + 32; ++j) {
+      amax = std::max(amax, std::fabs(double(x[j])));
+      wsum += std::fabs(double(w[j]));
+    }
+    b += (amax / 127 / 2 + std::ldexp(amax, -22)) * wsum;
+  }
+  const double u = std::ldexp(1.0, -24), k = double(x.size() / 32 + 4);
+  return b + k * u / (1 - k * u) * abs_sum * (1 + 1.0 / 127);
+}
+
+bool vnni_path(const char* variant, DType t) {
+  return std::string(variant) == "linear.cpu.avx512bf16" && __builtin_cpu_supports("avx512vnni") &&
+         (t == DType::kQ8_0 || t == DType::kQ4_0);
+}
+
+class LinearGgmlTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LinearGgmlTest, EveryCpuVariantMatchesTheReference) {
+  const DType t = GetParam();
+  if (!can_quantize(t)) GTEST_SKIP() << dtype_name(t) << " has no quantiser yet";
+  const int64_t be = dtype_block(t).elems;
+  ThreadPool pool(2);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, be}, {7, 3 * be}, {19, 2 * be}, {64, be == 32 ? 576 : 512}};
+  for (const auto& [out, in] : shapes) {
+    BlockWeight bw = make_weight(t, out, in, uint64_t(out * 131 + in));
+    for (int64_t n : {1, 2, 3, 4, 5, 17, 40}) {
+      Rng rng(uint64_t(n * 7 + in));
+      std::vector<float> x(size_t(n * in));
+      for (float& v : x) v = float(rng.normal());
+      if (n > 2) x[5] = 0;  // a zero and a large value in some block
+      if (n > 3) x[size_t(in) + 1] = 40.0f;
+      std::vector<double> ref(size_t(n * out));
+      ref::linear(bw.w, n, x.data(), ref.data());
+      for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
+        if (!v.supported()) continue;
+        std::vector<float> y(size_t(n * out), -1.0f);
+        for (cpu::LinearPath path : {cpu::LinearPath::kAuto, cpu::LinearPath::kBf16}) {
+          v.run(bw.w, n, x.data(), y.data(), pool, path);
+          int bad = 0;
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t o = 0; o < out; ++o) {
+              const std::vector<float> xi(x.begin() + i * in, x.begin() + (i + 1) * in);
+              double abs_sum = 0;
+              for (int64_t j = 0; j < in; ++j)
+                abs_sum += std::fabs(double(xi[size_t(j)]) * bw.rows[size_t(o)][size_t(j)]);
+              const double b = vnni_path(v.name, t) ? vnni_bound(xi, bw.rows[size_t(o)], abs_sum)
+                                                    : fp32_bound(in, abs_sum);
+              const double got = y[size_t(i * out + o)], want = ref[size_t(i * out + o)];
+              if (!(std::fabs(got - want) <= b) && ++bad <= 3)
+                ADD_FAILURE() << v.name << " " << dtype_name(t) << " [" << out << ", " << in
+                              << "] n=" << n << " y[" << i << "][" << o << "] = " << got
+                              << ", want " << want << " ± " << b;
+            }
+          ASSERT_EQ(bad, 0);
+        }
+      }
+    }
+  }
+}
+
+// linear_many gives each job what linear gives it, and jobs with one x share its quantisation.
+TEST_P(LinearGgmlTest, LinearManyEqualsLinear) {
+  const DType t = GetParam();
+  if (!can_quantize(t)) GTEST_SKIP();
+  const int64_t in = dtype_block(t).elems * 4;
+  ThreadPool pool(2);
+  BlockWeight a = make_weight(t, 24, in, 1), b = make_weight(t, 9, in, 2);
+  for (int64_t n : {1, 6}) {
+    std::vector<float> x(size_t(n * in));
+    Rng rng(3);
+    for (float& v : x) v = float(rng.normal());
+    std::vector<float> ya(size_t(n * 24)), yb(size_t(n * 9)), ma(ya.size()), mb(yb.size());
+    ASSERT_TRUE(linear(a.w, n, x.data(), ya.data(), pool).ok());
+    ASSERT_TRUE(linear(b.w, n, x.data(), yb.data(), pool).ok());
+    const LinearJob jobs[] = {{&a.w, n, x.data(), ma.data()}, {&b.w, n, x.data(), mb.data()}};
+    ASSERT_TRUE(linear_many(jobs, pool).ok());
+    EXPECT_EQ(ya, ma);
+    EXPECT_EQ(yb, mb);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, LinearGgmlTest,
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ2_K, DType::kQ3_K,
+                                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(LinearGgml, RejectsRowsThatAreNotWholeBlocks) {
+  uint8_t bytes[64] = {};
+  LinearWeight w{DType::kQ8_0, bytes, 1, 48};
+  EXPECT_FALSE(validate(w).ok());
+  w.in = 32;
+  EXPECT_TRUE(validate(w).ok());
+}
+
+}  // namespace
+}  // namespace mla
