@@ -209,6 +209,10 @@ class Builder {
     const std::vector<int64_t> want_k = {H, r, dn}, want_v = {H, dv, r};
     for (int i = 0; i < 2; ++i) {
       const std::vector<int64_t>& want = i == 0 ? want_k : want_v;
+      // ik_llama.cpp writes them flattened to 2-D, [H·r, d_n] and [H·d_v, r]: the same rows.
+      if (kv[i] && kv[i]->shape.size() == 2 && kv[i]->shape[0] == want[0] * want[1] &&
+          kv[i]->shape[1] == want[2])
+        continue;
       const char* gguf = i == 0 ? "attn_k_b" : "attn_v_b";
       if (!kv[i])
         return not_found(fmt::format("{}: blk.{}.{}.weight is missing (the layer has its pair)",
@@ -217,7 +221,7 @@ class Builder {
         return invalid_argument(fmt::format("{}: tensor {} has shape {}, expected {} = {}",
                                             set_.first().path(), quote_name(kv[i]->name),
                                             shape_text(kv[i]->shape), shape_text(want),
-                                            i == 0 ? "[H, r, d_n]" : "[H, d_v, r]"));
+                                            i == 0 ? "[H, r, d_n] (or [H*r, d_n])" : "[H, d_v, r] (or [H*d_v, r])"));
     }
     const int64_t rows = H * (dn + dv);
     MLA_ASSIGN_OR_RETURN(AlignedBuffer<uint8_t> buf,
