@@ -199,6 +199,10 @@ class GgufWriter {
   // bytes.size() must equal the tensor's byte size; tensors in order. After an io_error every
   // later call returns it.
   Status write_tensor(std::string_view name, std::span<const uint8_t> bytes);
+  // The same tensor in consecutive parts, so that a writer holds one part in memory (`mla
+  // quantize` writes a merged expert tensor expert by expert); the tensor is complete when its
+  // byte size has been given, and only then may the next one start.
+  Status write_tensor_part(std::string_view name, std::span<const uint8_t> bytes);
   // invalid_argument when a declared tensor was not written.
   Status finish();
   ~GgufWriter();

@@ -191,9 +191,10 @@ struct GgufWriter::Impl {
   TempFile tmp;
   uint32_t alignment = 32;
   std::vector<Entry> tensors;
-  size_t next = 0;       // the tensor write_tensor expects
-  uint64_t written = 0;  // data-section bytes written so far
-  Status broken;         // the first write error; every later call returns it
+  size_t next = 0;         // the tensor write_tensor expects
+  uint64_t written = 0;    // data-section bytes written so far
+  uint64_t in_tensor = 0;  // bytes of tensor `next` written by write_tensor_part so far
+  Status broken;           // the first write error; every later call returns it
   bool finished = false;
 
   Status fail(int err, std::string_view what) {
@@ -289,6 +290,17 @@ Result<std::unique_ptr<GgufWriter>> GgufWriter::begin(
 Status GgufWriter::write_tensor(std::string_view name, std::span<const uint8_t> bytes) {
   Impl& m = *impl_;
   MLA_RETURN_IF_ERROR(m.broken);
+  if (!m.finished && m.next < m.tensors.size() && name == m.tensors[m.next].name &&
+      (m.in_tensor != 0 || bytes.size() != m.tensors[m.next].bytes))
+    return invalid_argument(fmt::format("{}: tensor {}: {} bytes given, its shape needs {}", m.path,
+                                        quote_text(name, true), bytes.size(),
+                                        m.tensors[m.next].bytes - m.in_tensor));
+  return write_tensor_part(name, bytes);
+}
+
+Status GgufWriter::write_tensor_part(std::string_view name, std::span<const uint8_t> bytes) {
+  Impl& m = *impl_;
+  MLA_RETURN_IF_ERROR(m.broken);
   if (m.finished) return invalid_argument(m.path + ": write_tensor after finish");
   if (m.next == m.tensors.size())
     return invalid_argument(
@@ -299,13 +311,19 @@ Status GgufWriter::write_tensor(std::string_view name, std::span<const uint8_t> 
   if (name != t.name)
     return invalid_argument(fmt::format("{}: tensor {} written where {} comes next", m.path,
                                         quote_text(name, true), quote_text(t.name, true)));
-  if (bytes.size() != t.bytes)
-    return invalid_argument(fmt::format("{}: tensor {}: {} bytes given, its shape needs {}", m.path,
-                                        quote_text(name, true), bytes.size(), t.bytes));
-  if (int err = write_zeros(m.tmp.fd, t.offset - m.written)) return m.fail(err, "write");
+  if (bytes.size() > t.bytes - m.in_tensor)
+    return invalid_argument(fmt::format("{}: tensor {}: {} bytes given, {} are left of it", m.path,
+                                        quote_text(name, true), bytes.size(),
+                                        t.bytes - m.in_tensor));
+  if (m.in_tensor == 0)
+    if (int err = write_zeros(m.tmp.fd, t.offset - m.written)) return m.fail(err, "write");
   if (int err = write_all(m.tmp.fd, bytes.data(), bytes.size())) return m.fail(err, "write");
-  m.written = t.offset + t.bytes;
-  ++m.next;
+  m.in_tensor += bytes.size();
+  m.written = t.offset + m.in_tensor;
+  if (m.in_tensor == t.bytes) {
+    ++m.next;
+    m.in_tensor = 0;
+  }
   return Status::ok_status();
 }
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -16,6 +17,9 @@
 
 namespace mla {
 namespace {
+
+// The most output bytes held at once (one part of a tensor).
+constexpr size_t kPartBytes = size_t(64) << 20;
 
 struct FileType {
   const char* name;
@@ -318,16 +322,21 @@ Result<QuantizeReport> quantize_model(const std::string& model_dir, const std::s
     const DTypeBlock b = dtype_block(types[i]);
     const size_t row_bytes = size_t(in / b.elems) * size_t(b.bytes);
     row.resize(size_t(in));
-    bytes.resize(row_bytes * size_t(rows));
-    for (int64_t r = 0; r < rows; ++r) {
-      t.row(r, row.data());
-      const Status s = quantize_row(types[i], row, bytes.data() + size_t(r) * row_bytes);
-      if (!s.ok())
-        return invalid_argument(
-            fmt::format("{}: {} row {}: {}", model_dir, t.name, r, s.message()));
+    // Parts of at most kPartBytes: memory stays one part whatever the tensor's size.
+    const int64_t part_rows = std::max<int64_t>(1, int64_t(kPartBytes / row_bytes));
+    for (int64_t r0 = 0; r0 < rows; r0 += part_rows) {
+      const int64_t n = std::min(part_rows, rows - r0);
+      bytes.resize(row_bytes * size_t(n));
+      for (int64_t r = 0; r < n; ++r) {
+        t.row(r0 + r, row.data());
+        const Status s = quantize_row(types[i], row, bytes.data() + size_t(r) * row_bytes);
+        if (!s.ok())
+          return invalid_argument(
+              fmt::format("{}: {} row {}: {}", model_dir, t.name, r0 + r, s.message()));
+      }
+      MLA_RETURN_IF_ERROR(out->write_tensor_part(t.name, bytes));
+      written += bytes.size();
     }
-    MLA_RETURN_IF_ERROR(out->write_tensor(t.name, bytes));
-    written += bytes.size();
     ++counts[std::string(dtype_name(types[i]))];
     if (o.progress) o.progress(int64_t(i + 1), int64_t(plan.tensors().size()), written);
   }

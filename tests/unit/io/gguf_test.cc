@@ -282,6 +282,35 @@ TEST(GgufWriter, UnfinishedWriterLeavesNothingAndOldFileStays) {
                           StatusCode::kIoError, dir.file("no/such/dir.gguf"), {"cannot create"}));
 }
 
+// A tensor written in parts is the tensor written whole; a part past its end, a whole write
+// after a part, or the next tensor before this one is complete, is refused.
+TEST(GgufWriter, TensorPartsMakeTheSameFile) {
+  TempDir dir;
+  std::vector<uint8_t> a(40), b(8);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = uint8_t(i * 7 + 1);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i + 100);
+  const std::vector<GgufWriter::Tensor> decl = {{"a", DType::kF32, {2, 5}},
+                                                {"b", DType::kF32, {2}}};
+  auto whole = GgufWriter::begin(dir.file("whole.gguf"), {}, decl);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_TRUE((*whole)->write_tensor("a", a).ok());
+  ASSERT_TRUE((*whole)->write_tensor("b", b).ok());
+  ASSERT_TRUE((*whole)->finish().ok());
+  auto parts = GgufWriter::begin(dir.file("parts.gguf"), {}, decl);
+  ASSERT_TRUE(parts.ok());
+  GgufWriter& w = **parts;
+  const std::span<const uint8_t> all(a);
+  ASSERT_TRUE(w.write_tensor_part("a", all.subspan(0, 12)).ok());
+  EXPECT_FALSE(w.write_tensor("a", all.subspan(12)).ok());                   // whole after a part
+  EXPECT_FALSE(w.write_tensor_part("b", std::span<const uint8_t>(b)).ok());  // a not done
+  EXPECT_FALSE(w.write_tensor_part("a", std::span<const uint8_t>(a)).ok());  // past its end
+  ASSERT_TRUE(w.write_tensor_part("a", all.subspan(12, 20)).ok());
+  ASSERT_TRUE(w.write_tensor_part("a", all.subspan(32)).ok());
+  ASSERT_TRUE(w.write_tensor_part("b", std::span<const uint8_t>(b)).ok());
+  ASSERT_TRUE(w.finish().ok());
+  EXPECT_EQ(read_bytes(dir.file("parts.gguf")), read_bytes(dir.file("whole.gguf")));
+}
+
 // ---- split sets ----
 
 class GgufSetTest : public ::testing::Test {
