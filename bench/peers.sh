@@ -26,6 +26,9 @@
 #   MLA_ARGS          extra `mla bench model` flags (default none: the engine's defaults, BF16
 #                     products and attention); e.g. "--lm-head-dtype int8" for the 8-bit row at
 #                     the peers' bytes per token (Q8_0 quantises their lm_head too)
+#   MLA_8BIT=fp8      what mla runs in the 8-bit rows: fp8 (MODEL_FP8, its block-FP8
+#                     checkpoint) or gguf (llama.cpp's own Q8_0 file of MODEL_BF16: the same
+#                     file, bytes and weights as llama.cpp's rows)
 #   IK_CONFIGS        ik_llama.cpp flag sets, ';'-separated; the table takes the best per row
 #                     (default "-mla 3 -fa 1 -fmoe 1;-mla 3 -fa 1 -fmoe 1 -rtr 1")
 #   LLAMA_ARGS        extra llama-bench flags for llama.cpp (default none: its defaults, which
@@ -309,7 +312,13 @@ group_jobs() {
     bf16) ggtype=bf16 ;;
     *) ggtype=q8_0 ;;
   esac
-  if [[ $group == bf16 ]]; then model=$MODEL_BF16; else model=$MODEL_FP8; fi
+  if [[ $group == bf16 ]]; then
+    model=$MODEL_BF16
+  elif [[ ${MLA_8BIT:-fp8} == gguf ]]; then
+    model=$(gguf_of llama.cpp q8_0)
+  else
+    model=$MODEL_FP8
+  fi
   if [[ $group == depth ]]; then
     echo "mla|default|$model|$(mla_cmd "$model" "$DEPTH")"
     echo "llama.cpp|default|$(gguf_of llama.cpp q8_0)|$(bench_of llama.cpp) -m $(gguf_of llama.cpp q8_0) -t $THREADS -r 1 -o json -p 0 -n $TG -d $DEPTH $LLAMA_ARGS"
@@ -328,7 +337,7 @@ group_jobs() {
 for peer in llama.cpp ik_llama.cpp; do
   [[ $(version_of "$peer") != unknown ]] || log "warning: $peer version unknown (no git checkout, no $(src_of "$peer")/COMMIT)"
 done
-log "benchmark: $ROUNDS rounds, $THREADS threads, prefill $PP, decode $TG, depth $DEPTH; mla ${MLA_ARGS:-(defaults)}"
+log "benchmark: $ROUNDS rounds, $THREADS threads, prefill $PP, decode $TG, depth $DEPTH; mla ${MLA_ARGS:-(defaults)}, 8-bit rows ${MLA_8BIT:-fp8}"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 bench_t0=$SECONDS
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -358,6 +367,7 @@ for peer in llama.cpp ik_llama.cpp; do
 done
 export PEERS_BYTES="${bytes_json%, }}"
 export PEERS_IK_SETS="$IK_CONFIGS" PEERS_LLAMA_ARGS="$LLAMA_ARGS" PEERS_MLA_ARGS="$MLA_ARGS"
+export PEERS_MLA_8BIT=${MLA_8BIT:-fp8}
 export PEERS_THREADS=$THREADS PEERS_PP=$PP PEERS_TG=$TG PEERS_DEPTH=$DEPTH PEERS_ROUNDS=$ROUNDS
 export PEERS_LOAD="$load_before -> $load_after"
 export PEERS_WALL=$bench_s PEERS_FAILURES=$failures PEERS_MLA_BIN=$MLA_BIN
@@ -377,7 +387,9 @@ names = json.loads(e["PEERS_CFG_NAMES"])
 wall = int(e["PEERS_WALL"])
 notes = [
     f"mla: `mla bench model --threads {t} --prompt-len {pp} --tokens {tg} "
-    f"{e['PEERS_MLA_ARGS'] + ' ' if e['PEERS_MLA_ARGS'] else ''}--json` on the BF16 and the FP8 checkpoint (depth row: "
+    f"{e['PEERS_MLA_ARGS'] + ' ' if e['PEERS_MLA_ARGS'] else ''}--json` on the BF16 checkpoint and "
+    + ("llama.cpp's Q8_0 GGUF file" if e["PEERS_MLA_8BIT"] == "gguf" else "the FP8 checkpoint")
+    + " (depth row: "
     f"--prompt-len {depth}); one run gives prefill {pp} and decode {tg}, the decode at context "
     f"{pp}..{int(pp) + int(tg)} (the peers' tg{tg}: 0..{tg}).",
     f"llama.cpp {e['PEERS_LLAMA_VERSION']}: `llama-bench -t {t} -r 1 -o json -p {pp} -n {tg}{largs}`"
@@ -396,7 +408,7 @@ notes = [
 configs = {"mla/default": e["PEERS_MLA_ARGS"] or "defaults",
            "llama.cpp/default": "defaults" + largs}
 configs.update({f"ik_llama.cpp/{names[s]}": s for s in sets})
-json.dump({"threads": int(t), "pp": int(pp), "tg": int(tg), "depth": int(depth),
+json.dump({"mla_8bit": e["PEERS_MLA_8BIT"], "threads": int(t), "pp": int(pp), "tg": int(tg), "depth": int(depth),
            "cpu": e["PEERS_CPU"], "model": e["PEERS_MODEL"], "bytes": json.loads(e["PEERS_BYTES"]),
            "configs": configs, "ik_configs": {names[s]: s for s in sets}, "notes": notes},
           open(sys.argv[1], "w"), indent=1)

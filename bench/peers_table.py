@@ -210,13 +210,16 @@ def cmd_table(runs_dir, meta_path):
         return max(cands) if cands else (None, None, 0)
 
     pp, tg, depth = meta["pp"], meta["tg"], meta["depth"]
+    # MLA_8BIT=gguf: mla ran llama.cpp's own Q8_0 file in the 8-bit rows.
+    eight = "Q8_0, the same GGUF file" if meta.get("mla_8bit") == "gguf" else "FP8 (mla) vs Q8_0"
+    rows = [(lbl.replace("FP8 (mla) vs Q8_0", eight), g, mt) for lbl, g, mt in ROWS]
     print(f"### mla vs llama.cpp vs ik_llama.cpp: {meta['threads']} threads, "
           f"median of {len(rounds)} interleaved round{'s' if len(rounds) != 1 else ''} (tokens/s, higher is better)\n")
     print(f"CPU: {meta.get('cpu', '?')}; model: {meta.get('model', '?')}\n")
     print("| row | mla | llama.cpp | ik_llama.cpp (best flags) | mla/llama.cpp | mla/ik_llama.cpp |")
     print("|---|---:|---:|---:|---:|---:|")
     ik_names = meta.get("ik_configs", {})
-    for label, group, metric in ROWS:
+    for label, group, metric in rows:
         m, _, _ = best("mla", group, metric)
         ll, _, _ = best("llama.cpp", group, metric)
         ik, ikc, _ = best("ik_llama.cpp", group, metric)
@@ -229,8 +232,8 @@ def cmd_table(runs_dir, meta_path):
     # Every configuration, for the record.
     print("\nAll configurations (median tokens/s over rounds; n = rounds):\n")
     print("| engine | config | " + " | ".join(
-        lbl.format(pp=pp, tg=tg, depth=depth) for lbl, _, _ in ROWS) + " |")
-    print("|---|---|" + "---:|" * len(ROWS))
+        lbl.format(pp=pp, tg=tg, depth=depth) for lbl, _, _ in rows) + " |")
+    print("|---|---|" + "---:|" * len(rows))
     configs = sorted({(e, c) for (e, c, _, _) in samples},
                      key=lambda ec: (ENGINES.index(ec[0]) if ec[0] in ENGINES else 9, ec[1]))
     for e, c in configs:
@@ -247,7 +250,8 @@ def cmd_table(runs_dir, meta_path):
     print("| weights | engine | MB/token | decode tokens/s | GB/s |")
     print("|---|---|---:|---:|---:|")
     byt = meta.get("bytes", {})
-    for group, wname in (("bf16", "BF16"), ("q8", "FP8 (mla) / Q8_0")):
+    for group, wname in (("bf16", "BF16"),
+                         ("q8", "Q8_0" if meta.get("mla_8bit") == "gguf" else "FP8 (mla) / Q8_0")):
         for e in ENGINES:
             b = extras.get(("mla", "default", group), {}).get("bytes") if e == "mla" \
                 else byt.get(f"{e}/{group}")
