@@ -15,6 +15,7 @@
 #include "kernels/cpu/linear_avx512_vbmi_traits.h"
 #include "kernels/cpu/linear_gemm_bf16.h"
 #include "kernels/cpu/linear_ggml_vnni.h"
+#include "kernels/cpu/linear_ggml_vnni_k.h"
 
 namespace mla::cpu {
 namespace {
@@ -36,15 +37,21 @@ struct LinAvx512Bf16 : LinAvx512Vbmi {
                          int64_t r0, int64_t r1) {
     gemm_bf16_chunk<LinAvx512Bf16, D>(w, n, panels, y, r0, r1);
   }
-  // Q8_0 / Q4_0 on AVX512-VNNI (every AVX512_BF16 CPU has it; checked anyway).
+  // GGUF block formats on AVX512-VNNI (every AVX512_BF16 CPU has it; checked anyway): Q8_0 /
+  // Q4_0 with x quantised per 32 values (linear_ggml_vnni.h), the K formats per 256
+  // (linear_ggml_vnni_k.h). The two x layouts follow the weight's block size.
   static constexpr bool kGgmlVnni = true;
-  static bool ggml_takes(DType t) { return ggml_vnni_takes(t); }
-  static int64_t ggml_x_bytes(int64_t in) { return ggml_x_row_bytes(in); }
-  static void ggml_quantize_x(const float* x, int64_t in, uint8_t* dst) {
+  static bool ggml_takes(DType t) { return ggml_vnni_takes(t) || ggml_k_vnni_takes(t); }
+  static int64_t ggml_x_bytes(DType t, int64_t in) {
+    return ggml_k_format(t) ? ggml_k_x_row_bytes(in) : ggml_x_row_bytes(in);
+  }
+  static void ggml_quantize_x(DType t, const float* x, int64_t in, uint8_t* dst) {
+    if (ggml_k_format(t)) return ggml_k_quantize_x_row(x, in, dst);
     ggml_quantize_x_row(x, in, dst);
   }
   static void ggml_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y, int64_t r0,
                          int64_t r1) {
+    if (ggml_k_format(w.dtype)) return ggml_k_vnni_chunk(w, n, xq, y, r0, r1);
     ggml_vnni_chunk(w, n, xq, y, r0, r1);
   }
 };

@@ -428,9 +428,9 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       });
     }
   }
-  // GGUF 32-value blocks on integer dot products (traits with L::kGgmlVnni,
-  // linear_ggml_vnni.h): each job's x quantised once, jobs with the same x sharing it. Empty when
-  // no job takes the path (nothing is allocated).
+  // GGUF block formats on integer dot products (traits with L::kGgmlVnni, linear_ggml_vnni*.h):
+  // each job's x quantised once, jobs with the same x and the same x layout (one per weight block
+  // size: 32 or 256 values) sharing it. Empty when no job takes the path (nothing is allocated).
   std::vector<int64_t> xq_at;  // per job: byte offset into xq_store, -1 for other products
   static thread_local AlignedBuffer<uint8_t> xq_store;
   uint8_t* xq = nullptr;
@@ -442,20 +442,22 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       if (job.n == 0 || !L::ggml_takes(job.w->dtype)) continue;
       if (xq_at.empty()) xq_at.assign(jobs.size(), -1);
       for (size_t p = 0; p < j && xq_at[j] < 0; ++p)
-        if (xq_at[p] >= 0 && jobs[p].x == job.x && jobs[p].n == job.n && jobs[p].w->in == job.w->in)
+        if (xq_at[p] >= 0 && jobs[p].x == job.x && jobs[p].n == job.n &&
+            jobs[p].w->in == job.w->in &&
+            dtype_block(jobs[p].w->dtype).elems == dtype_block(job.w->dtype).elems)
           xq_at[j] = xq_at[p];
       if (xq_at[j] >= 0) continue;
       xq_at[j] = end;
       for (int64_t r = 0; r < job.n; ++r) rows.push_back({j, r});
-      end += job.n * L::ggml_x_bytes(job.w->in);
+      end += job.n * L::ggml_x_bytes(job.w->dtype, job.w->in);
     }
     if (!rows.empty()) {
       xq = ensure_scratch(xq_store, size_t(end));
       pool.parallel_for(int64_t(rows.size()), [&](int64_t c, int) {
         const auto [j, r] = rows[size_t(c)];
         const LinearJob& job = jobs[j];
-        L::ggml_quantize_x(job.x + r * job.w->in, job.w->in,
-                           xq + xq_at[j] + r * L::ggml_x_bytes(job.w->in));
+        L::ggml_quantize_x(job.w->dtype, job.x + r * job.w->in, job.w->in,
+                           xq + xq_at[j] + r * L::ggml_x_bytes(job.w->dtype, job.w->in));
       });
     }
   }

@@ -3,6 +3,7 @@
 // shapes around the register blocks and the odd 32-block count, and through linear_many.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -21,7 +22,62 @@ struct BlockWeight {
   std::vector<uint8_t> bytes;
   LinearWeight w;
   std::vector<std::vector<float>> rows;  // dequantised
+  // K formats: per value, the magnitude of the two terms the VNNI kernel sums separately,
+  // |d·s·q| + |dm·m| (linear_ggml_vnni_k.h), bounded from decodes of altered copies of the block.
+  std::vector<std::vector<double>> mags;
 };
+
+// Decodes one K super-block with `len` bytes from `at` set to `v`.
+std::vector<float> decode_altered(DType t, const uint8_t* block, int at, int len, uint8_t v) {
+  std::vector<uint8_t> b(block, block + dtype_block(t).bytes);
+  std::fill(b.begin() + at, b.begin() + at + len, v);
+  std::vector<float> out(256);
+  EXPECT_TRUE(dequantize_row(t, b.data(), 256, out.data()).ok());
+  return out;
+}
+
+// Q4_K / Q5_K / Q2_K (d·s·q − dmin·m): the first term with dmin zeroed, the second with d zeroed.
+// Q6_K / Q3_K (d·s·(q − off)): |d·s|·(q + off) ≤ |w| + 2·off·|d·s|, with d·s decoded from a copy
+// whose codes all read off + 1 (Q6_K: ql nibbles 1, qh pairs 2; Q3_K: two bits 1, hmask bit 1).
+std::vector<double> k_mags(DType t, const uint8_t* block) {
+  std::vector<double> mag(256);
+  const auto add = [&](const std::vector<float>& v, double f) {
+    for (int j = 0; j < 256; ++j) mag[size_t(j)] += f * std::fabs(double(v[size_t(j)]));
+  };
+  std::vector<float> w(256);
+  EXPECT_TRUE(dequantize_row(t, block, 256, w.data()).ok());
+  switch (t) {
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      add(decode_altered(t, block, 2, 2, 0), 1);
+      add(decode_altered(t, block, 0, 2, 0), 1);
+      break;
+    case DType::kQ2_K:
+      add(decode_altered(t, block, 82, 2, 0), 1);
+      add(decode_altered(t, block, 80, 2, 0), 1);
+      break;
+    case DType::kQ6_K: {
+      std::vector<uint8_t> b(block, block + 210);
+      std::fill(b.begin(), b.begin() + 128, 0x11);
+      std::fill(b.begin() + 128, b.begin() + 192, 0xAA);
+      std::vector<float> ds(256);
+      EXPECT_TRUE(dequantize_row(t, b.data(), 256, ds.data()).ok());
+      add(w, 1);
+      add(ds, 64);
+      break;
+    }
+    default: {  // Q3_K
+      std::vector<uint8_t> b(block, block + 110);
+      std::fill(b.begin(), b.begin() + 32, 0xFF);
+      std::fill(b.begin() + 32, b.begin() + 96, 0x55);
+      std::vector<float> ds(256);
+      EXPECT_TRUE(dequantize_row(t, b.data(), 256, ds.data()).ok());
+      add(w, 1);
+      add(ds, 8);
+    }
+  }
+  return mag;
+}
 
 BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) {
   Rng rng(seed);
@@ -37,6 +93,15 @@ BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) {
     EXPECT_TRUE(
         dequantize_row(t, b.bytes.data() + 1 + size_t(o) * row_bytes, in, back.data()).ok());
     b.rows.push_back(back);
+    if (blk.elems == 256) {
+      std::vector<double> mag;
+      for (int64_t k = 0; k < in / 256; ++k) {
+        const std::vector<double> m =
+            k_mags(t, b.bytes.data() + 1 + size_t(o) * row_bytes + size_t(k) * size_t(blk.bytes));
+        mag.insert(mag.end(), m.begin(), m.end());
+      }
+      b.mags.push_back(mag);
+    }
   }
   b.w.dtype = t;
   b.w.data = b.bytes.data() + 1;
@@ -53,6 +118,13 @@ BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) {
 //    within dx/2 (plus the rounding of dx and 1/dx: 2^-22·|x| more); the int32 block sums are
 //    exact and each block's d_w·dx·sum rounds twice before the FP32 accumulation:
 //    Σ_blocks (dx/2 + 2^-22·amax)·Σ|w| + γ_(in/32+4)·Σ|x·w|·(1 + 1/127).
+//  - The K formats on VNNI: x is quantised per 256-value super-block the same way, so its
+//    rounding adds Σ_superblocks (dx/2 + 2^-22·amax)·Σ|w|. Per super-block the kernel forms two
+//    exact integer sums, Σ s·q_w·q_x and Σ m·q_x (each lane below 2^24: converted exactly), and
+//    adds fl(d·dx)·first − fl(dm·dx)·second into FP32 lanes: one rounding for each scale
+//    product, one per fused add (two per super-block), four for the final 16-lane sum, so
+//    k = 2·in/256 + 6 roundings at most reach any term. The terms are not the products w·x but
+//    their two parts, so the FP32 part is γ_k·Σ mag·(|x| + dx/2) with mag = |d·s·q| + |dm·m| ≥ |w|.
 double fp32_bound(int64_t in, double abs_sum) {
   const double u = std::ldexp(1.0, -24), k = double(in + 2);
   return k * u / (1 - k * u) * abs_sum;
@@ -72,9 +144,26 @@ double vnni_bound(const std::vector<float>& x, const std::vector<float>& w, doub
   return b + k * u / (1 - k * u) * abs_sum * (1 + 1.0 / 127);
 }
 
+double vnni_k_bound(const std::vector<float>& x, const std::vector<float>& w,
+                    const std::vector<double>& mag) {
+  double b = 0, terms = 0;
+  for (size_t j0 = 0; j0 < x.size(); j0 += 256) {
+    double amax = 0, wsum = 0;
+    for (size_t j = j0; j < j0 + 256; ++j) amax = std::max(amax, std::fabs(double(x[j])));
+    const double half = amax / 127 / 2 + std::ldexp(amax, -22);
+    for (size_t j = j0; j < j0 + 256; ++j) {
+      wsum += std::fabs(double(w[j]));
+      terms += mag[j] * (std::fabs(double(x[j])) + half);
+    }
+    b += half * wsum;
+  }
+  const double u = std::ldexp(1.0, -24), k = double(2 * x.size() / 256 + 6);
+  return b + k * u / (1 - k * u) * terms;
+}
+
 bool vnni_path(const char* variant, DType t) {
   return std::string(variant) == "linear.cpu.avx512bf16" && __builtin_cpu_supports("avx512vnni") &&
-         (t == DType::kQ8_0 || t == DType::kQ4_0);
+         t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
 }
 
 class LinearGgmlTest : public ::testing::TestWithParam<DType> {};
@@ -108,8 +197,10 @@ TEST_P(LinearGgmlTest, EveryCpuVariantMatchesTheReference) {
               double abs_sum = 0;
               for (int64_t j = 0; j < in; ++j)
                 abs_sum += std::fabs(double(xi[size_t(j)]) * bw.rows[size_t(o)][size_t(j)]);
-              const double b = vnni_path(v.name, t) ? vnni_bound(xi, bw.rows[size_t(o)], abs_sum)
-                                                    : fp32_bound(in, abs_sum);
+              const double b = !vnni_path(v.name, t) ? fp32_bound(in, abs_sum)
+                               : be == 32
+                                   ? vnni_bound(xi, bw.rows[size_t(o)], abs_sum)
+                                   : vnni_k_bound(xi, bw.rows[size_t(o)], bw.mags[size_t(o)]);
               const double got = y[size_t(i * out + o)], want = ref[size_t(i * out + o)];
               if (!(std::fabs(got - want) <= b) && ++bad <= 3)
                 ADD_FAILURE() << v.name << " " << dtype_name(t) << " [" << out << ", " << in
@@ -141,6 +232,31 @@ TEST_P(LinearGgmlTest, LinearManyEqualsLinear) {
     ASSERT_TRUE(linear_many(jobs, pool).ok());
     EXPECT_EQ(ya, ma);
     EXPECT_EQ(yb, mb);
+  }
+}
+
+// Jobs with one x but weights of 32- and 256-value blocks quantise x once per layout.
+TEST(LinearGgml, LinearManyMixesBlockSizes) {
+  const int64_t in = 512;
+  ThreadPool pool(2);
+  BlockWeight a = make_weight(DType::kQ8_0, 16, in, 4), b = make_weight(DType::kQ4_K, 16, in, 5),
+              c = make_weight(DType::kQ6_K, 8, in, 6);
+  for (int64_t n : {1, 6}) {
+    std::vector<float> x(size_t(n * in));
+    Rng rng(7);
+    for (float& v : x) v = float(rng.normal());
+    std::vector<float> ya(size_t(n * 16)), yb(ya.size()), yc(size_t(n * 8));
+    std::vector<float> ma(ya.size()), mb(yb.size()), mc(yc.size());
+    ASSERT_TRUE(linear(a.w, n, x.data(), ya.data(), pool).ok());
+    ASSERT_TRUE(linear(b.w, n, x.data(), yb.data(), pool).ok());
+    ASSERT_TRUE(linear(c.w, n, x.data(), yc.data(), pool).ok());
+    const LinearJob jobs[] = {{&a.w, n, x.data(), ma.data()},
+                              {&b.w, n, x.data(), mb.data()},
+                              {&c.w, n, x.data(), mc.data()}};
+    ASSERT_TRUE(linear_many(jobs, pool).ok());
+    EXPECT_EQ(ya, ma);
+    EXPECT_EQ(yb, mb);
+    EXPECT_EQ(yc, mc);
   }
 }
 

@@ -1,0 +1,308 @@
+// The GGUF K formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; docs/GGUF.md) on AVX512-VNNI integer dot
+// products, with x quantised per 256-value super-block as llama.cpp's Q8_K: q_x = round(x / dx),
+// dx = amax / 127 of the super-block, and the sums of the codes per 16 values.
+// Every K format is, per super-block, value = d · s_j · q − dm · m_j with unsigned codes q and
+// small integer scales s_j, m_j per sub-block (of 32 or 16 values):
+//   Q4_K / Q5_K  q 0..15 / 0..31, s_j, m_j the 6-bit scale and min per 32, dm = dmin
+//   Q6_K         q 0..63, s_j the signed 8-bit scale per 16, m_j = 32 · s_j, dm = d
+//   Q3_K         q 0..7 (the stored 2 bits | the hmask bit · 4), s_j signed 6-bit per 16,
+//                m_j = 4 · s_j, dm = d
+//   Q2_K         q 0..3, s_j, m_j the two nibbles per 16, dm = dmin
+// so a super-block's product is
+//   fl(d·dx) · Σ_j s_j Σ q_w·q_x  −  fl(dm·dx) · Σ_j m_j Σ q_x
+// with both sums exact in int32 lanes (below 2^24 in every lane, so their conversion to FP32 is
+// exact too: Q6_K's largest, 4 chunks · 127 · 4 · 63 · 127 = 16.3M), accumulated in FP32 lanes.
+// The weight codes are the unsigned operand of vpdpbusd as decoded, with no offset.
+// Error against the exact product: x's rounding, at most dx/2 per value, times Σ|w| of the
+// super-block, plus the roundings of d·dx, dm·dx and the FP32 accumulation.
+// Include after the ISA's `#pragma GCC target` (avx512f/bw/vl/vnni); internal linkage.
+#pragma once
+
+#include "core/dtype.h"
+#include "kernels/cpu/scratch.h"
+
+namespace mla::cpu {
+namespace {
+
+// A quantised x row for the K formats: per super-block sb, codes[256 · sb ..] in value order,
+// sums[16 · sb + s] = Σ of the codes s · 16 .. s · 16 + 15 (int32), and dx[sb].
+struct GgmlKXRow {
+  const int8_t* codes = nullptr;
+  const int32_t* sums = nullptr;
+  const float* dx = nullptr;
+};
+
+constexpr int64_t ggml_k_x_row_bytes(int64_t in) {
+  const int64_t sbs = in / 256;
+  return sbs * (256 + 64) + (sbs * 4 + 63) / 64 * 64;
+}
+
+inline GgmlKXRow ggml_k_x_row(const uint8_t* base, int64_t in) {
+  const int64_t sbs = in / 256;
+  return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const int32_t*>(base + sbs * 256),
+          reinterpret_cast<const float*>(base + sbs * 320)};
+}
+
+// Quantises x [in] (a multiple of 256) into the layout above at `dst` (64-byte aligned).
+inline void ggml_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
+  const int64_t sbs = in / 256;
+  int8_t* codes = reinterpret_cast<int8_t*>(dst);
+  int32_t* sums = reinterpret_cast<int32_t*>(dst + sbs * 256);
+  float* dxs = reinterpret_cast<float*>(dst + sbs * 320);
+  for (int64_t sb = 0; sb < sbs; ++sb) {
+    const float* xs = x + 256 * sb;
+    __m512 amax = _mm512_setzero_ps();
+    for (int k = 0; k < 16; ++k)
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xs + 16 * k)));
+    const float dx = _mm512_reduce_max_ps(amax) / 127.0f;
+    const __m512 inv = _mm512_set1_ps(dx > 0.0f ? 1.0f / dx : 0.0f);
+    dxs[sb] = dx;
+    for (int k = 0; k < 16; ++k) {
+      // Round to nearest even; |x / dx| ≤ 127 up to the rounding of 1 / dx, and the saturating
+      // narrowing keeps it in int8 (the sums are taken from the narrowed codes).
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * k), inv));
+      const __m128i q8 = _mm512_cvtsepi32_epi8(q);
+      _mm_store_si128(reinterpret_cast<__m128i*>(codes + 256 * sb + 16 * k), q8);
+      sums[16 * sb + k] = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8));
+    }
+  }
+}
+
+// One decoded super-block: codes q[c] for values 64c .. 64c + 63 (value order, unsigned), the
+// scale of each int32 lane of vpdpbusd(q[c], ..) in s[c] (lane k sums values 64c + 4k .. + 3),
+// the min of each 16-value sum of x in m (lane t: values 16t ..), and d, dm.
+struct GgmlKBlock {
+  __m512i q[4], s[4], m;
+  float d, dm;
+};
+
+// Lane k of s[c] for 32-value sub-blocks (8 lanes each) and for 16-value ones (4 lanes each),
+// from a vector whose lane j holds scale j.
+inline __m512i ggml_k_spread(__m512i per_sub, int c, bool sub32) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i idx = sub32
+                          ? _mm512_add_epi32(_mm512_srli_epi32(lane, 3), _mm512_set1_epi32(2 * c))
+                          : _mm512_add_epi32(_mm512_srli_epi32(lane, 2), _mm512_set1_epi32(4 * c));
+  return _mm512_permutexvar_epi32(idx, per_sub);
+}
+
+// [v | v]: 32 bytes in both halves of a zmm.
+inline __m512i ggml_k_twice(const uint8_t* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1);
+}
+
+// Bits (b0 in the low 32 bytes, b1 in the high) of 2-bit fields: (v >> shift) & 3 per byte,
+// shifting 16-bit words (the bits pulled in from the neighbour byte are masked off).
+inline __m512i ggml_k_bits2(__m512i twice, int s0, int s1) {
+  const __m512i cnt =
+      _mm512_inserti64x4(_mm512_set1_epi16(short(s0)), _mm256_set1_epi16(short(s1)), 1);
+  return _mm512_and_si512(_mm512_srlv_epi16(twice, cnt), _mm512_set1_epi8(3));
+}
+
+// Byte mask of bit b0 (low 32 bytes) / b1 (high 32 bytes) of `twice`.
+inline __mmask64 ggml_k_bit(__m512i twice, int b0, int b1) {
+  const __m512i sel =
+      _mm512_inserti64x4(_mm512_set1_epi8(char(1 << b0)), _mm256_set1_epi8(char(1 << b1)), 1);
+  return _mm512_test_epi8_mask(twice, sel);
+}
+
+inline float ggml_k_half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Q3_K scales: sixteen 6-bit values stored as s + 32 in 12 bytes; the low 4 bits of scale j are
+// nibble j / 8 of byte j % 8, its top 2 bits sit at bit 2 · (j / 4) of byte 8 + j % 4.
+inline __m512i ggml_k_q3_scales(const uint8_t* p) {
+  alignas(64) int32_t sc[16];
+  for (int j = 0; j < 16; ++j)
+    sc[j] =
+        (((p[j % 8] >> (4 * (j / 8))) & 0x0f) | (((p[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+  return _mm512_load_si512(sc);
+}
+
+// Q4_K / Q5_K scales: 12 bytes as three words, b0 = the low 6 bits of sc0..3 (and the top 2 of
+// sc4..7), b1 the same for the mins, b2 the low nibbles of sc4..7 | m4..7 << 4. Returns lanes
+// 0-7 sc[0..7], lanes 8-15 m[0..7].
+inline __m512i ggml_k_scale_min(const uint8_t* p) {
+  uint32_t b0, b1, b2;
+  std::memcpy(&b0, p, 4);
+  std::memcpy(&b1, p + 4, 4);
+  std::memcpy(&b2, p + 8, 4);
+  const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+  const uint32_t sc03 = b0 & lo6, m03 = b1 & lo6;
+  const uint32_t sc47 = (b2 & lo4) | (((b0 >> 6) & lo2) << 4);
+  const uint32_t m47 = ((b2 >> 4) & lo4) | (((b1 >> 6) & lo2) << 4);
+  return _mm512_cvtepu8_epi32(_mm_set_epi32(int(m47), int(m03), int(sc47), int(sc03)));
+}
+
+template <DType D>
+constexpr int kGgmlKBytes = D == DType::kQ2_K   ? 84
+                            : D == DType::kQ3_K ? 110
+                            : D == DType::kQ4_K ? 144
+                            : D == DType::kQ5_K ? 176
+                                                : 210;
+
+template <DType D>
+inline void ggml_k_decode(const uint8_t* b, GgmlKBlock& k) {
+  if constexpr (D == DType::kQ4_K || D == DType::kQ5_K) {
+    // Q4_K 144 bytes: d, dmin, scales[12], qs[128]; Q5_K 176: the same with qh[32] before qs.
+    // Chunk c = qs[32c ..]: value 64c + l its low nibble, 64c + 32 + l its high nibble, so
+    // [low | high] is the 64 values in order. Q5_K: value 32j + l's fifth bit is bit j of qh[l].
+    k.d = ggml_k_half(b);
+    k.dm = ggml_k_half(b + 2);
+    const __m512i sm = ggml_k_scale_min(b + 4);
+    const uint8_t* qs = b + (D == DType::kQ4_K ? 16 : 48);
+    __m512i qh;
+    if constexpr (D == DType::kQ5_K) qh = ggml_k_twice(b + 16);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+      const __m256i m4 = _mm256_set1_epi8(0x0f);
+      const __m256i lo = _mm256_and_si256(v, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      k.q[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      if constexpr (D == DType::kQ5_K)
+        k.q[c] = _mm512_mask_add_epi8(k.q[c], ggml_k_bit(qh, 2 * c, 2 * c + 1), k.q[c],
+                                      _mm512_set1_epi8(16));
+      k.s[c] = ggml_k_spread(sm, c, true);
+    }
+    // 16-value sum t belongs to sub-block t / 2, whose min is lane 8 + t / 2.
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    k.m = _mm512_permutexvar_epi32(
+        _mm512_add_epi32(_mm512_srli_epi32(lane, 1), _mm512_set1_epi32(8)), sm);
+  } else if constexpr (D == DType::kQ6_K) {
+    // 210 bytes: ql[128], qh[64], scales[16] (int8), d. Half h = values 128h ..: value 128h + k
+    // (k < 64) is the low nibble of ql[64h + k], 128h + 64 + k the high nibble; value
+    // 128h + 32s + l has its top 2 bits at bit 2s of qh[32h + l].
+    k.d = k.dm = ggml_k_half(b + 208);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(b + 64 * h);
+      const __m512i qh = ggml_k_twice(b + 128 + 32 * h);
+      const __m512i m4 = _mm512_set1_epi8(0x0f);
+      const __m512i lo = _mm512_and_si512(ql, m4),
+                    hi = _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+      k.q[2 * h] = _mm512_or_si512(lo, _mm512_slli_epi16(ggml_k_bits2(qh, 0, 2), 4));
+      k.q[2 * h + 1] = _mm512_or_si512(hi, _mm512_slli_epi16(ggml_k_bits2(qh, 4, 6), 4));
+    }
+    const __m512i sc =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    for (int c = 0; c < 4; ++c) k.s[c] = ggml_k_spread(sc, c, false);
+    k.m = _mm512_slli_epi32(sc, 5);
+  } else if constexpr (D == DType::kQ3_K) {
+    // 110 bytes: hmask[32], qs[64], scales[12], d. Value 128h + 32s + l: bits 2s of
+    // qs[32h + l]; its third bit is bit (4h + s) of hmask[l], clear meaning "minus 4", so the
+    // stored value is (two bits | bit << 2) − 4.
+    k.d = k.dm = ggml_k_half(b + 108);
+    const __m512i hm = ggml_k_twice(b);
+    for (int c = 0; c < 4; ++c) {
+      const int h = c / 2, s = 2 * (c % 2);
+      k.q[c] = ggml_k_bits2(ggml_k_twice(b + 32 + 32 * h), 2 * s, 2 * s + 2);
+      k.q[c] = _mm512_mask_add_epi8(k.q[c], ggml_k_bit(hm, 4 * h + s, 4 * h + s + 1), k.q[c],
+                                    _mm512_set1_epi8(4));
+    }
+    const __m512i scv = ggml_k_q3_scales(b + 96);
+    for (int c = 0; c < 4; ++c) k.s[c] = ggml_k_spread(scv, c, false);
+    k.m = _mm512_slli_epi32(scv, 2);
+  } else {
+    // Q2_K 84 bytes: scales[16] (low nibble scale, high nibble min), qs[64] as Q3_K's, d, dmin.
+    k.d = ggml_k_half(b + 80);
+    k.dm = ggml_k_half(b + 82);
+    for (int c = 0; c < 4; ++c) {
+      const int h = c / 2, s = 2 * (c % 2);
+      k.q[c] = ggml_k_bits2(ggml_k_twice(b + 16 + 32 * h), 2 * s, 2 * s + 2);
+    }
+    const __m512i sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+    const __m512i sc = _mm512_and_si512(sm, _mm512_set1_epi32(0x0f));
+    for (int c = 0; c < 4; ++c) k.s[c] = ggml_k_spread(sc, c, false);
+    k.m = _mm512_srli_epi32(sm, 4);
+  }
+}
+
+// y[i · ldy + o] for rows o in [r0, r1) of w and the n ≤ 4 quantised rows xs.
+template <DType D, int N>
+void ggml_k_vnni_rows(const LinearWeight& w, const GgmlKXRow* xs, float* y, int64_t ldy, int64_t r0,
+                      int64_t r1) {
+  constexpr int kBytes = kGgmlKBytes<D>;
+  const int64_t sbs = w.in / 256, row_bytes = sbs * kBytes;
+  for (int64_t o = r0; o < r1; ++o) {
+    const uint8_t* row = w.data + o * row_bytes;
+    __m512 acc[N];
+    for (int i = 0; i < N; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < sbs; ++sb) {
+      GgmlKBlock k;
+      ggml_k_decode<D>(row + sb * kBytes, k);
+      for (int i = 0; i < N; ++i) {
+        const int8_t* xc = xs[i].codes + 256 * sb;
+        __m512i isum = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          const __m512i dot =
+              _mm512_dpbusd_epi32(_mm512_setzero_si512(), k.q[c], _mm512_load_si512(xc + 64 * c));
+          isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, k.s[c]));
+        }
+        const __m512i msum = _mm512_mullo_epi32(_mm512_load_si512(xs[i].sums + 16 * sb), k.m);
+        const float dx = xs[i].dx[sb];
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(k.d * dx), acc[i]);
+        acc[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(k.dm * dx), acc[i]);
+      }
+    }
+    for (int i = 0; i < N; ++i) y[i * ldy + o] = _mm512_reduce_add_ps(acc[i]);
+  }
+}
+
+inline bool ggml_k_format(DType t) {
+  return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K;
+}
+
+inline bool ggml_k_vnni_takes(DType t) {
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  return vnni && ggml_k_format(t);
+}
+
+template <DType D>
+void ggml_k_vnni_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
+                             int64_t r0, int64_t r1) {
+  const int64_t stride = ggml_k_x_row_bytes(w.in);
+  for (int64_t i0 = 0; i0 < n; i0 += 4) {
+    GgmlKXRow xs[4];
+    const int64_t nx = std::min<int64_t>(4, n - i0);
+    for (int64_t i = 0; i < nx; ++i) xs[i] = ggml_k_x_row(xq + (i0 + i) * stride, w.in);
+    float* yg = y + i0 * w.out;
+    switch (nx) {
+      case 1:
+        ggml_k_vnni_rows<D, 1>(w, xs, yg, w.out, r0, r1);
+        break;
+      case 2:
+        ggml_k_vnni_rows<D, 2>(w, xs, yg, w.out, r0, r1);
+        break;
+      case 3:
+        ggml_k_vnni_rows<D, 3>(w, xs, yg, w.out, r0, r1);
+        break;
+      default:
+        ggml_k_vnni_rows<D, 4>(w, xs, yg, w.out, r0, r1);
+    }
+  }
+}
+
+// A chunk of rows of a K-format weight against all n quantised rows of x at `xq`
+// (ggml_k_x_row_bytes(in) bytes each).
+inline void ggml_k_vnni_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
+                              int64_t r0, int64_t r1) {
+  switch (w.dtype) {
+    case DType::kQ2_K:
+      return ggml_k_vnni_chunk_typed<DType::kQ2_K>(w, n, xq, y, r0, r1);
+    case DType::kQ3_K:
+      return ggml_k_vnni_chunk_typed<DType::kQ3_K>(w, n, xq, y, r0, r1);
+    case DType::kQ4_K:
+      return ggml_k_vnni_chunk_typed<DType::kQ4_K>(w, n, xq, y, r0, r1);
+    case DType::kQ5_K:
+      return ggml_k_vnni_chunk_typed<DType::kQ5_K>(w, n, xq, y, r0, r1);
+    default:
+      return ggml_k_vnni_chunk_typed<DType::kQ6_K>(w, n, xq, y, r0, r1);
+  }
+}
+
+}  // namespace
+}  // namespace mla::cpu
