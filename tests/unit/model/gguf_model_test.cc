@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 
 #include "io/gguf.h"
 #include "model/generator.h"
@@ -149,6 +151,76 @@ TEST_P(GgufModelTest, EmbeddedTokenizerGivesTheSameIds) {
       ASSERT_TRUE(x.ok() && y.ok());
       EXPECT_EQ(*x, *y) << text;
     }
+  }
+}
+
+// A copy of `src` with its metadata and tensor list edited (the tensors' bytes copied as they are,
+// or zero-filled when `edit` changed a tensor's size).
+Status rewrite(const std::string& src, const std::string& dst,
+               const std::function<void(std::map<std::string, GgufValue, std::less<>>&,
+                                        std::vector<GgufWriter::Tensor>&)>& edit) {
+  MLA_ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(src));
+  std::map<std::string, GgufValue, std::less<>> meta(f.metadata().begin(), f.metadata().end());
+  meta.erase("general.alignment");
+  std::vector<GgufWriter::Tensor> tensors;
+  for (const TensorInfo& t : f.tensors()) tensors.push_back({t.name, t.dtype, t.shape});
+  edit(meta, tensors);
+  MLA_ASSIGN_OR_RETURN(std::unique_ptr<GgufWriter> w, GgufWriter::begin(dst, meta, tensors));
+  for (const GgufWriter::Tensor& t : tensors) {
+    const TensorInfo* old = f.find(t.name);
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    const DTypeBlock b = dtype_block(t.dtype);
+    std::vector<uint8_t> bytes(size_t(numel / b.elems * b.bytes));
+    if (old && old->byte_size == bytes.size()) std::memcpy(bytes.data(), old->data, bytes.size());
+    MLA_RETURN_IF_ERROR(w->write_tensor(t.name, bytes));
+  }
+  return w->finish();
+}
+
+// Broken files are refused with a message naming what is wrong, never run.
+TEST_P(GgufModelTest, BrokenFilesNameWhatIsWrong) {
+  const std::string good = quantize("q8_0"), bad = dir_.path() + "/bad.gguf";
+  struct Case {
+    const char* what;
+    std::function<void(std::map<std::string, GgufValue, std::less<>>&,
+                       std::vector<GgufWriter::Tensor>&)>
+        edit;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"a missing key", [](auto& m, auto&) { m.erase("deepseek2.block_count"); },
+       "deepseek2.block_count"},
+      {"a wrong key type",
+       [](auto& m, auto&) {
+         m["deepseek2.attention.kv_lora_rank"].type = GgufType::kString;
+         m["deepseek2.attention.kv_lora_rank"].s = "x";
+       },
+       "deepseek2.attention.kv_lora_rank"},
+      {"a missing tensor",
+       [](auto&, auto& t) {
+         std::erase_if(
+             t, [](const GgufWriter::Tensor& x) { return x.name == "blk.0.attn_output.weight"; });
+       },
+       "o_proj"},
+      {"a wrong shape",
+       [](auto&, auto& t) {
+         for (auto& x : t)
+           if (x.name == "blk.0.attn_v_b.weight") x.shape[0] += 1;
+       },
+       "attn_v_b"},
+      {"an unknown tensor",
+       [](auto&, auto& t) {
+         t.push_back({"blk.0.mystery.weight", DType::kF32, {4}});
+       },
+       "mystery"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(rewrite(good, bad, c.edit).ok()) << c.what;
+    auto m = Model::load(bad, exact());
+    ASSERT_FALSE(m.ok()) << c.what;
+    EXPECT_NE(m.status().message().find(c.expect), std::string::npos)
+        << c.what << ": " << m.status().message();
   }
 }
 
