@@ -20,10 +20,15 @@ namespace mla {
 Status dequantize_row(DType t, const uint8_t* src, int64_t n, float* out);
 
 // Quantises x[0, n) into n / block_elems blocks at `dst` (dtype_block(t).bytes each).
-// t: kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K (kQ2_K, kQ3_K when implemented), or kF16 / kBF16 / kF32.
-// Round to nearest; the K formats choose each sub-block's scale (and min) by a small search that
-// minimises the squared error of the block, weighted by `importance` when it is given (n values,
-// e.g. an imatrix) and by x² otherwise. Non-finite input: invalid_argument naming the index.
+// t: kQ8_0, kQ4_0, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, or kF16 / kBF16 / kF32.
+// Round to nearest. Q8_0, Q4_0, F16 and BF16 round exactly as ggml's reference quantisers (and the
+// `gguf` package) do, byte for byte, and ignore `importance`. The K formats choose each
+// sub-block's scale (and min) by a small search that minimises the squared error of the block,
+// weighted by `importance` when it is given (n non-negative values, e.g. an imatrix) and by
+// x² plus the mean square of the 256-value super-block otherwise; the result is never worse, by
+// that measure, than plain max-min / max-magnitude scales. Non-finite input or importance, a
+// negative importance, or values whose FP16 scale (or F16 value) would overflow:
+// invalid_argument naming the index (the block, for a scale).
 Status quantize_row(DType t, std::span<const float> x, uint8_t* dst,
                     std::span<const float> importance = {});
 
