@@ -17,6 +17,7 @@
 #include "core/byte_view.h"
 #include "core/check.h"
 #include "io/gguf_header.h"
+#include "io/mapped_file.h"
 
 namespace mla {
 namespace {
@@ -32,17 +33,6 @@ constexpr CodeDType kReadable[] = {
     {10, DType::kQ2_K}, {11, DType::kQ3_K}, {12, DType::kQ4_K}, {13, DType::kQ5_K},
     {14, DType::kQ6_K}, {24, DType::kI8},   {25, DType::kI16},  {26, DType::kI32},
     {27, DType::kI64},  {28, DType::kF64},  {30, DType::kBF16},
-};
-
-std::string errno_text(int err) {
-  return std::generic_category().message(err);
-}
-
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
 };
 
 // `-00001-of-00003.gguf`: the suffix llama.cpp's gguf-split gives each member.
@@ -116,36 +106,16 @@ std::string ggml_type_name(uint32_t code) {
 // ---- GgufFile ----
 
 Result<GgufFile> GgufFile::open(const std::string& path) {
-  int fd;
-  do {
-    // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below rejects it.
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    const int err = errno;
-    std::string msg = fmt::format("{}: cannot open: {}", path, errno_text(err));
-    return err == ENOENT ? not_found(msg) : io_error(msg);
-  }
-  FdCloser closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0)
-    return io_error(fmt::format("{}: cannot stat: {}", path, errno_text(errno)));
-  if (!S_ISREG(st.st_mode)) return io_error(path + ": not a regular file");
-  const uint64_t size = uint64_t(st.st_size);
-  if (size == 0) {  // mmap refuses length 0; the validator explains what is missing
-    const uint8_t none[1] = {};
-    return io_detail::parse_gguf(path, none, 0).status();
-  }
-
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map == MAP_FAILED)
-    return io_error(fmt::format("{}: cannot mmap {} bytes: {}", path, size, errno_text(errno)));
+  MLA_ASSIGN_OR_RETURN(io_detail::FileMapping m, io_detail::map_file(path));
   GgufFile file;
   file.path_ = path;
-  file.map_ = map;
-  file.file_size_ = size;  // from here on the destructor unmaps
+  file.map_ = m.map;
+  file.file_size_ = m.size;  // from here on the destructor unmaps
+  const uint64_t size = m.size;
 
-  const uint8_t* base = static_cast<const uint8_t*>(map);
+  // An empty file maps nothing; the validator says what is missing.
+  const uint8_t none[1] = {};
+  const uint8_t* base = m.map ? static_cast<const uint8_t*>(m.map) : none;
   MLA_ASSIGN_OR_RETURN(io_detail::ParsedGguf parsed, io_detail::parse_gguf(path, base, size));
   file.version_ = parsed.version;
   file.alignment_ = parsed.alignment;
@@ -213,15 +183,7 @@ const GgufValue* GgufFile::meta(std::string_view key) const {
 }
 
 Status GgufFile::populate() const {
-#if defined(__linux__)
-  constexpr int kMadvPopulateRead = 22;  // MADV_POPULATE_READ, Linux 5.14 (uapi mman-common.h)
-  if (map_ && ::madvise(map_, file_size_, kMadvPopulateRead) != 0) {
-    const int err = errno;
-    if (err == EINVAL || err == ENOSYS) return Status();  // older kernel: stays lazy
-    return io_error(fmt::format("{}: cannot read the mapped file: {}", path_, errno_text(err)));
-  }
-#endif
-  return Status();
+  return io_detail::populate_mapping(path_, map_, file_size_);
 }
 
 // ---- GgufSet ----

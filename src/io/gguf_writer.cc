@@ -17,15 +17,14 @@
 #include "core/checked_math.h"
 #include "io/gguf.h"
 #include "io/gguf_header.h"
+#include "io/mapped_file.h"
 
 namespace mla {
 namespace {
 
 using io_detail::quote_text;
 
-std::string errno_text(int err) {
-  return std::generic_category().message(err);
-}
+using io_detail::errno_text;
 
 int write_all(int fd, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);

@@ -16,60 +16,22 @@
 
 #include "core/byte_view.h"
 #include "core/check.h"
+#include "io/mapped_file.h"
 #include "io/safetensors_header.h"
 
 namespace mla {
-namespace {
-
-std::string errno_text(int err) {
-  return std::generic_category().message(err);
-}
-
-// Closes the descriptor on every return path of open().
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-}  // namespace
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  int fd;
-  do {
-    // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below rejects it.
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    const int err = errno;
-    std::string msg = fmt::format("{}: cannot open: {}", path, errno_text(err));
-    return err == ENOENT ? not_found(msg) : io_error(msg);
-  }
-  FdCloser closer{fd};
-
-  struct stat st;
-  if (::fstat(fd, &st) != 0)
-    return io_error(fmt::format("{}: cannot stat: {}", path, errno_text(errno)));
-  // Directories, FIFOs and devices have no meaningful size to validate against.
-  if (!S_ISREG(st.st_mode)) return io_error(path + ": not a regular file");
-  const uint64_t size = uint64_t(st.st_size);
-  if (size < 8) {
-    // Too small to hold the length prefix; the validator says so. (mmap of length 0 would fail.)
-    uint8_t none[8] = {};
-    return io_detail::parse_safetensors(path, none, size).status();
-  }
-
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map == MAP_FAILED)
-    return io_error(fmt::format("{}: cannot mmap {} bytes: {}", path, size, errno_text(errno)));
-
+  MLA_ASSIGN_OR_RETURN(io_detail::FileMapping m, io_detail::map_file(path));
   SafetensorsFile file;
   file.path_ = path;
-  file.map_ = map;
-  file.file_size_ = size;  // from here on the destructor unmaps
+  file.map_ = m.map;
+  file.file_size_ = m.size;  // from here on the destructor unmaps
+  const uint64_t size = m.size;
 
-  const uint8_t* base = static_cast<const uint8_t*>(map);
+  // An empty file maps nothing; the validator says what is missing.
+  const uint8_t none[8] = {};
+  const uint8_t* base = m.map ? static_cast<const uint8_t*>(m.map) : none;
   MLA_ASSIGN_OR_RETURN(io_detail::ParsedSafetensors parsed,
                        io_detail::parse_safetensors(path, base, size));
   file.header_size_ = parsed.header_size;
@@ -123,15 +85,7 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 Status SafetensorsFile::populate() const {
-#if defined(__linux__)
-  constexpr int kMadvPopulateRead = 22;  // MADV_POPULATE_READ, Linux 5.14 (uapi mman-common.h)
-  if (map_ && ::madvise(map_, file_size_, kMadvPopulateRead) != 0) {
-    const int err = errno;
-    if (err == EINVAL || err == ENOSYS) return Status();  // older kernel: stays lazy
-    return io_error(fmt::format("{}: cannot read the mapped file: {}", path_, errno_text(err)));
-  }
-#endif
-  return Status();
+  return io_detail::populate_mapping(path_, map_, file_size_);
 }
 
 void SafetensorsFile::unmap() {

@@ -1,0 +1,29 @@
+// What the model-file readers (safetensors, GGUF) share: a whole regular file mapped read-only,
+// and paging a mapping in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mla/status.h"
+
+namespace mla::io_detail {
+
+std::string errno_text(int err);
+
+// The whole of `path` mapped PROT_READ, MAP_PRIVATE; the caller munmaps it. An empty file maps
+// nothing (map null, size 0: mmap refuses length 0), so the format's validator explains what is
+// missing. Errors: not_found (no such file), io_error (open / stat / mmap refused, not a regular
+// file), naming the path. FIFOs are opened without waiting for a writer, then refused.
+struct FileMapping {
+  void* map = nullptr;
+  uint64_t size = 0;
+};
+Result<FileMapping> map_file(const std::string& path);
+
+// Reads the mapping into the page cache now (MADV_POPULATE_READ). A kernel without it (before
+// Linux 5.14) leaves the mapping lazy: not an error. io_error naming `path` when a page cannot be
+// read.
+Status populate_mapping(const std::string& path, void* map, uint64_t size);
+
+}  // namespace mla::io_detail
