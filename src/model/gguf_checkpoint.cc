@@ -218,10 +218,10 @@ class Builder {
         return not_found(fmt::format("{}: blk.{}.{}.weight is missing (the layer has its pair)",
                                      set_.first().path(), layer, gguf));
       if (kv[i]->shape != want)
-        return invalid_argument(fmt::format("{}: tensor {} has shape {}, expected {} = {}",
-                                            set_.first().path(), quote_name(kv[i]->name),
-                                            shape_text(kv[i]->shape), shape_text(want),
-                                            i == 0 ? "[H, r, d_n] (or [H*r, d_n])" : "[H, d_v, r] (or [H*d_v, r])"));
+        return invalid_argument(
+            fmt::format("{}: tensor {} has shape {}, expected {} = {}", set_.first().path(),
+                        quote_name(kv[i]->name), shape_text(kv[i]->shape), shape_text(want),
+                        i == 0 ? "[H, r, d_n] (or [H*r, d_n])" : "[H, d_v, r] (or [H*d_v, r])"));
     }
     const int64_t rows = H * (dn + dv);
     MLA_ASSIGN_OR_RETURN(AlignedBuffer<uint8_t> buf,
