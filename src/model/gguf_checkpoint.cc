@@ -166,6 +166,13 @@ class Builder {
       }
     }
     for (const auto& [layer, kv] : split_kv_b_) MLA_RETURN_IF_ERROR(rebuild_kv_b(layer, kv));
+    // Two GGUF tensors for one Hugging Face name (attn_kv_b beside attn_k_b / attn_v_b, an expert
+    // tensor both merged and not) would leave one of them unused without a word.
+    std::unordered_map<std::string_view, const CheckpointTensorInfo*> seen;
+    for (const CheckpointTensorInfo& t : out_)
+      if (auto [it, fresh] = seen.try_emplace(t.info.name, &t); !fresh)
+        return invalid_argument(fmt::format("{}: two tensors of the file give {}",
+                                            set_.first().path(), quote_name(t.info.name)));
     return Status();
   }
 

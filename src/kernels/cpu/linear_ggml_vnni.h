@@ -138,29 +138,42 @@ inline bool ggml_vnni_takes(DType t) {
   return vnni && (t == DType::kQ8_0 || t == DType::kQ4_0);
 }
 
+// Rows [r0, r1) of w against all n quantised rows of x (`stride` bytes apart from `xq`), in
+// groups of up to 4: run(std::integral_constant<int, N>, xs, y_group) for each group, xs made
+// by make(row_base). Shared by the 32-value and the 256-value (K format) layouts.
+template <class XRow, class Make, class Run>
+void ggml_x_groups(int64_t n, const uint8_t* xq, int64_t stride, int64_t ldy, float* y, Make make,
+                   Run run) {
+  for (int64_t i0 = 0; i0 < n; i0 += 4) {
+    XRow xs[4];
+    const int64_t nx = std::min<int64_t>(4, n - i0);
+    for (int64_t i = 0; i < nx; ++i) xs[i] = make(xq + (i0 + i) * stride);
+    float* yg = y + i0 * ldy;
+    switch (nx) {
+      case 1:
+        run(std::integral_constant<int, 1>{}, xs, yg);
+        break;
+      case 2:
+        run(std::integral_constant<int, 2>{}, xs, yg);
+        break;
+      case 3:
+        run(std::integral_constant<int, 3>{}, xs, yg);
+        break;
+      default:
+        run(std::integral_constant<int, 4>{}, xs, yg);
+    }
+  }
+}
+
 template <DType D>
 void ggml_vnni_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
                            int64_t r0, int64_t r1) {
-  const int64_t stride = ggml_x_row_bytes(w.in);
-  for (int64_t i0 = 0; i0 < n; i0 += 4) {
-    GgmlXRow xs[4];
-    const int64_t nx = std::min<int64_t>(4, n - i0);
-    for (int64_t i = 0; i < nx; ++i) xs[i] = ggml_x_row(xq + (i0 + i) * stride, w.in);
-    float* yg = y + i0 * w.out;
-    switch (nx) {
-      case 1:
-        ggml_vnni_rows<D, 1>(w, xs, yg, w.out, r0, r1);
-        break;
-      case 2:
-        ggml_vnni_rows<D, 2>(w, xs, yg, w.out, r0, r1);
-        break;
-      case 3:
-        ggml_vnni_rows<D, 3>(w, xs, yg, w.out, r0, r1);
-        break;
-      default:
-        ggml_vnni_rows<D, 4>(w, xs, yg, w.out, r0, r1);
-    }
-  }
+  ggml_x_groups<GgmlXRow>(
+      n, xq, ggml_x_row_bytes(w.in), w.out, y,
+      [&](const uint8_t* p) { return ggml_x_row(p, w.in); },
+      [&](auto N, const GgmlXRow* xs, float* yg) {
+        ggml_vnni_rows<D, decltype(N)::value>(w, xs, yg, w.out, r0, r1);
+      });
 }
 
 inline void ggml_vnni_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "core/dtype.h"
+#include "kernels/cpu/linear_ggml_vnni.h"  // ggml_x_groups
 #include "kernels/cpu/scratch.h"
 
 namespace mla::cpu {
@@ -264,26 +265,12 @@ inline bool ggml_k_vnni_takes(DType t) {
 template <DType D>
 void ggml_k_vnni_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
                              int64_t r0, int64_t r1) {
-  const int64_t stride = ggml_k_x_row_bytes(w.in);
-  for (int64_t i0 = 0; i0 < n; i0 += 4) {
-    GgmlKXRow xs[4];
-    const int64_t nx = std::min<int64_t>(4, n - i0);
-    for (int64_t i = 0; i < nx; ++i) xs[i] = ggml_k_x_row(xq + (i0 + i) * stride, w.in);
-    float* yg = y + i0 * w.out;
-    switch (nx) {
-      case 1:
-        ggml_k_vnni_rows<D, 1>(w, xs, yg, w.out, r0, r1);
-        break;
-      case 2:
-        ggml_k_vnni_rows<D, 2>(w, xs, yg, w.out, r0, r1);
-        break;
-      case 3:
-        ggml_k_vnni_rows<D, 3>(w, xs, yg, w.out, r0, r1);
-        break;
-      default:
-        ggml_k_vnni_rows<D, 4>(w, xs, yg, w.out, r0, r1);
-    }
-  }
+  ggml_x_groups<GgmlKXRow>(
+      n, xq, ggml_k_x_row_bytes(w.in), w.out, y,
+      [&](const uint8_t* p) { return ggml_k_x_row(p, w.in); },
+      [&](auto N, const GgmlKXRow* xs, float* yg) {
+        ggml_k_vnni_rows<D, decltype(N)::value>(w, xs, yg, w.out, r0, r1);
+      });
 }
 
 // A chunk of rows of a K-format weight against all n quantised rows of x at `xq`

@@ -209,6 +209,11 @@ TEST_P(GgufModelTest, BrokenFilesNameWhatIsWrong) {
            if (x.name == "blk.0.attn_v_b.weight") x.shape[0] += 1;
        },
        "attn_v_b"},
+      {"both kv_b forms",
+       [](auto&, auto& t) {
+         t.push_back({"blk.0.attn_kv_b.weight", DType::kF32, {t[0].shape.back(), 4}});
+       },
+       "two tensors"},
       {"an unknown tensor",
        [](auto&, auto& t) {
          t.push_back({"blk.0.mystery.weight", DType::kF32, {4}});
