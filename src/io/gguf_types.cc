@@ -36,22 +36,7 @@ const GgmlTypeInfo* ggml_type_info(uint32_t code) {
 }
 
 Result<TensorSize> gguf_tensor_size(DType dtype, const std::vector<int64_t>& shape) {
-  int64_t numel = 1;
-  bool zero = false;
-  for (int64_t d : shape) {
-    if (d < 0)
-      return invalid_argument(fmt::format("shape {} has a negative dim", shape_string(shape)));
-    if (d == 0) {
-      zero = true;
-      continue;
-    }
-    const std::optional<int64_t> next = checked_mul(numel, d);
-    if (!next)
-      return invalid_argument(
-          fmt::format("shape {} has more than 2^63-1 elements", shape_string(shape)));
-    numel = *next;
-  }
-  if (zero) numel = 0;
+  MLA_ASSIGN_OR_RETURN(const int64_t numel, shape_numel(shape));
   const DTypeBlock block = dtype_block(dtype);
   if (block.elems <= 0 || block.bytes <= 0)
     return invalid_argument(fmt::format("{} has no byte size", dtype_name(dtype)));

@@ -25,20 +25,7 @@ namespace {
 using io_detail::quote_text;
 
 using io_detail::errno_text;
-
-int write_all(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t(1) << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    p += w;
-    n -= size_t(w);
-  }
-  return 0;
-}
+using io_detail::write_all;
 
 int write_zeros(int fd, uint64_t n) {
   static constexpr char kZeros[4096] = {};

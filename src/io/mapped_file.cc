@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <system_error>
 
@@ -25,6 +26,20 @@ struct FdCloser {
 
 std::string errno_text(int err) {
   return std::generic_category().message(err);
+}
+
+int write_all(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t(1) << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    p += w;
+    n -= size_t(w);
+  }
+  return 0;
 }
 
 Result<FileMapping> map_file(const std::string& path) {

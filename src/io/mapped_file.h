@@ -1,7 +1,8 @@
-// What the model-file readers (safetensors, GGUF) share: a whole regular file mapped read-only,
-// and paging a mapping in.
+// What the model-file readers and writers (safetensors, GGUF) share: a whole regular file mapped
+// read-only, paging a mapping in, writing a buffer whole.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -10,6 +11,9 @@
 namespace mla::io_detail {
 
 std::string errno_text(int err);
+
+// Writes all n bytes (in pieces of at most 1 GiB, retrying on EINTR); 0, or the errno.
+int write_all(int fd, const void* data, size_t n);
 
 // The whole of `path` mapped PROT_READ, MAP_PRIVATE; the caller munmaps it. An empty file maps
 // nothing (map null, size 0: mmap refuses length 0), so the format's validator explains what is

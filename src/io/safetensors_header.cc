@@ -374,7 +374,7 @@ Result<ParsedSafetensors> parse_safetensors(const std::string& path, const uint8
   return out;
 }
 
-Result<TensorSize> tensor_size(DType dtype, const std::vector<int64_t>& shape) {
+Result<int64_t> shape_numel(const std::vector<int64_t>& shape) {
   // int64 numel, with the zero dims skipped (checked_product's rule), so that strides computed
   // from the non-zero dims never overflow even for a zero-size tensor.
   int64_t numel = 1;
@@ -393,7 +393,11 @@ Result<TensorSize> tensor_size(DType dtype, const std::vector<int64_t>& shape) {
           fmt::format("shape {} has more than 2^63-1 elements", shape_string(shape)));
     numel = *next;
   }
-  if (zero) numel = 0;
+  return zero ? 0 : numel;
+}
+
+Result<TensorSize> tensor_size(DType dtype, const std::vector<int64_t>& shape) {
+  MLA_ASSIGN_OR_RETURN(const int64_t numel, shape_numel(shape));
   const std::optional<uint64_t> bits = checked_mul(uint64_t(numel), uint64_t(dtype_bits(dtype)));
   if (!bits)
     return invalid_argument(fmt::format("shape {} of {} needs more than 2^64-1 bits",

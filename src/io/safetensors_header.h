@@ -38,6 +38,9 @@ Result<TensorSize> tensor_size(DType dtype, const std::vector<int64_t>& shape);
 
 // "[4, 8]"; "[]" for rank 0.
 std::string shape_string(const std::vector<int64_t>& shape);
+// The element count of a shape (0 when a dim is 0), invalid_argument naming the shape for a
+// negative dim or a count past 2^63 - 1. Shared by the safetensors and GGUF size rules.
+Result<int64_t> shape_numel(const std::vector<int64_t>& shape);
 
 // `s` in double quotes, with quotes, backslashes and control bytes escaped and the text cut to
 // about `max_bytes`, so that a hostile name cannot break or flood a one-line error message.

@@ -16,6 +16,7 @@
 #include <system_error>
 #include <unordered_set>
 
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "io/safetensors_header.h"
 
@@ -24,9 +25,7 @@ namespace {
 
 using io_detail::quote_text;
 
-std::string errno_text(int err) {
-  return std::generic_category().message(err);
-}
+using io_detail::errno_text;
 
 // RFC 3629 UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF. JSON text must be
 // UTF-8, and the reader rejects anything else.
@@ -62,21 +61,7 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-// Writes all n bytes or returns the errno.
-int write_all(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const size_t chunk = std::min<size_t>(n, size_t(1) << 30);
-    const ssize_t w = ::write(fd, p, chunk);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    p += w;
-    n -= size_t(w);
-  }
-  return 0;
-}
+using io_detail::write_all;
 
 // The header JSON, padded with spaces to a multiple of 8 bytes, or why the tensors are invalid.
 Result<std::string> build_header(const std::string& path, const std::vector<TensorToWrite>& tensors,
