@@ -51,6 +51,11 @@ struct DTypeBlock {
   int bytes = 1;
 };
 DTypeBlock dtype_block(DType t);
+// Bytes of n values (n a whole number of storage units: a row of a block format).
+inline int64_t dtype_bytes(DType t, int64_t n) {
+  const DTypeBlock b = dtype_block(t);
+  return n / b.elems * b.bytes;
+}
 constexpr bool dtype_is_ggml_block(DType t) {
   return t >= DType::kQ8_0 && t <= DType::kQ6_K;
 }

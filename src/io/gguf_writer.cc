@@ -154,16 +154,7 @@ Status put_value(Encoder& e, const std::string& where, const GgufValue& v) {
   return Status::ok_status();
 }
 
-// Removes the temp file unless released.
-struct TempFile {
-  std::string path;
-  int fd = -1;
-  bool keep = false;
-  ~TempFile() {
-    if (fd >= 0) ::close(fd);
-    if (!keep && !path.empty()) ::unlink(path.c_str());
-  }
-};
+using io_detail::TempFile;
 
 }  // namespace
 

@@ -42,6 +42,11 @@ int write_all(int fd, const void* data, size_t n) {
   return 0;
 }
 
+TempFile::~TempFile() {
+  if (fd >= 0) ::close(fd);
+  if (!keep && !path.empty()) ::unlink(path.c_str());
+}
+
 Result<FileMapping> map_file(const std::string& path) {
   int fd;
   do {

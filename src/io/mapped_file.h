@@ -1,5 +1,5 @@
 // What the model-file readers and writers (safetensors, GGUF) share: a whole regular file mapped
-// read-only, paging a mapping in, writing a buffer whole.
+// read-only, paging a mapping in, writing a buffer whole, the temp file a write goes through.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +24,15 @@ struct FileMapping {
   uint64_t size = 0;
 };
 Result<FileMapping> map_file(const std::string& path);
+
+// A writer's `<path>.tmp.*` file: closed, and removed unless `keep` (set once it was renamed into
+// place), when it goes out of scope.
+struct TempFile {
+  std::string path;
+  int fd = -1;
+  bool keep = false;
+  ~TempFile();
+};
 
 // Reads the mapping into the page cache now (MADV_POPULATE_READ). A kernel without it (before
 // Linux 5.14) leaves the mapping lazy: not an error. io_error naming `path` when a page cannot be

@@ -106,16 +106,7 @@ Result<std::string> build_header(const std::string& path, const std::vector<Tens
   return text;
 }
 
-// Removes the temp file unless released.
-struct TempFile {
-  std::string path;
-  int fd = -1;
-  bool keep = false;
-  ~TempFile() {
-    if (fd >= 0) ::close(fd);
-    if (!keep) ::unlink(path.c_str());
-  }
-};
+using io_detail::TempFile;
 
 }  // namespace
 

@@ -123,12 +123,6 @@ std::string layer_name(int64_t layer, std::string_view rest) {
   return fmt::format("model.layers.{}.{}", layer, rest);
 }
 
-// Bytes of `rows` rows of `in` values of dtype t.
-uint64_t row_bytes(DType t, int64_t in) {
-  const DTypeBlock b = dtype_block(t);
-  return uint64_t(in / b.elems) * uint64_t(b.bytes);
-}
-
 class Builder {
  public:
   Builder(const GgufSet& set, const ModelConfig& c) : set_(set), c_(c) {
@@ -194,7 +188,7 @@ class Builder {
       return invalid_argument(fmt::format(
           "{}: tensor {} has shape {}, expected [n_routed_experts = {}, rows, in]",
           set_.files()[shard_of_.at(&t)].path(), quote_name(t.name), shape_text(t.shape), E));
-    const uint64_t slice = row_bytes(t.dtype, t.shape[2]) * uint64_t(t.shape[1]);
+    const uint64_t slice = uint64_t(dtype_bytes(t.dtype, t.shape[2])) * uint64_t(t.shape[1]);
     for (int64_t e = 0; e < E; ++e) {
       CheckpointTensorInfo c{t, shard_of_.at(&t)};
       c.info.name = layer_name(layer, fmt::format("mlp.experts.{}.{}_proj.weight", e, which));
@@ -239,12 +233,14 @@ class Builder {
     for (int64_t h = 0; h < H; ++h) {
       float* head = dst + h * (dn + dv) * r;
       for (int64_t j = 0; j < r; ++j) {  // k_b row (h, j) = column j of W_UK[h]
-        const uint8_t* src = kv[0]->data + uint64_t(h * r + j) * row_bytes(kv[0]->dtype, dn);
+        const uint8_t* src =
+            kv[0]->data + uint64_t(h * r + j) * uint64_t(dtype_bytes(kv[0]->dtype, dn));
         MLA_RETURN_IF_ERROR(dequantize_row(kv[0]->dtype, src, dn, row.data()));
         for (int64_t i = 0; i < dn; ++i) head[i * r + j] = row[size_t(i)];
       }
       for (int64_t i = 0; i < dv; ++i) {
-        const uint8_t* src = kv[1]->data + uint64_t(h * dv + i) * row_bytes(kv[1]->dtype, r);
+        const uint8_t* src =
+            kv[1]->data + uint64_t(h * dv + i) * uint64_t(dtype_bytes(kv[1]->dtype, r));
         MLA_RETURN_IF_ERROR(dequantize_row(kv[1]->dtype, src, r, head + (dn + i) * r));
       }
     }

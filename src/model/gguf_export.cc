@@ -58,20 +58,6 @@ struct OutTensor {
   std::function<void(int64_t row, float* out)> row;
 };
 
-LinearWeight linear_of(const WeightRef& w, const ModelConfig& c) {
-  LinearWeight l;
-  l.dtype = w.weight->dtype;
-  l.data = w.weight->data;
-  l.out = w.weight->shape[0];
-  l.in = w.weight->numel / l.out;
-  if (w.fp8()) {
-    l.scale_inv = w.scale_inv->data;
-    l.block_rows = c.quantization.weight_block_size[0];
-    l.block_cols = c.quantization.weight_block_size[1];
-  }
-  return l;
-}
-
 // Row i of a bound weight (a matrix, or a vector as one row) in FP32.
 std::function<void(int64_t, float*)> rows_of(const WeightRef& w, const ModelConfig& c) {
   const LinearWeight l = w.weight->shape.size() == 1
@@ -320,8 +306,7 @@ Result<QuantizeReport> quantize_model(const std::string& model_dir, const std::s
     const int64_t in = t.shape.back();
     int64_t rows = 1;
     for (size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
-    const DTypeBlock b = dtype_block(types[i]);
-    const size_t row_bytes = size_t(in / b.elems) * size_t(b.bytes);
+    const size_t row_bytes = size_t(dtype_bytes(types[i], in));
     // Parts of at most kPartBytes of FP32 rows (and fewer output bytes): memory stays one part
     // whatever the tensor's size. The rows are decoded in order (the k_b rows reuse a decoded
     // head) and quantised in parallel: the K formats' search costs ~100 ns per value.

@@ -37,21 +37,6 @@ std::vector<float> widen_vector(const WeightRef& w) {
   return v;
 }
 
-LinearWeight linear_of(const WeightRef& w, const ModelConfig& c) {
-  LinearWeight l;
-  if (!w.present()) return l;
-  l.dtype = w.weight->dtype;
-  l.data = w.weight->data;
-  l.out = w.weight->shape[0];
-  l.in = w.weight->shape[1];
-  if (w.fp8()) {
-    l.scale_inv = w.scale_inv->data;
-    l.block_rows = c.quantization.weight_block_size[0];
-    l.block_cols = c.quantization.weight_block_size[1];
-  }
-  return l;
-}
-
 MlpLinear mlp_of(const MlpWeights& w, const ModelConfig& c) {
   MlpLinear m;
   m.gate = linear_of(w.gate_proj, c);
@@ -95,8 +80,7 @@ Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c) 
 
 void widen_elements(DType t, const uint8_t* data, int64_t first, int64_t n, float* dst) {
   if (dtype_is_ggml_block(t)) {  // whole rows of a matrix: whole blocks
-    const DTypeBlock b = dtype_block(t);
-    const Status s = dequantize_row(t, data + first / b.elems * b.bytes, n, dst);
+    const Status s = dequantize_row(t, data + dtype_bytes(t, first), n, dst);
     MLA_CHECK(s.ok(), "widen_elements: {}", s.message());
     return;
   }
@@ -124,8 +108,7 @@ float Model::kv_global_scale() const {
 namespace {
 int64_t linear_bytes(const LinearWeight& l) {
   if (!l.data) return 0;
-  const DTypeBlock blk = dtype_block(l.dtype);
-  int64_t b = l.out * (l.in / blk.elems) * blk.bytes;
+  int64_t b = l.out * dtype_bytes(l.dtype, l.in);
   if (l.scale_inv)
     b += 4 * ((l.out + l.block_rows - 1) / l.block_rows) *
          ((l.in + l.block_cols - 1) / l.block_cols);

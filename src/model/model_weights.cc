@@ -167,6 +167,21 @@ LayerWeights layer_weights(const ModelConfig& c, const Binder& b, int i) {
 
 }  // namespace
 
+LinearWeight linear_of(const WeightRef& w, const ModelConfig& c) {
+  LinearWeight l;
+  if (!w.present()) return l;
+  l.dtype = w.weight->dtype;
+  l.data = w.weight->data;
+  l.out = w.weight->shape[0];
+  l.in = w.weight->shape[1];
+  if (w.fp8()) {
+    l.scale_inv = w.scale_inv->data;
+    l.block_rows = c.quantization.weight_block_size[0];
+    l.block_cols = c.quantization.weight_block_size[1];
+  }
+  return l;
+}
+
 Result<ModelWeights> bind_model_weights(ModelConfig config, Checkpoint checkpoint) {
   const int64_t want = count_expected_tensors(config);
   const int64_t have = int64_t(checkpoint.tensors().size());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "kernels/linear.h"
 #include "mla/status.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
@@ -62,6 +63,10 @@ struct ModelWeights {
   // below num_hidden_layers + num_nextn_predict_layers) and rotary_emb.inv_freq buffers (K2).
   int64_t skipped_tensors = 0;
 };
+
+// A bound matrix [out, in] as the weight products take it (kernels/linear.h): the mapped bytes,
+// and for F8_E4M3 its scale grid with the config's block size. Empty (data null) when absent.
+LinearWeight linear_of(const WeightRef& w, const ModelConfig& c);
 
 // Loads `dir`: config.json (load_model_config), the checkpoint (Checkpoint::open), then checks
 // every expected tensor (weight_layout.h) is present with its exact shape and a dtype of BF16,

@@ -291,8 +291,7 @@ template <class L>
 void lin_ggml_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
                     int64_t r1) {
   static thread_local AlignedBuffer<float> scratch;
-  const DTypeBlock b = dtype_block(w.dtype);
-  const int64_t row_bytes = w.in / b.elems * b.bytes;
+  const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
   const int64_t step = n <= kLinGroup ? 8 : r1 - r0;
   float* wide = ensure_scratch(scratch, size_t(std::min(step, r1 - r0) * w.in));
   for (int64_t o = r0; o < r1; o += step) {
@@ -319,8 +318,7 @@ void lin_ggml_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, 
 constexpr int64_t kLinStreamChunkBytes = 2048 << 10;
 inline int64_t lin_chunk_rows(const LinearWeight& w, int64_t n, int threads) {
   if (n <= kLinGroup) {
-    const DTypeBlock blk = dtype_block(w.dtype);
-    const int64_t row_bytes = w.in / blk.elems * blk.bytes;
+    const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
     const int64_t per_chunk = std::max<int64_t>(1, kLinStreamChunkBytes / row_bytes);
     int64_t chunks = (w.out + per_chunk - 1) / per_chunk;
     chunks = std::min<int64_t>((chunks + threads - 1) / threads * threads, 8 * threads);

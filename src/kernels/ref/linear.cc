@@ -55,10 +55,9 @@ double linear_weight(const LinearWeight& w, int64_t i, int64_t j) {
 
 void linear_weight_row(const LinearWeight& w, int64_t i, double* row) {
   if (dtype_is_ggml_block(w.dtype)) {
-    const DTypeBlock b = dtype_block(w.dtype);
     std::vector<float> f(size_t(w.in));
     const Status s =
-        dequantize_row(w.dtype, w.data + i * (w.in / b.elems) * b.bytes, w.in, f.data());
+        dequantize_row(w.dtype, w.data + i * dtype_bytes(w.dtype, w.in), w.in, f.data());
     MLA_CHECK(s.ok(), "linear_weight_row: {}", s.message());  // validate() checked the shape
     for (int64_t j = 0; j < w.in; ++j) row[j] = f[size_t(j)];
     return;
