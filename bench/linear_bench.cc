@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/ggml_quant.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/linear_cpu.h"
@@ -45,11 +46,16 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
   slot = std::make_unique<WeightSet>();
   WeightSet& s = *slot;
   mla::Rng rng(5);
-  const int eb = dt == DType::kF8E4M3 ? 1 : 2;
-  s.bytes = out * in * eb;
+  const bool block = mla::dtype_is_ggml_block(dt);
+  s.bytes = block ? out * mla::dtype_bytes(dt, in) : out * in * (dt == DType::kF8E4M3 ? 1 : 2);
   s.copies = int(std::max<int64_t>(1, (int64_t(256) << 20) / s.bytes));
   s.data.resize(size_t(s.bytes) * s.copies);
-  for (int64_t k = 0; k < out * in; ++k) {
+  std::vector<float> row(size_t(block ? in : 0));
+  for (int64_t o = 0; block && o < out; ++o) {  // GGUF blocks: quantised N(0, 1) rows
+    for (float& v : row) v = float(rng.normal());
+    (void)mla::quantize_row(dt, row, s.data.data() + o * mla::dtype_bytes(dt, in));
+  }
+  for (int64_t k = 0; !block && k < out * in; ++k) {
     if (dt == DType::kF8E4M3) {
       s.data[k] = uint8_t(rng.below(0x7F));  // finite codes
     } else {
@@ -103,7 +109,7 @@ const bool registered = [] {
   // 1408).
   const std::pair<int64_t, int64_t> shapes[] = {
       {2048, 2048}, {4096, 2048}, {1408, 2048}, {2048, 1408}};
-  for (DType dt : {DType::kBF16, DType::kF8E4M3})
+  for (DType dt : {DType::kBF16, DType::kF8E4M3, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
     for (auto [out, in] : shapes)
       for (int64_t n : {1, 4, 16, 64, 512}) {
         const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +

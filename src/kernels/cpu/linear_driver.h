@@ -438,6 +438,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     for (size_t j = 0; j < jobs.size(); ++j) {
       const LinearJob& job = jobs[j];
       if (job.n == 0 || !L::ggml_takes(job.w->dtype)) continue;
+      if (!panel_of.empty() && panel_of[j] >= 0) continue;  // on the BF16 GEMM
       if (xq_at.empty()) xq_at.assign(jobs.size(), -1);
       for (size_t p = 0; p < j && xq_at[j] < 0; ++p)
         if (xq_at[p] >= 0 && jobs[p].x == job.x && jobs[p].n == job.n &&
@@ -490,9 +491,9 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     if constexpr (requires { L::kBf16Gemm; })
       if (!panel_of.empty() && panel_of[size_t(it.job)] >= 0) {
         const uint32_t* xp = store + panel_at[size_t(panel_of[size_t(it.job)])];
-        if (w.dtype == DType::kBF16)
-          return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, job.y, it.r0, it.r1);
-        return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, job.y, it.r0, it.r1);
+        if (w.dtype == DType::kF8E4M3)
+          return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, job.y, it.r0, it.r1);
+        return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, job.y, it.r0, it.r1);
       }
     if constexpr (requires { L::kGgmlVnni; })
       if (!xq_at.empty() && xq_at[size_t(it.job)] >= 0)
