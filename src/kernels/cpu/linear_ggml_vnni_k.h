@@ -9,12 +9,15 @@
 //                m_j = 4 · s_j, dm = d
 //   Q2_K         q 0..3, s_j, m_j the two nibbles per 16, dm = dmin
 // so a super-block's product is
-//   fl(d·dx) · Σ_j s_j Σ q_w·q_x  −  fl(dm·dx) · Σ_j m_j Σ q_x
-// with both sums exact in int32 lanes (below 2^24 in every lane, so their conversion to FP32 is
-// exact too: Q6_K's largest, 4 chunks · 127 · 4 · 63 · 127 = 16.3M), accumulated in FP32 lanes.
-// The weight codes are the unsigned operand of vpdpbusd as decoded, with no offset.
+//   dx · Σ_c Σ_lanes fl(d·s_j) · dot_c  −  Σ_t fl(dm·m_t) · fl(dx · Σ_(16-run t) q_x)
+// dot_c the int32 lanes of vpdpbusd over 64 values (4 products each, at most 4 · 63 · 127, exact
+// and converted exactly), d·s_j and dm·m_t exact (an f16 times an integer of at most 8 bits), so
+// the scales enter in FP32 lanes with no integer multiply (vpmulld's latency set the K formats'
+// decode rate before). The weight codes are the unsigned operand of vpdpbusd as decoded.
 // Error against the exact product: x's rounding, at most dx/2 per value, times Σ|w| of the
-// super-block, plus the roundings of d·dx, dm·dx and the FP32 accumulation.
+// super-block, plus FP32 roundings: per lane 4 fused adds into the super-block's part, one for
+// dx, one for the x sum, two adds into the accumulator per super-block and 4 in the final
+// 16-lane sum: at most 2 · in/256 + 10 roundings reach any term.
 // Include after the ISA's `#pragma GCC target` (avx512f/bw/vl/vnni); internal linkage.
 #pragma once
 
@@ -26,10 +29,11 @@ namespace mla::cpu {
 namespace {
 
 // A quantised x row for the K formats: per super-block sb, codes[256 · sb ..] in value order,
-// sums[16 · sb + s] = Σ of the codes s · 16 .. s · 16 + 15 (int32), and dx[sb].
+// sums[16 · sb + s] = fl(dx · Σ of the codes s · 16 .. s · 16 + 15) (the min term's factor,
+// rounded once), and dx[sb].
 struct GgmlKXRow {
   const int8_t* codes = nullptr;
-  const int32_t* sums = nullptr;
+  const float* sums = nullptr;
   const float* dx = nullptr;
 };
 
@@ -40,7 +44,7 @@ constexpr int64_t ggml_k_x_row_bytes(int64_t in) {
 
 inline GgmlKXRow ggml_k_x_row(const uint8_t* base, int64_t in) {
   const int64_t sbs = in / 256;
-  return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const int32_t*>(base + sbs * 256),
+  return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + sbs * 256),
           reinterpret_cast<const float*>(base + sbs * 320)};
 }
 
@@ -48,7 +52,7 @@ inline GgmlKXRow ggml_k_x_row(const uint8_t* base, int64_t in) {
 inline void ggml_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
   const int64_t sbs = in / 256;
   int8_t* codes = reinterpret_cast<int8_t*>(dst);
-  int32_t* sums = reinterpret_cast<int32_t*>(dst + sbs * 256);
+  float* sums = reinterpret_cast<float*>(dst + sbs * 256);
   float* dxs = reinterpret_cast<float*>(dst + sbs * 320);
   for (int64_t sb = 0; sb < sbs; ++sb) {
     const float* xs = x + 256 * sb;
@@ -64,27 +68,36 @@ inline void ggml_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
       const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * k), inv));
       const __m128i q8 = _mm512_cvtsepi32_epi8(q);
       _mm_store_si128(reinterpret_cast<__m128i*>(codes + 256 * sb + 16 * k), q8);
-      sums[16 * sb + k] = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8));
+      sums[16 * sb + k] = dx * float(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8)));
     }
   }
 }
 
 // One decoded super-block: codes q[c] for values 64c .. 64c + 63 (value order, unsigned), the
-// scale of each int32 lane of vpdpbusd(q[c], ..) in s[c] (lane k sums values 64c + 4k .. + 3),
-// the min of each 16-value sum of x in m (lane t: values 16t ..), and d, dm.
+// scale d · s_j of each int32 lane of vpdpbusd(q[c], ..) in s[c] (lane k sums values
+// 64c + 4k .. + 3), and the min dm · m_j of each 16-value run in m (lane t: values 16t ..).
+// Both products are exact in FP32 (an f16 times an integer of at most 8 bits).
 struct GgmlKBlock {
-  __m512i q[4], s[4], m;
-  float d, dm;
+  __m512i q[4];
+  __m512 s[4], m;
 };
 
 // Lane k of s[c] for 32-value sub-blocks (8 lanes each) and for 16-value ones (4 lanes each),
 // from a vector whose lane j holds scale j.
-inline __m512i ggml_k_spread(__m512i per_sub, int c, bool sub32) {
+inline __m512 ggml_k_spread(__m512 per_sub, int c, bool sub32) {
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i idx = sub32
                           ? _mm512_add_epi32(_mm512_srli_epi32(lane, 3), _mm512_set1_epi32(2 * c))
                           : _mm512_add_epi32(_mm512_srli_epi32(lane, 2), _mm512_set1_epi32(4 * c));
-  return _mm512_permutexvar_epi32(idx, per_sub);
+  return _mm512_permutexvar_ps(idx, per_sub);
+}
+
+// s[c] and m of k from the integer scales (lane j: sub-block j's s_j) and mins per 16-value run.
+inline void ggml_k_scales(GgmlKBlock& k, __m512i per_sub, bool sub32, float d, __m512i m16,
+                          float dm) {
+  const __m512 fs = _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(per_sub));
+  for (int c = 0; c < 4; ++c) k.s[c] = ggml_k_spread(fs, c, sub32);
+  k.m = _mm512_mul_ps(_mm512_set1_ps(dm), _mm512_cvtepi32_ps(m16));
 }
 
 // [v | v]: 32 bytes in both halves of a zmm.
@@ -152,8 +165,6 @@ inline void ggml_k_decode(const uint8_t* b, GgmlKBlock& k) {
     // Q4_K 144 bytes: d, dmin, scales[12], qs[128]; Q5_K 176: the same with qh[32] before qs.
     // Chunk c = qs[32c ..]: value 64c + l its low nibble, 64c + 32 + l its high nibble, so
     // [low | high] is the 64 values in order. Q5_K: value 32j + l's fifth bit is bit j of qh[l].
-    k.d = ggml_k_half(b);
-    k.dm = ggml_k_half(b + 2);
     const __m512i sm = ggml_k_scale_min(b + 4);
     const uint8_t* qs = b + (D == DType::kQ4_K ? 16 : 48);
     __m512i qh;
@@ -167,17 +178,16 @@ inline void ggml_k_decode(const uint8_t* b, GgmlKBlock& k) {
       if constexpr (D == DType::kQ5_K)
         k.q[c] = _mm512_mask_add_epi8(k.q[c], ggml_k_bit(qh, 2 * c, 2 * c + 1), k.q[c],
                                       _mm512_set1_epi8(16));
-      k.s[c] = ggml_k_spread(sm, c, true);
     }
     // 16-value sum t belongs to sub-block t / 2, whose min is lane 8 + t / 2.
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    k.m = _mm512_permutexvar_epi32(
+    const __m512i m16 = _mm512_permutexvar_epi32(
         _mm512_add_epi32(_mm512_srli_epi32(lane, 1), _mm512_set1_epi32(8)), sm);
+    ggml_k_scales(k, sm, true, ggml_k_half(b), m16, ggml_k_half(b + 2));
   } else if constexpr (D == DType::kQ6_K) {
     // 210 bytes: ql[128], qh[64], scales[16] (int8), d. Half h = values 128h ..: value 128h + k
     // (k < 64) is the low nibble of ql[64h + k], 128h + 64 + k the high nibble; value
     // 128h + 32s + l has its top 2 bits at bit 2s of qh[32h + l].
-    k.d = k.dm = ggml_k_half(b + 208);
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(b + 64 * h);
       const __m512i qh = ggml_k_twice(b + 128 + 32 * h);
@@ -189,13 +199,12 @@ inline void ggml_k_decode(const uint8_t* b, GgmlKBlock& k) {
     }
     const __m512i sc =
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
-    for (int c = 0; c < 4; ++c) k.s[c] = ggml_k_spread(sc, c, false);
-    k.m = _mm512_slli_epi32(sc, 5);
+    const float d = ggml_k_half(b + 208);
+    ggml_k_scales(k, sc, false, d, _mm512_slli_epi32(sc, 5), d);
   } else if constexpr (D == DType::kQ3_K) {
     // 110 bytes: hmask[32], qs[64], scales[12], d. Value 128h + 32s + l: bits 2s of
     // qs[32h + l]; its third bit is bit (4h + s) of hmask[l], clear meaning "minus 4", so the
     // stored value is (two bits | bit << 2) − 4.
-    k.d = k.dm = ggml_k_half(b + 108);
     const __m512i hm = ggml_k_twice(b);
     for (int c = 0; c < 4; ++c) {
       const int h = c / 2, s = 2 * (c % 2);
@@ -204,20 +213,17 @@ inline void ggml_k_decode(const uint8_t* b, GgmlKBlock& k) {
                                     _mm512_set1_epi8(4));
     }
     const __m512i scv = ggml_k_q3_scales(b + 96);
-    for (int c = 0; c < 4; ++c) k.s[c] = ggml_k_spread(scv, c, false);
-    k.m = _mm512_slli_epi32(scv, 2);
+    const float d = ggml_k_half(b + 108);
+    ggml_k_scales(k, scv, false, d, _mm512_slli_epi32(scv, 2), d);
   } else {
     // Q2_K 84 bytes: scales[16] (low nibble scale, high nibble min), qs[64] as Q3_K's, d, dmin.
-    k.d = ggml_k_half(b + 80);
-    k.dm = ggml_k_half(b + 82);
     for (int c = 0; c < 4; ++c) {
       const int h = c / 2, s = 2 * (c % 2);
       k.q[c] = ggml_k_bits2(ggml_k_twice(b + 16 + 32 * h), 2 * s, 2 * s + 2);
     }
     const __m512i sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
     const __m512i sc = _mm512_and_si512(sm, _mm512_set1_epi32(0x0f));
-    for (int c = 0; c < 4; ++c) k.s[c] = ggml_k_spread(sc, c, false);
-    k.m = _mm512_srli_epi32(sm, 4);
+    ggml_k_scales(k, sc, false, ggml_k_half(b + 80), _mm512_srli_epi32(sm, 4), ggml_k_half(b + 82));
   }
 }
 
@@ -236,16 +242,14 @@ void ggml_k_vnni_rows(const LinearWeight& w, const GgmlKXRow* xs, float* y, int6
       ggml_k_decode<D>(row + sb * kBytes, k);
       for (int i = 0; i < N; ++i) {
         const int8_t* xc = xs[i].codes + 256 * sb;
-        __m512i isum = _mm512_setzero_si512();
+        __m512 part = _mm512_setzero_ps();  // Σ_j d·s_j Σ q_w·q_x, per lane
         for (int c = 0; c < 4; ++c) {
           const __m512i dot =
               _mm512_dpbusd_epi32(_mm512_setzero_si512(), k.q[c], _mm512_load_si512(xc + 64 * c));
-          isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, k.s[c]));
+          part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), k.s[c], part);
         }
-        const __m512i msum = _mm512_mullo_epi32(_mm512_load_si512(xs[i].sums + 16 * sb), k.m);
-        const float dx = xs[i].dx[sb];
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(k.d * dx), acc[i]);
-        acc[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(k.dm * dx), acc[i]);
+        acc[i] = _mm512_fmadd_ps(part, _mm512_set1_ps(xs[i].dx[sb]), acc[i]);
+        acc[i] = _mm512_fnmadd_ps(k.m, _mm512_load_ps(xs[i].sums + 16 * sb), acc[i]);
       }
     }
     for (int i = 0; i < N; ++i) y[i * ldy + o] = _mm512_reduce_add_ps(acc[i]);

@@ -120,11 +120,12 @@ BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) {
 //    exact and each block's d_w·dx·sum rounds twice before the FP32 accumulation:
 //    Σ_blocks (dx/2 + 2^-22·amax)·Σ|w| + γ_(in/32+4)·Σ|x·w|·(1 + 1/127).
 //  - The K formats on VNNI: x is quantised per 256-value super-block the same way, so its
-//    rounding adds Σ_superblocks (dx/2 + 2^-22·amax)·Σ|w|. Per super-block the kernel forms two
-//    exact integer sums, Σ s·q_w·q_x and Σ m·q_x (each lane below 2^24: converted exactly), and
-//    adds fl(d·dx)·first − fl(dm·dx)·second into FP32 lanes: one rounding for each scale
-//    product, one per fused add (two per super-block), four for the final 16-lane sum, so
-//    k = 2·in/256 + 6 roundings at most reach any term. The terms are not the products w·x but
+//    rounding adds Σ_superblocks (dx/2 + 2^-22·amax)·Σ|w|. Per super-block the kernel forms
+//    exact int32 dot products per 4 values, scales them by the exact d·s in 4 fused adds per
+//    lane, multiplies the part by dx (one more) and subtracts the exact dm·m times
+//    fl(dx·Σ q_x) (one rounding for the x sum, one for the add); with two accumulator adds per
+//    super-block and four for the final 16-lane sum, k = 2·in/256 + 10 roundings at most reach
+//    any term. The terms are not the products w·x but
 //    their two parts, so the FP32 part is γ_k·Σ mag·(|x| + dx/2) with mag = |d·s·q| + |dm·m| ≥ |w|.
 double fp32_bound(int64_t in, double abs_sum) {
   const double u = std::ldexp(1.0, -24), k = double(in + 2);
@@ -158,7 +159,7 @@ double vnni_k_bound(const std::vector<float>& x, const std::vector<float>& w,
     }
     b += half * wsum;
   }
-  const double u = std::ldexp(1.0, -24), k = double(2 * x.size() / 256 + 6);
+  const double u = std::ldexp(1.0, -24), k = double(2 * x.size() / 256 + 10);
   return b + k * u / (1 - k * u) * terms;
 }
 
