@@ -5,7 +5,8 @@
 // accumulated in FP32. vpdpbusd multiplies unsigned by signed bytes, so the weight codes enter
 // offset into [0, 255] (Q8_0: q_w + 128, the sign bit flipped; Q4_0: the stored nibble, q_w + 8)
 // and the offset's share, offset · Σ q_x, is subtracted in the int32 accumulator's first lane of
-// each block before the dot products add to it.
+// each block before the dot products add to it (x carries −8 · Σ q_x: Q4_0's share as stored,
+// Q8_0's shifted left by 4, so no integer multiply runs per weight row).
 // Error against the exact product: x's rounding, at most dx/2 per value, so |Δy| ≤ Σ_blocks
 // (dx/2)·Σ|w| (+ FP32 accumulation), the bound the tests use.
 // Include after the ISA's `#pragma GCC target` (avx512f/bw/vl/vnni); internal linkage.
@@ -18,8 +19,8 @@ namespace mla::cpu {
 namespace {
 
 // A quantised x row, per pair of 32-value blocks (64 values): the codes, each lane's dx (lanes
-// 0-7 the first block's, 8-15 the second's) and Σ q_x of each block in lanes 0 and 8 (the other
-// lanes 0). `in` must be a multiple of 64 for this layout; rows with an odd block count get a
+// 0-7 the first block's, 8-15 the second's) and −8 · Σ q_x of each block in lanes 0 and 8 (the
+// other lanes 0). `in` must be a multiple of 64 for this layout; rows with an odd block count get a
 // zero pad block (codes 0, dx 0).
 struct GgmlXRow {
   int64_t pairs = 0;
@@ -66,7 +67,7 @@ inline void ggml_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<__m128i*>(codes + 32 * b + 16)));
     const int64_t p = b / 2, half = b % 2;
     for (int l = 0; l < 8; ++l) scales[p * 16 + half * 8 + l] = dx;
-    sums[p * 16 + half * 8] = _mm512_reduce_add_epi32(_mm512_add_epi32(q8, q8h));
+    sums[p * 16 + half * 8] = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(q8, q8h));
   }
 }
 
@@ -108,9 +109,7 @@ template <DType D, int N>
 void ggml_vnni_rows(const LinearWeight& w, const GgmlXRow* xs, float* y, int64_t ldy, int64_t r0,
                     int64_t r1) {
   constexpr int kBytes = D == DType::kQ8_0 ? 34 : 18;
-  constexpr int32_t kOffset = D == DType::kQ8_0 ? 128 : 8;
   const int64_t blocks = w.in / 32, row_bytes = blocks * kBytes, pairs = (blocks + 1) / 2;
-  const __m512i neg_offset = _mm512_set1_epi32(-kOffset);
   for (int64_t o = r0; o < r1; ++o) {
     const uint8_t* row = w.data + o * row_bytes;
     __m512 acc[N];
@@ -121,7 +120,8 @@ void ggml_vnni_rows(const LinearWeight& w, const GgmlXRow* xs, float* y, int64_t
       ggml_weight_pair<D>(row, p, 2 * p + 1 < blocks, codes, dw);
       for (int i = 0; i < N; ++i) {
         const __m512i xq = _mm512_load_si512(xs[i].codes + 64 * p);
-        const __m512i init = _mm512_mullo_epi32(_mm512_load_si512(xs[i].sums + 16 * p), neg_offset);
+        const __m512i neg8 = _mm512_load_si512(xs[i].sums + 16 * p);  // −8 · Σ q_x
+        const __m512i init = D == DType::kQ8_0 ? _mm512_slli_epi32(neg8, 4) : neg8;
         const __m512i dot = _mm512_dpbusd_epi32(init, codes, xq);
         const __m512 scale = _mm512_mul_ps(dw, _mm512_load_ps(xs[i].scales + 16 * p));
         acc[i] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(dot), acc[i]);
