@@ -24,7 +24,7 @@ float scale_at(const LinearWeight& w, int64_t bi, int64_t bj) {
 }  // namespace
 
 Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, int h_q, int d_n,
-                                                    int d_v) {
+                                                    int d_v, const StoredHeadWeights* given) {
   if (h_q < 1 || d_n < 1 || d_v < 1)
     return invalid_argument(fmt::format("kv_b_proj: bad dims h_q={} d_n={} d_v={}", h_q, d_n, d_v));
   if (Status s = validate(kv_b); !s.ok())
@@ -39,6 +39,24 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, in
   w.d_n = d_n;
   w.d_v = d_v;
   w.r = r;
+  if (given) {
+    const auto check = [&](const LinearWeight& s, const char* name, int64_t out,
+                           int64_t in) -> Status {
+      if (Status v = validate(s); !v.ok())
+        return invalid_argument(fmt::format("{}: {}", name, v.message()));
+      if (s.scale_inv)  // a scale grid would need cutting per head too
+        return invalid_argument(
+            fmt::format("{}: {} with block scales is not supported", name, dtype_name(s.dtype)));
+      if (s.out != out || s.in != in)
+        return invalid_argument(
+            fmt::format("{}: [{}, {}], need [{}, {}] for h_q={} d_n={} d_v={} "
+                        "r={}",
+                        name, s.out, s.in, out, in, h_q, d_n, d_v, r));
+      return Status();
+    };
+    MLA_RETURN_IF_ERROR(check(given->uk_t, "attn_k_b", int64_t(h_q) * r, d_n));
+    MLA_RETURN_IF_ERROR(check(given->uv, "attn_v_b", int64_t(h_q) * d_v, r));
+  }
   const size_t uk_n = size_t(h_q) * d_n * r, uv_n = size_t(h_q) * d_v * r;
   // GGUF block formats (Q8_0, Q4_K, ...) cannot be transposed block-wise: their per-head copies
   // are the FP32 split itself.
@@ -47,8 +65,10 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, in
   const int eb = dtype_bits(stored) / 8;
   MLA_ASSIGN_OR_RETURN(w.w_uk, AlignedBuffer<float>::allocate(uk_n, "W_UK"));
   MLA_ASSIGN_OR_RETURN(w.w_uv, AlignedBuffer<float>::allocate(uv_n, "W_UV"));
-  MLA_ASSIGN_OR_RETURN(w.uk_t_bytes, AlignedBuffer<uint8_t>::allocate(uk_n * eb, "W_UK^T"));
-  MLA_ASSIGN_OR_RETURN(w.uv_bytes, AlignedBuffer<uint8_t>::allocate(uv_n * eb, "W_UV"));
+  if (!given) {
+    MLA_ASSIGN_OR_RETURN(w.uk_t_bytes, AlignedBuffer<uint8_t>::allocate(uk_n * eb, "W_UK^T"));
+    MLA_ASSIGN_OR_RETURN(w.uv_bytes, AlignedBuffer<uint8_t>::allocate(uv_n * eb, "W_UV"));
+  }
 
   // The FP32 split: W_real row by row (FP8 · scale rounds once to FP32).
   std::vector<double> row(static_cast<size_t>(r));
@@ -60,6 +80,23 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, in
           n < d_n ? &w.w_uk[(size_t(h) * d_n + n) * r] : &w.w_uv[(size_t(h) * d_v + n - d_n) * r];
       for (int c = 0; c < r; ++c) out[c] = float(row[size_t(c)]);
     }
+  }
+
+  w.uk_t.resize(size_t(h_q));
+  w.uv.resize(size_t(h_q));
+  if (given) {  // views of the file's per-head rows
+    const int64_t uk_row = dtype_bytes(given->uk_t.dtype, d_n),
+                  uv_row = dtype_bytes(given->uv.dtype, r);
+    for (int h = 0; h < h_q; ++h) {
+      LinearWeight uk = given->uk_t, uv = given->uv;
+      uk.data += int64_t(h) * r * uk_row;
+      uk.out = r;
+      uv.data += int64_t(h) * d_v * uv_row;
+      uv.out = d_v;
+      w.uk_t[size_t(h)] = uk;
+      w.uv[size_t(h)] = uv;
+    }
+    return w;
   }
 
   // The stored bytes, W_UK[h] transposed: uk_t[h][c][n] = kv_b[row0 + n][c].
@@ -105,8 +142,6 @@ Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b, in
     }
   }
 
-  w.uk_t.resize(size_t(h_q));
-  w.uv.resize(size_t(h_q));
   for (int h = 0; h < h_q; ++h) {
     LinearWeight& uk = w.uk_t[size_t(h)];
     uk.dtype = stored;

@@ -33,10 +33,18 @@ struct MlaAbsorbedWeights {
   AlignedBuffer<float> uv_scale;       // FP8 only: [h_q, ceil(d_v / g), ceil(r / block_cols)]
 };
 
-// kv_b_proj as bound from the checkpoint ([h_q · (d_n + d_v), r] in BF16, F16, F32 or block-FP8);
-// invalid_argument naming what is wrong (dims, a shape that does not match them, the weight).
+// kv_b_proj as bound from the checkpoint ([h_q · (d_n + d_v), r] in BF16, F16, F32, block-FP8 or a
+// GGUF block format); invalid_argument naming what is wrong (dims, a shape that does not match
+// them, the weight). `stored`: the per-head weights as a GGUF file splits them (attn_k_b
+// [h_q · r, d_n], attn_v_b [h_q · d_v, r], any dtype linear() takes), which uk_t / uv then view
+// instead of copies of kv_b_proj (a Q8_0 pair is 0.27x the FP32 copies' bytes, read every decode
+// step); kv_b_proj must hold the same values (it is the FP32 split's source).
+struct StoredHeadWeights {
+  LinearWeight uk_t, uv;
+};
 Result<MlaAbsorbedWeights> prepare_absorbed_weights(const LinearWeight& kv_b_proj, int h_q, int d_n,
-                                                    int d_v);
+                                                    int d_v,
+                                                    const StoredHeadWeights* stored = nullptr);
 
 // The absorbed path's two products on the stored weights (linear_many over the heads, one pass
 // of the pool each; `rows` = (sequence, query) pairs, 1 per sequence in decode):

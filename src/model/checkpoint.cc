@@ -146,13 +146,15 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir_text, const Checkpoin
 
 Checkpoint Checkpoint::from_gguf(std::string path, std::shared_ptr<const GgufSet> set,
                                  std::deque<CheckpointTensorInfo> tensors,
-                                 std::vector<AlignedBuffer<uint8_t>> owned) {
+                                 std::vector<AlignedBuffer<uint8_t>> owned,
+                                 std::map<int64_t, SplitKvB> split_kv_b) {
   Checkpoint ck;
   ck.dir_ = std::move(path);
   ck.bytes_mapped_ = set->bytes_mapped();
   ck.gguf_ = std::move(set);
   ck.gguf_tensors_ = std::move(tensors);
   ck.owned_ = std::move(owned);
+  ck.split_kv_b_ = std::move(split_kv_b);
   for (const CheckpointTensorInfo& t : ck.gguf_tensors_)
     ck.tensors_.try_emplace(t.info.name, CheckpointTensor{t.shard, &t.info});
   return ck;
@@ -161,6 +163,11 @@ Checkpoint Checkpoint::from_gguf(std::string path, std::shared_ptr<const GgufSet
 const std::string& Checkpoint::file_of(const CheckpointTensor& t) const {
   if (gguf_) return gguf_->files()[t.shard].path();
   return shards_[t.shard].path();
+}
+
+const SplitKvB* Checkpoint::split_kv_b(int64_t layer) const {
+  const auto it = split_kv_b_.find(layer);
+  return it == split_kv_b_.end() ? nullptr : &it->second;
 }
 
 const CheckpointTensor* Checkpoint::find(std::string_view name) const {

@@ -35,6 +35,14 @@ struct CheckpointTensorInfo {
   uint32_t shard = 0;
 };
 
+// A GGUF layer's attention up-projection as the file splits it (attn_k_b, attn_v_b): W_UK[h]ᵀ
+// rows [H·r, d_n] and W_UV[h] rows [H·d_v, r], in the file's dtype. The absorbed decode path
+// reads them as they are; kv_b_proj is rebuilt from them in FP32 for everything else.
+struct SplitKvB {
+  const TensorInfo* uk_t = nullptr;
+  const TensorInfo* uv = nullptr;
+};
+
 struct CheckpointOptions {
   // Show progress on stderr while mapping when the shards total at least this many bytes
   // (UINT64_MAX: never). Mapping is lazy, so this mostly measures header validation.
@@ -83,7 +91,11 @@ class Checkpoint {
   // the file the rebuilt tensor came from.
   static Checkpoint from_gguf(std::string path, std::shared_ptr<const GgufSet> set,
                               std::deque<CheckpointTensorInfo> tensors,
-                              std::vector<AlignedBuffer<uint8_t>> owned);
+                              std::vector<AlignedBuffer<uint8_t>> owned,
+                              std::map<int64_t, SplitKvB> split_kv_b = {});
+  // The split attn_k_b / attn_v_b of a GGUF model's decoder layer, or null (another file, or a
+  // file with attn_kv_b).
+  const SplitKvB* split_kv_b(int64_t layer) const;
 
  private:
   std::string dir_;
@@ -98,6 +110,7 @@ class Checkpoint {
   std::shared_ptr<const GgufSet> gguf_;
   std::deque<CheckpointTensorInfo> gguf_tensors_;
   std::vector<AlignedBuffer<uint8_t>> owned_;
+  std::map<int64_t, SplitKvB> split_kv_b_;  // TensorInfos owned by gguf_
 };
 
 }  // namespace mla

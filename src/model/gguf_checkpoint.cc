@@ -172,6 +172,11 @@ class Builder {
 
   std::deque<CheckpointTensorInfo> take_tensors() { return std::move(out_); }
   std::vector<AlignedBuffer<uint8_t>> take_owned() { return std::move(owned_); }
+  std::map<int64_t, SplitKvB> split_kv_b() const {
+    std::map<int64_t, SplitKvB> out;
+    for (const auto& [layer, kv] : split_kv_b_) out[layer] = {kv[0], kv[1]};
+    return out;
+  }
 
  private:
   void add(const TensorInfo& t, std::string hf) {
@@ -408,7 +413,8 @@ Result<GgufModel> open_gguf_model(const std::string& path) {
                        parse_model_config(j.dump(), shared->first().path() + " (metadata)"));
   Builder b(*shared, config);
   MLA_RETURN_IF_ERROR(b.add_all());
-  Checkpoint ck = Checkpoint::from_gguf(path, shared, b.take_tensors(), b.take_owned());
+  Checkpoint ck =
+      Checkpoint::from_gguf(path, shared, b.take_tensors(), b.take_owned(), b.split_kv_b());
   return GgufModel{std::move(config), std::move(ck)};
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/ggml_quant.h"
 #include "kernels/ref/mla_ref.h"
@@ -46,7 +47,23 @@ MlpLinear mlp_of(const MlpWeights& w, const ModelConfig& c) {
   return m;
 }
 
-Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c) {
+// A GGUF file's split attn_k_b / attn_v_b as linear() weights ([H·r, d_n], [H·d_v, r]).
+std::optional<StoredHeadWeights> stored_head_weights(const Checkpoint& ck, int layer) {
+  const SplitKvB* kv = ck.split_kv_b(layer);
+  if (!kv) return std::nullopt;
+  const auto view = [](const TensorInfo& t) {
+    LinearWeight l;
+    l.dtype = t.dtype;
+    l.data = t.data;
+    l.in = t.shape.back();
+    l.out = t.numel / l.in;
+    return l;
+  };
+  return StoredHeadWeights{view(*kv->uk_t), view(*kv->uv)};
+}
+
+Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c,
+                                   const std::optional<StoredHeadWeights>& stored) {
   LayerRuntime L;
   L.input_norm = widen_vector(w.input_layernorm);
   L.post_norm = widen_vector(w.post_attention_layernorm);
@@ -60,9 +77,10 @@ Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c) 
   }
   L.kv_a = linear_of(w.kv_a_proj_with_mqa, c);
   L.o_proj = linear_of(w.o_proj, c);
-  MLA_ASSIGN_OR_RETURN(L.absorbed,
-                       prepare_absorbed_weights(linear_of(w.kv_b_proj, c), c.num_attention_heads,
-                                                c.qk_nope_head_dim, c.v_head_dim));
+  MLA_ASSIGN_OR_RETURN(
+      L.absorbed,
+      prepare_absorbed_weights(linear_of(w.kv_b_proj, c), c.num_attention_heads, c.qk_nope_head_dim,
+                               c.v_head_dim, stored ? &*stored : nullptr));
   L.moe = w.moe;
   if (!w.moe) {
     L.mlp = mlp_of(w.mlp, c);
@@ -158,10 +176,10 @@ int64_t Model::active_weight_bytes_per_token() const {
       linear_bytes(m.lm_head) + linear_bytes(m.embed) / std::max<int64_t>(1, m.embed.out);
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const LayerRuntime& L = m.layers[i];
-    const LayerWeights& w = m.weights.layers[i];
     total += linear_bytes(L.q_proj) + linear_bytes(L.q_a) + linear_bytes(L.q_b) +
-             linear_bytes(L.kv_a) + linear_bytes(L.o_proj) +
-             linear_bytes(linear_of(w.kv_b_proj, c));
+             linear_bytes(L.kv_a) + linear_bytes(L.o_proj);
+    for (size_t h = 0; h < L.absorbed.uk_t.size(); ++h)  // the absorbed path's per-head weights
+      total += linear_bytes(L.absorbed.uk_t[h]) + linear_bytes(L.absorbed.uv[h]);
     if (!L.moe) {
       total += mlp_bytes(L.mlp);
     } else {
@@ -214,8 +232,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const Runtime
     MLA_ASSIGN_OR_RETURN(impl->routing, moe_routing_from_config(c));
   }
   impl->layers.reserve(size_t(c.num_hidden_layers));
-  for (const LayerWeights& w : impl->weights.layers) {
-    MLA_ASSIGN_OR_RETURN(LayerRuntime L, prepare_layer(w, c));
+  for (size_t i = 0; i < impl->weights.layers.size(); ++i) {
+    MLA_ASSIGN_OR_RETURN(LayerRuntime L,
+                         prepare_layer(impl->weights.layers[i], c,
+                                       stored_head_weights(impl->weights.checkpoint, int(i))));
     impl->layers.push_back(std::move(L));
   }
   impl->final_norm = widen_vector(impl->weights.norm);

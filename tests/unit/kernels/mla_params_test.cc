@@ -5,6 +5,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/ggml_quant.h"
+#include "core/rng.h"
+#include "kernels/mla_absorbed_weights.h"
 #include "kernels/mla_attention.h"
 #include "kernels/mla_params.h"
 #include "kernels/ref/linear_ref.h"
@@ -182,6 +185,60 @@ TEST(PrepareAbsorbedWeights, Fp8CopiesKeepEveryElementsScale) {
         EXPECT_EQ(w->w_uv[(hh * d_v + n) * r + c], float(want));
       }
     }
+}
+
+// A GGUF file's split pair (attn_k_b [h·r, d_n] = W_UK[h]ᵀ, attn_v_b [h·d_v, r] = W_UV[h], here
+// Q8_0): uk_t / uv view the file's rows of each head, element for element the decoded values that
+// kv_b_proj (rebuilt from them) holds; shapes that do not fit the dims are refused by name.
+TEST(PrepareAbsorbedWeights, StoredPairIsViewedPerHead) {
+  const int h = 3, d_n = 64, d_v = 32, r = 96;
+  Rng rng(9);
+  const auto quantized = [&](int rows, int cols, std::vector<uint8_t>& bytes) {
+    const int64_t row_bytes = dtype_bytes(DType::kQ8_0, cols);
+    bytes.resize(size_t(rows * row_bytes));
+    std::vector<float> x(static_cast<size_t>(cols));
+    for (int i = 0; i < rows; ++i) {
+      for (float& v : x) v = float(rng.normal());
+      EXPECT_TRUE(quantize_row(DType::kQ8_0, x, bytes.data() + i * row_bytes).ok());
+    }
+    return LinearWeight{DType::kQ8_0, bytes.data(), rows, cols};
+  };
+  std::vector<uint8_t> kb, vb;
+  const StoredHeadWeights stored{quantized(h * r, d_n, kb), quantized(h * d_v, r, vb)};
+  // kv_b_proj in FP32, per head its d_n W_UK rows (columns of k_b) then its d_v W_UV rows.
+  std::vector<float> kv_b(size_t(h) * (d_n + d_v) * r);
+  for (int hh = 0; hh < h; ++hh)
+    for (int c = 0; c < r; ++c) {
+      for (int n = 0; n < d_n; ++n)
+        kv_b[(size_t(hh) * (d_n + d_v) + n) * r + c] =
+            float(ref::linear_weight(stored.uk_t, hh * r + c, n));
+      for (int n = 0; n < d_v; ++n)
+        kv_b[(size_t(hh) * (d_n + d_v) + d_n + n) * r + c] =
+            float(ref::linear_weight(stored.uv, hh * d_v + n, c));
+    }
+  const LinearWeight kv{DType::kF32, reinterpret_cast<const uint8_t*>(kv_b.data()), h * (d_n + d_v),
+                        r};
+  auto w = prepare_absorbed_weights(kv, h, d_n, d_v, &stored);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_TRUE(w->uk_t_bytes.empty());  // no copies
+  for (int hh = 0; hh < h; ++hh) {
+    EXPECT_EQ(w->uk_t[hh].dtype, DType::kQ8_0);
+    for (int c = 0; c < r; ++c) {
+      for (int n = 0; n < d_n; ++n) {
+        const float want = kv_b[(size_t(hh) * (d_n + d_v) + n) * r + c];
+        EXPECT_EQ(ref::linear_weight(w->uk_t[hh], c, n), want);
+        EXPECT_EQ(w->w_uk[(size_t(hh) * d_n + n) * r + c], want);
+      }
+      for (int n = 0; n < d_v; ++n)
+        EXPECT_EQ(ref::linear_weight(w->uv[hh], n, c),
+                  kv_b[(size_t(hh) * (d_n + d_v) + d_n + n) * r + c]);
+    }
+  }
+  StoredHeadWeights wrong = stored;
+  wrong.uv.out -= 1;
+  auto bad = prepare_absorbed_weights(kv, h, d_n, d_v, &wrong);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("attn_v_b"), std::string::npos) << bad.status().message();
 }
 
 TEST(MlaPath, ThresholdIsInclusive) {
