@@ -427,9 +427,11 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     }
   }
   // GGUF block formats on integer dot products (traits with L::kGgmlVnni, linear_ggml_vnni*.h):
-  // each job's x quantised once, jobs with the same x and the same x layout (one per weight block
-  // size: 32 or 256 values) sharing it. Empty when no job takes the path (nothing is allocated).
-  std::vector<int64_t> xq_at;  // per job: byte offset into xq_store, -1 for other products
+  // each job's x quantised once, jobs with the same x and the same x layout (L::ggml_x_layout:
+  // the GEMV's per weight block size, 32 or 256 values, or the int8 GEMM's for path kBf16 above
+  // kLinWidenMinRows rows) sharing it. Empty when no job takes the path (nothing is allocated).
+  std::vector<int64_t> xq_at;    // per job: byte offset into xq_store, -1 for other products
+  std::vector<uint8_t> xq_gemm;  // per job: runs on the int8 GEMM
   static thread_local AlignedBuffer<uint8_t> xq_store;
   uint8_t* xq = nullptr;
   if constexpr (requires { L::kGgmlVnni; }) {
@@ -439,24 +441,31 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       const LinearJob& job = jobs[j];
       if (job.n == 0 || !L::ggml_takes(job.w->dtype)) continue;
       if (!panel_of.empty() && panel_of[j] >= 0) continue;  // on the BF16 GEMM
-      if (xq_at.empty()) xq_at.assign(jobs.size(), -1);
+      if (xq_at.empty()) {
+        xq_at.assign(jobs.size(), -1);
+        xq_gemm.assign(jobs.size(), 0);
+      }
+      const bool gemm =
+          path == LinearPath::kBf16 && job.n > kLinWidenMinRows && L::ggml_gemm_takes(job.w->dtype);
+      xq_gemm[j] = gemm;
+      const int layout = L::ggml_x_layout(job.w->dtype, gemm);
       for (size_t p = 0; p < j && xq_at[j] < 0; ++p)
         if (xq_at[p] >= 0 && jobs[p].x == job.x && jobs[p].n == job.n &&
-            jobs[p].w->in == job.w->in &&
-            dtype_block(jobs[p].w->dtype).elems == dtype_block(job.w->dtype).elems)
+            jobs[p].w->in == job.w->in && L::ggml_x_layout(jobs[p].w->dtype, xq_gemm[p]) == layout)
           xq_at[j] = xq_at[p];
       if (xq_at[j] >= 0) continue;
       xq_at[j] = end;
       for (int64_t r = 0; r < job.n; ++r) rows.push_back({j, r});
-      end += job.n * L::ggml_x_bytes(job.w->dtype, job.w->in);
+      end += job.n * L::ggml_x_bytes(job.w->dtype, job.w->in, gemm);
     }
     if (!rows.empty()) {
       xq = ensure_scratch(xq_store, size_t(end));
       pool.parallel_for(int64_t(rows.size()), [&](int64_t c, int) {
         const auto [j, r] = rows[size_t(c)];
         const LinearJob& job = jobs[j];
-        L::ggml_quantize_x(job.w->dtype, job.x + r * job.w->in, job.w->in,
-                           xq + xq_at[j] + r * L::ggml_x_bytes(job.w->dtype, job.w->in));
+        L::ggml_quantize_x(
+            job.w->dtype, job.x + r * job.w->in, job.w->in, xq_gemm[j],
+            xq + xq_at[j] + r * L::ggml_x_bytes(job.w->dtype, job.w->in, xq_gemm[j]));
       });
     }
   }
@@ -469,6 +478,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     int64_t rows = lin_chunk_rows(*job.w, job.n, threads);
     if constexpr (requires { L::kBf16Gemm; })
       if (!panel_of.empty() && panel_of[j] >= 0) rows = L::gemm_chunk_rows(*job.w, threads);
+    if constexpr (requires { L::kGgmlVnni; })
+      if (!xq_gemm.empty() && xq_gemm[j]) rows = L::ggml_gemm_chunk_rows(*job.w, threads);
     for (int64_t r0 = 0; r0 < job.w->out; r0 += rows)
       items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows)});
   }
@@ -497,7 +508,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       }
     if constexpr (requires { L::kGgmlVnni; })
       if (!xq_at.empty() && xq_at[size_t(it.job)] >= 0)
-        return L::ggml_chunk(w, job.n, xq + xq_at[size_t(it.job)], job.y, it.r0, it.r1);
+        return L::ggml_chunk(w, job.n, xq_gemm[size_t(it.job)], xq + xq_at[size_t(it.job)], job.y,
+                             it.r0, it.r1);
     switch (w.dtype) {
       case DType::kBF16:
         return lin_dot_chunk<L, DType::kBF16>(w, job.n, job.x, job.y, it.r0, it.r1);

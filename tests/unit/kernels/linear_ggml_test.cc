@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,9 @@ struct BlockWeight {
   std::vector<uint8_t> bytes;
   LinearWeight w;
   std::vector<std::vector<float>> rows;  // dequantised
-  // K formats: per value, the magnitude of the two terms the VNNI kernel sums separately,
-  // |d·s·q| + |dm·m| (linear_ggml_vnni_k.h), bounded from decodes of altered copies of the block.
+  // Per value, the magnitude of the two terms the VNNI kernels sum separately: K formats
+  // |d·s·q| + |dm·m| (linear_ggml_vnni_k.h), bounded from decodes of altered copies of the block;
+  // Q8_0 / Q4_0 (in the int8 GEMM) |d·(q + off)| + off·|d|.
   std::vector<std::vector<double>> mags;
 };
 
@@ -94,7 +96,20 @@ BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) {
     EXPECT_TRUE(
         dequantize_row(t, b.bytes.data() + 1 + size_t(o) * row_bytes, in, back.data()).ok());
     b.rows.push_back(back);
-    if (blk.elems == 256) {
+    if (blk.elems == 32) {
+      // |d·(q + off)| + off·|d| ≤ |w| + 2·off·|d| (Q8_0 codes enter as q + 128, Q4_0 as q + 8).
+      const double off = t == DType::kQ8_0 ? 128 : 8;
+      std::vector<double> mag(static_cast<size_t>(in));
+      for (int64_t k = 0; k < in; ++k) {
+        const uint8_t* block =
+            b.bytes.data() + 1 + size_t(o) * row_bytes + size_t(k / 32) * blk.bytes;
+        uint16_t h;
+        std::memcpy(&h, block, 2);
+        mag[size_t(k)] =
+            std::fabs(double(back[size_t(k)])) + 2 * off * std::fabs(double(f16_to_f32(h)));
+      }
+      b.mags.push_back(mag);
+    } else {
       std::vector<double> mag;
       for (int64_t k = 0; k < in / 256; ++k) {
         const std::vector<double> m =
@@ -176,6 +191,28 @@ double gemm_bound(int64_t in, double abs_sum, double x_abs_sum, double w_abs_sum
          std::ldexp(1.0, -126) * (w_abs_sum + x_abs_sum + m);
 }
 
+// The int8 GEMM (path kBf16 above 16 rows with VNNI, linear_gemm_int8.h): x per 32 values as
+// on the Q8_0 GEMV, Σ_blocks (dx/2 + 2^-22·amax)·Σ|w|; per 16-value run the kernel adds
+// fl(a·dx)·Σ code·q_x and b·fl(dx·Σ q_x) to the FP32 lane in two fused adds, so with the
+// roundings of a·dx and dx·Σ q_x, k = 2·in/16 + 2 reach any term, on the parts a·code and b
+// (mag ≥ |w|): γ_k·Σ mag·(|x| + dx/2).
+double i8_gemm_bound(const std::vector<float>& x, const std::vector<float>& w,
+                     const std::vector<double>& mag) {
+  double b = 0, terms = 0;
+  for (size_t j0 = 0; j0 < x.size(); j0 += 32) {
+    double amax = 0, wsum = 0;
+    for (size_t j = j0; j < j0 + 32; ++j) amax = std::max(amax, std::fabs(double(x[j])));
+    const double half = amax / 127 / 2 + std::ldexp(amax, -22);
+    for (size_t j = j0; j < j0 + 32; ++j) {
+      wsum += std::fabs(double(w[j]));
+      terms += mag[j] * (std::fabs(double(x[j])) + half);
+    }
+    b += half * wsum;
+  }
+  const double u = std::ldexp(1.0, -24), k = double(2 * x.size() / 16 + 2);
+  return b + k * u / (1 - k * u) * terms;
+}
+
 bool gemm_path(const char* variant, cpu::LinearPath path, int64_t n) {
   return std::string(variant) == "linear.cpu.avx512bf16" && path == cpu::LinearPath::kBf16 &&
          n > 16;
@@ -221,8 +258,10 @@ TEST_P(LinearGgmlTest, EveryCpuVariantMatchesTheReference) {
                 x_abs += std::fabs(xj);
                 w_abs += std::fabs(wj);
               }
-              const double b = gemm_path(v.name, path, n) ? gemm_bound(in, abs_sum, x_abs, w_abs)
-                               : !vnni_path(v.name, t)    ? fp32_bound(in, abs_sum)
+              const double b = gemm_path(v.name, path, n) && vnni_path(v.name, t)
+                                   ? i8_gemm_bound(xi, bw.rows[size_t(o)], bw.mags[size_t(o)])
+                               : gemm_path(v.name, path, n) ? gemm_bound(in, abs_sum, x_abs, w_abs)
+                               : !vnni_path(v.name, t)      ? fp32_bound(in, abs_sum)
                                : be == 32
                                    ? vnni_bound(xi, bw.rows[size_t(o)], abs_sum)
                                    : vnni_k_bound(xi, bw.rows[size_t(o)], bw.mags[size_t(o)]);
