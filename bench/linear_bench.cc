@@ -110,7 +110,8 @@ const bool registered = [] {
   const std::pair<int64_t, int64_t> shapes[] = {
       {2048, 2048}, {4096, 2048}, {1408, 2048}, {2048, 1408}};
   for (DType dt : {DType::kBF16, DType::kF8E4M3, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
-    for (auto [out, in] : shapes)
+    for (auto [out, in] : shapes) {
+      if (mla::dtype_is_ggml_block(dt) && in % mla::dtype_block(dt).elems != 0) continue;
       for (int64_t n : {1, 4, 16, 64, 512}) {
         const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
                                  std::to_string(out) + "x" + std::to_string(in) + "/n" +
@@ -131,6 +132,7 @@ const bool registered = [] {
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
       }
+    }
   return true;
 }();
 

@@ -29,7 +29,7 @@ struct LinAvx512Bf16 : LinAvx512Vbmi {
   static constexpr int kGemmTileRows = cpu::kGemmTileRows;
   // GGUF block formats take the int8 GEMM below where the CPU has VNNI, the BF16 one otherwise.
   static bool gemm_takes(const LinearWeight& w, int64_t n) {
-    return gemm_bf16_takes(w, n) && !ggml_gemm_takes(w.dtype);
+    return gemm_bf16_takes(w, n) && !ggml_gemm_takes(w);
   }
   static int64_t gemm_chunk_rows(const LinearWeight& w, int threads) {
     return gemm_bf16_chunk_rows(w, threads);
@@ -51,10 +51,10 @@ struct LinAvx512Bf16 : LinAvx512Vbmi {
   // Q4_0 with x quantised per 32 values (linear_ggml_vnni.h), the K formats per 256
   // (linear_ggml_vnni_k.h). The two x layouts follow the weight's block size.
   static constexpr bool kGgmlVnni = true;
-  // With `gemm` (path kBf16, more than kLinWidenMinRows rows of x) every format runs on the int8
-  // GEMM of linear_gemm_int8.h, x per 32 values in its own layout.
+  // With `gemm` (path kBf16, more than kLinWidenMinRows rows of x) the formats run on the int8
+  // GEMM of linear_gemm_int8.h, x per 256 values in its own layout.
   static bool ggml_takes(DType t) { return ggml_vnni_takes(t) || ggml_k_vnni_takes(t); }
-  static bool ggml_gemm_takes(DType t) { return ggml_gemm_i8_takes(t); }
+  static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_i8_takes(w); }
   static int ggml_x_layout(DType t, bool gemm) { return gemm ? 2 : ggml_k_format(t) ? 1 : 0; }
   static int64_t ggml_gemm_chunk_rows(const LinearWeight& w, int threads) {
     return ggml_gemm_i8_chunk_rows(w, threads);

@@ -446,7 +446,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         xq_gemm.assign(jobs.size(), 0);
       }
       const bool gemm =
-          path == LinearPath::kBf16 && job.n > kLinWidenMinRows && L::ggml_gemm_takes(job.w->dtype);
+          path == LinearPath::kBf16 && job.n > kLinWidenMinRows && L::ggml_gemm_takes(*job.w);
       xq_gemm[j] = gemm;
       const int layout = L::ggml_x_layout(job.w->dtype, gemm);
       for (size_t p = 0; p < j && xq_at[j] < 0; ++p)

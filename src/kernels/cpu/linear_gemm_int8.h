@@ -3,24 +3,28 @@
 // operands as 8-bit codes and vpdpbusd (64 products per instruction, twice the BF16 dot
 // product's 32), as llama.cpp and ik_llama.cpp run their quantised prefill.
 //
-// Every block format reads, per 16-value run t of a row, as value = a_t · code + b_t with an
-// unsigned code (Q8_0: q + 128, a = d, b = −128·d; Q4_0: the nibble, a = d, b = −8·d; the K
-// formats: ggml_k_decode's codes, a = d·s_j, b = −dm·m_j). x is quantised per 32 values
-// (q_x = round(x / dx), dx = amax / 127), so a run's product is
-//   a_t · dx · Σ code·q_x  +  b_t · fl(dx · Σ q_x)
-// with the integer sum exact in int32 (16 products of at most 255 · 127).
+// Every block format reads, per run t of 32 or 16 values of a row, as
+//   value = a_t · c − m_t     with a signed code c (|c| ≤ 128) and m_t = 0 for the formats
+// without mins: Q8_0 c = q, a = d; Q4_0 c = nibble − 8, a = d (runs of 32); Q6_K c = q − 32,
+// Q3_K c = q − 4, a = d·s_j (runs of 16); Q4_K / Q5_K c = q, a = d·s_j, m = dmin·m_j (runs of
+// 32); Q2_K the same with runs of 16. a_t and m_t are exact in FP32 (ggml_k_decode).
+// x is quantised per 256 values as llama.cpp's Q8_K (q_x = round(x / dx), dx = amax / 127) and
+// enters vpdpbusd's unsigned operand as u = q_x + 128, so a super-block's product is
+//   dx · ( Σ_t a_t · Σ c·u  −  K  −  Σ_t m_t · Σ_t q_x ),   K = 128 · Σ_t a_t · Σ_t c
+// K depends on the weights alone and is made with the panel; the integer sums are exact in int32.
 //
 // Layout:
-//   W: a chunk of rows is decoded once into strips of 16 rows: per run t, 4 vectors of 64 bytes,
-//     vector q holding the codes 16t + 4q .. + 3 of each of the 16 rows (one int32 lane a row),
-//     then a_t and b_t of the 16 rows (FP32 vectors). The strip's rows are the lanes, so a
-//     register tile accumulates 16 outputs of one row of x per vector, no horizontal sums.
-//   x: per row, its codes in order (the 4 codes of a quad broadcast to all lanes from memory),
-//     dx per 32 values and dx · Σ q_x per 16 (the b term's factor).
-// A register tile is one strip × kI8Tile rows of x: 12 int32 and 12 FP32 accumulators.
+//   W: a chunk of rows is decoded once into strips of 16 rows (the lanes of a vector). Per
+//     super-block: −K [16], then per run t its codes as quads (vector q holds codes 4q .. 4q + 3
+//     of the run of each of the 16 rows, one int32 lane a row), a_t [16] and, with mins, m_t [16].
+//     A register tile so accumulates 16 outputs of one row of x per vector, no horizontal sums.
+//   x: per row, the codes u in order (4 broadcast to all lanes at a time), dx per 256, and
+//     Σ q_x per run (FP32, exact).
+// A register tile is one strip × C ≤ kI8Tile rows of x: per row of x an int32 accumulator (a
+// run), an FP32 one (the super-block) and the output's.
 // Error against the exact product: x's rounding, at most dx/2 per value, times Σ|w|, plus FP32
-// roundings: per run one for a_t·dx, one for each of the two fused adds, and the accumulation
-// over in/16 runs: at most 3·in/16 + 2 roundings reach a term (the tests derive the bound).
+// roundings: −K (in/256 · 2·(runs + 1) roundings at most, on terms 128·|a·c|), then per run one
+// fused add (two with mins), and per super-block one for dx: the tests derive the bound.
 // Include after linear_ggml_vnni_k.h under the ISA's `#pragma GCC target` (avx512f/bw/vl/vnni);
 // internal linkage.
 #pragma once
@@ -31,178 +35,241 @@ namespace mla::cpu {
 namespace {
 
 constexpr int kI8Strip = 16;  // weight rows per strip: the lanes of a vector
-constexpr int kI8Tile = 12;   // rows of x per register tile
-// W rows per chunk (a multiple of kI8Strip): the chunk's strips (in + in/2 bytes a row) stay in
-// L2 while every tile of x passes over them.
+constexpr int kI8Tile = 8;    // rows of x per register tile
+// W rows per chunk (a multiple of kI8Strip): the chunk's strips (~in + in/4 bytes a row) stay
+// in L2 while every tile of x passes over them.
 constexpr int64_t kI8ChunkBytes = 384 << 10;
 constexpr int64_t kI8MaxChunkRows = 128;
 
-inline bool ggml_gemm_i8_takes(DType t) {
-  return ggml_vnni_takes(t) || ggml_k_vnni_takes(t);
+inline bool ggml_gemm_i8_takes(const LinearWeight& w) {
+  return ggml_vnni_takes(w.dtype) || ggml_k_vnni_takes(w.dtype);
 }
+
+// Rows are laid out in whole super-blocks of 256: a Q8_0 / Q4_0 row whose length is not a
+// multiple of 256 (V2-Lite's experts: 1408) is padded with zero codes and scales, and x with
+// zero codes, which add nothing.
+constexpr int64_t ggml_i8_padded(int64_t in) {
+  return (in + 255) / 256 * 256;
+}
+
+// Runs of 32 values (one scale per 32) or of 16, and whether the format has mins.
+template <DType D>
+constexpr bool kI8Run32 =
+    D == DType::kQ8_0 || D == DType::kQ4_0 || D == DType::kQ4_K || D == DType::kQ5_K;
+template <DType D>
+constexpr bool kI8Mins = D == DType::kQ4_K || D == DType::kQ5_K || D == DType::kQ2_K;
+
+// Bytes of one strip's super-block: −K, then per run its quads, a_t and m_t.
+template <DType D>
+constexpr int64_t kI8SbBytes = 64 + (kI8Run32<D> ? 8 : 16) *
+                                        ((kI8Run32<D> ? 8 : 4) * 64 + 64 + (kI8Mins<D> ? 64 : 0));
 
 inline int64_t ggml_gemm_i8_chunk_rows(const LinearWeight& w, int threads) {
   const int64_t s = kI8Strip;
   const int64_t by_threads = ((w.out + 4 * threads - 1) / (4 * threads) + s - 1) / s * s;
-  const int64_t by_cache = std::max<int64_t>(s, kI8ChunkBytes / (w.in + w.in / 2) / s * s);
+  const int64_t by_cache = std::max<int64_t>(s, kI8ChunkBytes / (w.in + w.in / 4) / s * s);
   return std::max<int64_t>(s, std::min({by_threads, by_cache, kI8MaxChunkRows}));
 }
 
-// x row layout: codes [in] int8, dx [in / 32] FP32, dx · Σ q_x [in / 16] FP32 (64-byte aligned).
+// x row layout (64-byte aligned), p = ggml_i8_padded(in): u [p] (q_x + 128), dx [p / 256], Σ q_x
+// per 16 [p / 16] and per 32 [p / 32].
 constexpr int64_t ggml_i8_x_row_bytes(int64_t in) {
-  return (in + 63) / 64 * 64 + (in / 32 * 4 + 63) / 64 * 64 + (in / 16 * 4 + 63) / 64 * 64;
+  const int64_t p = ggml_i8_padded(in);
+  return p + (p / 256 * 4 + 63) / 64 * 64 + p / 16 * 4 + p / 32 * 4;
 }
 
 struct GgmlI8XRow {
-  const int8_t* codes;
+  const uint8_t* u;
   const float* dx;
-  const float* sums;
+  const float* sums16;
+  const float* sums32;
 };
 
 inline GgmlI8XRow ggml_i8_x_row(const uint8_t* base, int64_t in) {
-  const int64_t c = (in + 63) / 64 * 64, d = (in / 32 * 4 + 63) / 64 * 64;
-  return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + c),
-          reinterpret_cast<const float*>(base + c + d)};
+  in = ggml_i8_padded(in);
+  const uint8_t* d = base + in;
+  const uint8_t* s16 = d + (in / 256 * 4 + 63) / 64 * 64;
+  return {base, reinterpret_cast<const float*>(d), reinterpret_cast<const float*>(s16),
+          reinterpret_cast<const float*>(s16 + in / 16 * 4)};
 }
 
-inline void ggml_i8_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
-  const int64_t c = (in + 63) / 64 * 64, d = (in / 32 * 4 + 63) / 64 * 64;
-  int8_t* codes = reinterpret_cast<int8_t*>(dst);
-  float* dxs = reinterpret_cast<float*>(dst + c);
-  float* sums = reinterpret_cast<float*>(dst + c + d);
-  for (int64_t b = 0; b < in / 32; ++b) {
-    const __m512 lo = _mm512_loadu_ps(x + 32 * b), hi = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-    const float dx = amax / 127.0f;
+inline void ggml_i8_quantize_x_row(const float* x, int64_t n, uint8_t* dst) {
+  const int64_t in = ggml_i8_padded(n);
+  uint8_t* u = dst;
+  float* dxs = reinterpret_cast<float*>(dst + in);
+  float* s16 = reinterpret_cast<float*>(dst + in + (in / 256 * 4 + 63) / 64 * 64);
+  float* s32 = s16 + in / 16;
+  for (int64_t sb = 0; sb < in / 256; ++sb) {
+    const float* xs = x + 256 * sb;
+    __m512 v[16];  // zero past n (n is a multiple of 16)
+    __m512 amax = _mm512_setzero_ps();
+    for (int k = 0; k < 16; ++k) {
+      v[k] = 256 * sb + 16 * k < n ? _mm512_loadu_ps(xs + 16 * k) : _mm512_setzero_ps();
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v[k]));
+    }
+    const float dx = _mm512_reduce_max_ps(amax) / 127.0f;
     const __m512 inv = _mm512_set1_ps(dx > 0.0f ? 1.0f / dx : 0.0f);
-    dxs[b] = dx;
-    // Round to nearest even; the saturating narrowing keeps |q| ≤ 127 (1 / dx rounds).
-    const __m128i qlo = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(lo, inv)));
-    const __m128i qhi = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(hi, inv)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 32 * b), qlo);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 32 * b + 16), qhi);
-    sums[2 * b] = dx * float(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(qlo)));
-    sums[2 * b + 1] = dx * float(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(qhi)));
+    dxs[sb] = dx;
+    for (int k = 0; k < 16; ++k) {
+      // Round to nearest even; the saturating narrowing keeps |q| ≤ 127 (1 / dx rounds).
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v[k], inv));
+      const __m128i q8 = _mm512_cvtsepi32_epi8(q);
+      _mm_store_si128(reinterpret_cast<__m128i*>(u + 256 * sb + 16 * k),
+                      _mm_xor_si128(q8, _mm_set1_epi8(char(0x80))));
+      s16[16 * sb + k] = float(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8)));
+    }
+    for (int k = 0; k < 8; ++k) s32[8 * sb + k] = s16[16 * sb + 2 * k] + s16[16 * sb + 2 * k + 1];
   }
 }
 
-// One row of w decoded: codes [in] u8, a [in / 16], b [in / 16].
+// One row of w decoded: signed codes c [in], a [in / run], m [in / run]; past `in` the caller's
+// zeros stay.
 template <DType D>
-void ggml_i8_decode_row(const uint8_t* src, int64_t in, uint8_t* codes, float* a, float* b) {
+void ggml_i8_decode_row(const uint8_t* src, int64_t in, int8_t* codes, float* a, float* m) {
   if constexpr (D == DType::kQ8_0 || D == DType::kQ4_0) {
     constexpr int kBytes = D == DType::kQ8_0 ? 34 : 18;
     for (int64_t k = 0; k < in / 32; ++k) {
       const uint8_t* blk = src + k * kBytes;
-      const float d = ggml_k_half(blk);
       __m256i q;
       if constexpr (D == DType::kQ8_0) {
-        q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)),
-                             _mm256_set1_epi8(char(0x80)));
+        q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
       } else {  // byte j: value j (low nibble) and value j + 16 (high nibble)
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
         const __m128i m4 = _mm_set1_epi8(0x0f);
-        q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)),
-                                    _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
+        q = _mm256_sub_epi8(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)),
+                                                    _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1),
+                            _mm256_set1_epi8(8));
       }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 32 * k), q);
-      const float off = D == DType::kQ8_0 ? -128.0f : -8.0f;
-      a[2 * k] = a[2 * k + 1] = d;
-      b[2 * k] = b[2 * k + 1] = off * d;  // exact: d has 11 significant bits
+      a[k] = ggml_k_half(blk);
+      m[k] = 0.0f;
     }
   } else {
+    // The K codes as decoded are unsigned; Q6_K and Q3_K carry their offset (32, 4) in m = off·a,
+    // which is taken back into the codes here so that they need no x sums.
+    constexpr int kOff = D == DType::kQ6_K ? 32 : D == DType::kQ3_K ? 4 : 0;
     for (int64_t sb = 0; sb < in / 256; ++sb) {
       GgmlKBlock k;
       ggml_k_decode<D>(src + sb * kGgmlKBytes<D>, k);
-      alignas(64) float s[16];
+      alignas(64) float s[16], mins[16];
+      _mm512_store_ps(mins, k.m);  // per 16 values
       for (int c = 0; c < 4; ++c) {
-        _mm512_storeu_si512(codes + 256 * sb + 64 * c, k.q[c]);
-        _mm512_store_ps(s, k.s[c]);  // lane 4g: run 4c + g's scale
-        for (int g = 0; g < 4; ++g) a[16 * sb + 4 * c + g] = s[4 * g];
+        _mm512_storeu_si512(codes + 256 * sb + 64 * c,
+                            _mm512_sub_epi8(k.q[c], _mm512_set1_epi8(char(kOff))));
+        _mm512_store_ps(s, k.s[c]);  // lane 4g: the scale of values 64c + 16g ..
+        for (int g = 0; g < 4; ++g) {
+          const int t16 = 4 * c + g;
+          if constexpr (kI8Run32<D>) {
+            if (g % 2 == 0) {
+              a[8 * sb + t16 / 2] = s[4 * g];
+              m[8 * sb + t16 / 2] = mins[t16];
+            }
+          } else {
+            a[16 * sb + t16] = s[4 * g];
+            m[16 * sb + t16] = kI8Mins<D> ? mins[t16] : 0.0f;
+          }
+        }
       }
-      _mm512_storeu_ps(b + 16 * sb, _mm512_sub_ps(_mm512_setzero_ps(), k.m));
     }
   }
 }
 
 // The strips of rows [o0, o0 + rows) of w into `panel` (rows past the end: zero codes and
-// scales). Strip s at panel + s · strip_bytes: in/16 runs of (4 · 64 code bytes, a [16], b [16]).
-inline int64_t ggml_i8_strip_bytes(int64_t in) {
-  return in / 16 * (256 + 128);
-}
-
+// scales). Strip s at panel + s · (in / 256) · kI8SbBytes<D>.
 template <DType D>
 void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
+  constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
   static thread_local AlignedBuffer<uint8_t> scratch;
-  const int64_t in = w.in, runs = in / 16, row_bytes = dtype_bytes(w.dtype, in);
-  // One strip decoded row by row: codes [16][in], a [16][runs], b [16][runs].
-  uint8_t* codes = ensure_scratch(scratch, size_t(16 * in + 2 * 16 * runs * 4));
-  float* a = reinterpret_cast<float*>(codes + 16 * in);
-  float* b = a + 16 * runs;
+  const int64_t in = ggml_i8_padded(w.in), runs = in / kRun, sbs = in / 256;
+  const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
+  // One strip decoded row by row: codes [16][in], a [16][runs], m [16][runs].
+  uint8_t* buf = ensure_scratch(scratch, size_t(16 * in + 2 * 16 * runs * 4));
+  int8_t* codes = reinterpret_cast<int8_t*>(buf);
+  float* a = reinterpret_cast<float*>(buf + 16 * in);
+  float* m = a + 16 * runs;
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i rows_idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(in / 4)));
+  const __m512i runs_idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(runs)));
   for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
     const int64_t n = std::min<int64_t>(kI8Strip, rows - s0);
-    for (int64_t r = 0; r < kI8Strip; ++r) {
-      if (r < n) {
-        ggml_i8_decode_row<D>(w.data + (o0 + s0 + r) * row_bytes, in, codes + r * in, a + r * runs,
-                              b + r * runs);
-      } else {
-        std::memset(codes + r * in, 0, size_t(in));
-        std::fill(a + r * runs, a + (r + 1) * runs, 0.0f);
-        std::fill(b + r * runs, b + (r + 1) * runs, 0.0f);
+    std::memset(buf, 0, size_t(16 * in + 2 * 16 * runs * 4));
+    for (int64_t r = 0; r < n; ++r)
+      ggml_i8_decode_row<D>(w.data + (o0 + s0 + r) * row_bytes, w.in, codes + r * in, a + r * runs,
+                            m + r * runs);
+    uint8_t* strip = panel + (s0 / kI8Strip) * sbs * kI8SbBytes<D>;
+    for (int64_t sb = 0; sb < sbs; ++sb) {
+      uint8_t* out = strip + sb * kI8SbBytes<D>;
+      __m512 k = _mm512_setzero_ps();  // K = 128 · Σ_t a_t · Σ_t c, per row
+      for (int t = 0; t < kRuns; ++t) {
+        const int64_t run = sb * kRuns + t;
+        uint8_t* o = out + 64 + t * (kQuads * 64 + 64 + (kI8Mins<D> ? 64 : 0));
+        __m512i csum = _mm512_setzero_si512();
+        for (int q = 0; q < kQuads; ++q) {
+          // Quad q of each row: int32 (run · kQuads + q) of its codes.
+          const __m512i v = _mm512_i32gather_epi32(rows_idx, codes + run * kRun + 4 * q, 4);
+          _mm512_store_si512(o + 64 * q, v);
+          csum = _mm512_dpbusd_epi32(csum, _mm512_set1_epi8(1), v);  // Σ c per row
+        }
+        const __m512 at = _mm512_i32gather_ps(runs_idx, a + run, 4);
+        _mm512_store_ps(o + kQuads * 64, at);
+        if constexpr (kI8Mins<D>)
+          _mm512_store_ps(o + kQuads * 64 + 64, _mm512_i32gather_ps(runs_idx, m + run, 4));
+        k = _mm512_fmadd_ps(at, _mm512_cvtepi32_ps(csum), k);
       }
-    }
-    uint8_t* strip = panel + (s0 / kI8Strip) * ggml_i8_strip_bytes(in);
-    const __m512i rows_idx =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32(int(in / 4)));
-    const __m512i runs_idx =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32(int(runs)));
-    for (int64_t t = 0; t < runs; ++t) {
-      uint8_t* run = strip + t * 384;
-      for (int q = 0; q < 4; ++q)  // quad q of each row: int32 (4t + q) of its codes
-        _mm512_store_si512(run + 64 * q,
-                           _mm512_i32gather_epi32(rows_idx, codes + 16 * t + 4 * q, 4));
-      _mm512_store_ps(run + 256, _mm512_i32gather_ps(runs_idx, a + t, 4));
-      _mm512_store_ps(run + 320, _mm512_i32gather_ps(runs_idx, b + t, 4));
+      _mm512_store_ps(out, _mm512_mul_ps(k, _mm512_set1_ps(-128.0f)));
     }
   }
 }
 
-// y rows [i0, i0 + C) of x, outputs of strip `strip` (16 rows from o): the register tile.
-template <int C>
+// y rows [0, C) (ldy apart) of the strip's `lanes` outputs against C rows of x: the register
+// tile.
+template <DType D, int C>
 inline void ggml_i8_tile(const uint8_t* strip, int64_t in, const GgmlI8XRow* xs, float* y,
                          int64_t ldy, int lanes) {
+  constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
+  constexpr int64_t kRunBytes = kQuads * 64 + 64 + (kI8Mins<D> ? 64 : 0);
   __m512 f[C];
   for (int c = 0; c < C; ++c) f[c] = _mm512_setzero_ps();
-  for (int64_t t = 0; t < in / 16; ++t) {
-    const uint8_t* run = strip + t * 384;
-    __m512i acc[C];
-    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_si512();
-    for (int q = 0; q < 4; ++q) {
-      const __m512i wv = _mm512_load_si512(run + 64 * q);
-      for (int c = 0; c < C; ++c) {
-        int32_t quad;
-        std::memcpy(&quad, xs[c].codes + 16 * t + 4 * q, 4);
-        acc[c] = _mm512_dpbusd_epi32(acc[c], wv, _mm512_set1_epi32(quad));
+  for (int64_t sb = 0; sb < in / 256; ++sb) {
+    const uint8_t* blk = strip + sb * kI8SbBytes<D>;
+    __m512 g[C];
+    const __m512 neg_k = _mm512_load_ps(blk);
+    for (int c = 0; c < C; ++c) g[c] = neg_k;
+    for (int t = 0; t < kRuns; ++t) {
+      const uint8_t* run = blk + 64 + t * kRunBytes;
+      const int64_t at = 256 * sb + kRun * t;
+      __m512i acc[C];
+      for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_si512();
+      for (int q = 0; q < kQuads; ++q) {
+        const __m512i wv = _mm512_load_si512(run + 64 * q);
+        for (int c = 0; c < C; ++c) {
+          int32_t quad;
+          std::memcpy(&quad, xs[c].u + at + 4 * q, 4);
+          acc[c] = _mm512_dpbusd_epi32(acc[c], _mm512_set1_epi32(quad), wv);
+        }
+      }
+      const __m512 a = _mm512_load_ps(run + kQuads * 64);
+      for (int c = 0; c < C; ++c) g[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[c]), a, g[c]);
+      if constexpr (kI8Mins<D>) {
+        const __m512 m = _mm512_load_ps(run + kQuads * 64 + 64);
+        const int64_t ri = at / kRun;
+        for (int c = 0; c < C; ++c)
+          g[c] = _mm512_fnmadd_ps(
+              m, _mm512_set1_ps(kI8Run32<D> ? xs[c].sums32[ri] : xs[c].sums16[ri]), g[c]);
       }
     }
-    const __m512 a = _mm512_load_ps(run + 256), b = _mm512_load_ps(run + 320);
-    for (int c = 0; c < C; ++c) {
-      const __m512 adx = _mm512_mul_ps(a, _mm512_set1_ps(xs[c].dx[t / 2]));
-      f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[c]), adx, f[c]);
-      f[c] = _mm512_fmadd_ps(b, _mm512_set1_ps(xs[c].sums[t]), f[c]);
-    }
+    for (int c = 0; c < C; ++c) f[c] = _mm512_fmadd_ps(g[c], _mm512_set1_ps(xs[c].dx[sb]), f[c]);
   }
-  const __mmask16 m = __mmask16(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1);
-  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, m, f[c]);
+  const __mmask16 mask = __mmask16(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1);
+  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, mask, f[c]);
 }
 
-template <int C>
+template <DType D, int C>
 void ggml_i8_tiles(const uint8_t* panel, int64_t strips, int64_t in, const GgmlI8XRow* xs, float* y,
                    int64_t ldy, int64_t rows) {
   for (int64_t s = 0; s < strips; ++s)
-    ggml_i8_tile<C>(panel + s * ggml_i8_strip_bytes(in), in, xs, y + s * kI8Strip, ldy,
-                    int(std::min<int64_t>(kI8Strip, rows - s * kI8Strip)));
+    ggml_i8_tile<D, C>(panel + s * (in / 256) * kI8SbBytes<D>, in, xs, y + s * kI8Strip, ldy,
+                       int(std::min<int64_t>(kI8Strip, rows - s * kI8Strip)));
 }
 
 // Rows [r0, r1) of w against all n quantised rows of x (ggml_i8_x_row_bytes(in) bytes apart).
@@ -211,7 +278,8 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
                               int64_t r0, int64_t r1) {
   static thread_local AlignedBuffer<uint8_t> scratch;
   const int64_t rows = r1 - r0, strips = (rows + kI8Strip - 1) / kI8Strip;
-  uint8_t* panel = ensure_scratch(scratch, size_t(strips * ggml_i8_strip_bytes(w.in)));
+  const int64_t in = ggml_i8_padded(w.in);
+  uint8_t* panel = ensure_scratch(scratch, size_t(strips * (in / 256) * kI8SbBytes<D>));
   ggml_i8_pack_rows<D>(w, r0, rows, panel);
   const int64_t stride = ggml_i8_x_row_bytes(w.in);
   for (int64_t i0 = 0; i0 < n; i0 += kI8Tile) {
@@ -220,7 +288,7 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
     for (int64_t i = 0; i < nx; ++i) xs[i] = ggml_i8_x_row(xq + (i0 + i) * stride, w.in);
     float* yg = y + i0 * w.out + r0;
     [&]<int... I>(std::integer_sequence<int, I...>) {
-      ((nx == I + 1 ? ggml_i8_tiles<I + 1>(panel, strips, w.in, xs, yg, w.out, rows) : void()),
+      ((nx == I + 1 ? ggml_i8_tiles<D, I + 1>(panel, strips, in, xs, yg, w.out, rows) : void()),
        ...);
     }
     (std::make_integer_sequence<int, kI8Tile>{});

@@ -26,7 +26,7 @@ struct BlockWeight {
   std::vector<std::vector<float>> rows;  // dequantised
   // Per value, the magnitude of the two terms the VNNI kernels sum separately: K formats
   // |d·s·q| + |dm·m| (linear_ggml_vnni_k.h), bounded from decodes of altered copies of the block;
-  // Q8_0 / Q4_0 (in the int8 GEMM) |d·(q + off)| + off·|d|.
+  // Q8_0 / Q4_0 |w| (the int8 GEMM's signed codes).
   std::vector<std::vector<double>> mags;
 };
 
@@ -96,18 +96,9 @@ BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) {
     EXPECT_TRUE(
         dequantize_row(t, b.bytes.data() + 1 + size_t(o) * row_bytes, in, back.data()).ok());
     b.rows.push_back(back);
-    if (blk.elems == 32) {
-      // |d·(q + off)| + off·|d| ≤ |w| + 2·off·|d| (Q8_0 codes enter as q + 128, Q4_0 as q + 8).
-      const double off = t == DType::kQ8_0 ? 128 : 8;
+    if (blk.elems == 32) {  // the int8 GEMM's codes are signed: its terms are the values
       std::vector<double> mag(static_cast<size_t>(in));
-      for (int64_t k = 0; k < in; ++k) {
-        const uint8_t* block =
-            b.bytes.data() + 1 + size_t(o) * row_bytes + size_t(k / 32) * blk.bytes;
-        uint16_t h;
-        std::memcpy(&h, block, 2);
-        mag[size_t(k)] =
-            std::fabs(double(back[size_t(k)])) + 2 * off * std::fabs(double(f16_to_f32(h)));
-      }
+      for (int64_t k = 0; k < in; ++k) mag[size_t(k)] = std::fabs(double(back[size_t(k)]));
       b.mags.push_back(mag);
     } else {
       std::vector<double> mag;
@@ -191,25 +182,29 @@ double gemm_bound(int64_t in, double abs_sum, double x_abs_sum, double w_abs_sum
          std::ldexp(1.0, -126) * (w_abs_sum + x_abs_sum + m);
 }
 
-// The int8 GEMM (path kBf16 above 16 rows with VNNI, linear_gemm_int8.h): x per 32 values as
-// on the Q8_0 GEMV, Σ_blocks (dx/2 + 2^-22·amax)·Σ|w|; per 16-value run the kernel adds
-// fl(a·dx)·Σ code·q_x and b·fl(dx·Σ q_x) to the FP32 lane in two fused adds, so with the
-// roundings of a·dx and dx·Σ q_x, k = 2·in/16 + 2 reach any term, on the parts a·code and b
-// (mag ≥ |w|): γ_k·Σ mag·(|x| + dx/2).
+// The int8 GEMM (path kBf16 above 16 rows with VNNI, linear_gemm_int8.h): x is quantised per
+// 256 values (rows padded to whole super-blocks with zeros), Σ_sb (dx/2 + 2^-22·amax)·Σ|w| as on
+// the K GEMV. The FP32 part: the kernel sums a·Σ c·u with u = q_x + 128 and subtracts
+// K = 128·Σ a·Σ c, so its terms are |a·c|·(|q_x| + 128)·dx ≤ mag·(|x| + dx/2 + 128·dx), mag =
+// |a·c| + |m| ≥ |w|; K takes one fused add per run and one scaling, the super-block sum one fused
+// add per run and one more per min, and the output one per super-block:
+// k = 3·in/16 + 2·in/256 + 4 roundings reach any term at most.
 double i8_gemm_bound(const std::vector<float>& x, const std::vector<float>& w,
                      const std::vector<double>& mag) {
   double b = 0, terms = 0;
-  for (size_t j0 = 0; j0 < x.size(); j0 += 32) {
+  for (size_t j0 = 0; j0 < x.size(); j0 += 256) {
+    const size_t j1 = std::min(x.size(), j0 + 256);
     double amax = 0, wsum = 0;
-    for (size_t j = j0; j < j0 + 32; ++j) amax = std::max(amax, std::fabs(double(x[j])));
-    const double half = amax / 127 / 2 + std::ldexp(amax, -22);
-    for (size_t j = j0; j < j0 + 32; ++j) {
+    for (size_t j = j0; j < j1; ++j) amax = std::max(amax, std::fabs(double(x[j])));
+    const double dx = amax / 127, half = dx / 2 + std::ldexp(amax, -22);
+    for (size_t j = j0; j < j1; ++j) {
       wsum += std::fabs(double(w[j]));
-      terms += mag[j] * (std::fabs(double(x[j])) + half);
+      terms += mag[j] * (std::fabs(double(x[j])) + half + 128 * dx);
     }
     b += half * wsum;
   }
-  const double u = std::ldexp(1.0, -24), k = double(2 * x.size() / 16 + 2);
+  const double u = std::ldexp(1.0, -24);
+  const double k = double(3 * x.size() / 16 + 2 * (x.size() + 255) / 256 + 4);
   return b + k * u / (1 - k * u) * terms;
 }
 
@@ -231,7 +226,7 @@ TEST_P(LinearGgmlTest, EveryCpuVariantMatchesTheReference) {
   const int64_t be = dtype_block(t).elems;
   ThreadPool pool(2);
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, be}, {7, 3 * be}, {19, 2 * be}, {64, be == 32 ? 576 : 512}};
+      {1, be}, {7, 3 * be}, {19, 2 * be}, {64, be == 32 ? 576 : 512}, {21, 512}};
   for (const auto& [out, in] : shapes) {
     BlockWeight bw = make_weight(t, out, in, uint64_t(out * 131 + in));
     for (int64_t n : {1, 2, 3, 4, 5, 17, 40}) {
