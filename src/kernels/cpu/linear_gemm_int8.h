@@ -174,6 +174,33 @@ void ggml_i8_decode_row(const uint8_t* src, int64_t in, int8_t* codes, float* a,
   }
 }
 
+// v[c] = column c of the 16 x 16 int32 matrix whose rows are v[0 .. 15]: unpacks pair rows into
+// 2 x 2 and 4 x 4 blocks within 128-bit lanes, then two lane shuffles place the 4 x 4 blocks.
+inline void transpose_16x16_epi32(__m512i v[16]) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // b[4i + j], 128-bit lane L: element 4L + j of rows 4i .. 4i + 3.
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i c0 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x44);
+    const __m512i c1 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xEE);
+    const __m512i c2 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x44);
+    const __m512i c3 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xEE);
+    v[j] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+    v[4 + j] = _mm512_shuffle_i32x4(c0, c2, 0xDD);
+    v[8 + j] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+    v[12 + j] = _mm512_shuffle_i32x4(c1, c3, 0xDD);
+  }
+}
+
 // The strips of rows [o0, o0 + rows) of w into `panel` (rows past the end: zero codes and
 // scales). Strip s at panel + s · (in / 256) · kI8SbBytes<D>.
 template <DType D>
@@ -188,7 +215,6 @@ void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
   float* a = reinterpret_cast<float*>(buf + 16 * in);
   float* m = a + 16 * runs;
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i rows_idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(in / 4)));
   const __m512i runs_idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(runs)));
   for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
     const int64_t n = std::min<int64_t>(kI8Strip, rows - s0);
@@ -197,19 +223,27 @@ void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
       ggml_i8_decode_row<D>(w.data + (o0 + s0 + r) * row_bytes, w.in, codes + r * in, a + r * runs,
                             m + r * runs);
     uint8_t* strip = panel + (s0 / kI8Strip) * sbs * kI8SbBytes<D>;
+    constexpr int64_t kRunBytes = kQuads * 64 + 64 + (kI8Mins<D> ? 64 : 0);
     for (int64_t sb = 0; sb < sbs; ++sb) {
       uint8_t* out = strip + sb * kI8SbBytes<D>;
+      // Quad j of the super-block (values 4j .. 4j + 3) of every row: run j / kQuads, quad
+      // j % kQuads; 16 quads per 64-value chunk, by a 16 x 16 transpose of int32.
+      for (int ch = 0; ch < 4; ++ch) {
+        __m512i v[16];
+        for (int r = 0; r < 16; ++r) v[r] = _mm512_loadu_si512(codes + r * in + 256 * sb + 64 * ch);
+        transpose_16x16_epi32(v);
+        for (int c = 0; c < 16; ++c) {
+          const int j = 16 * ch + c;
+          _mm512_store_si512(out + 64 + (j / kQuads) * kRunBytes + 64 * (j % kQuads), v[c]);
+        }
+      }
       __m512 k = _mm512_setzero_ps();  // K = 128 · Σ_t a_t · Σ_t c, per row
       for (int t = 0; t < kRuns; ++t) {
         const int64_t run = sb * kRuns + t;
-        uint8_t* o = out + 64 + t * (kQuads * 64 + 64 + (kI8Mins<D> ? 64 : 0));
+        uint8_t* o = out + 64 + t * kRunBytes;
         __m512i csum = _mm512_setzero_si512();
-        for (int q = 0; q < kQuads; ++q) {
-          // Quad q of each row: int32 (run · kQuads + q) of its codes.
-          const __m512i v = _mm512_i32gather_epi32(rows_idx, codes + run * kRun + 4 * q, 4);
-          _mm512_store_si512(o + 64 * q, v);
-          csum = _mm512_dpbusd_epi32(csum, _mm512_set1_epi8(1), v);  // Σ c per row
-        }
+        for (int q = 0; q < kQuads; ++q)  // Σ c per row
+          csum = _mm512_dpbusd_epi32(csum, _mm512_set1_epi8(1), _mm512_load_si512(o + 64 * q));
         const __m512 at = _mm512_i32gather_ps(runs_idx, a + run, 4);
         _mm512_store_ps(o + kQuads * 64, at);
         if constexpr (kI8Mins<D>)
