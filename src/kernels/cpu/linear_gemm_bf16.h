@@ -9,9 +9,9 @@
 //   W rows are read as BF16 pairs and broadcast (one 32-bit load per row and pair) from a copy
 //   of the chunk's rows at a padded stride: BF16 as stored, FP8 widened exactly to BF16 as
 //   value · 2^-8 (E4M3 has 4 significant bits), the block scale applied to each scale block's
-//   partial sum in FP32; GGUF block formats (Q8_0, Q4_K, ...) decoded exactly and rounded to
-//   BF16 (relative 2^-9 per weight, as x: Q8_0's largest codes move by up to a quarter of a
-//   quantisation step, the 2- to 6-bit codes by under a tenth), through the traits'
+//   partial sum in FP32; F32 rounded to BF16 (RNE); GGUF block formats (Q8_0, Q4_K, ...) decoded
+//   exactly and rounded to BF16 (relative 2^-9 per weight, as x: Q8_0's largest codes move by up to
+//   a quarter of a quantisation step, the 2- to 6-bit codes by under a tenth), through the traits'
 //   gemm_widen_ggml (linear_gemm_ggml_widen.h).
 // A register tile is kGemmGroup W rows × 32 x rows (2 vectors): 24 accumulators, 2 panel vectors
 // and the broadcast in the 32 zmm registers; next to a last panel of ≤ 16 rows, 24 W rows × 16.
@@ -43,7 +43,8 @@ constexpr int64_t kGemmMaxChunkRows = 96;
 // weight whose pairs never straddle an FP8 scale block.
 inline bool gemm_bf16_takes(const LinearWeight& w, int64_t n) {
   if (n <= kLinWidenMinRows) return false;
-  if (w.dtype == DType::kBF16 || dtype_is_ggml_block(w.dtype)) return true;
+  if (w.dtype == DType::kBF16 || w.dtype == DType::kF32 || dtype_is_ggml_block(w.dtype))
+    return true;
   return w.dtype == DType::kF8E4M3 && w.block_cols % 2 == 0;
 }
 
@@ -104,6 +105,29 @@ void gemm_widen_fp8(const LinearWeight& w, int64_t o0, int64_t rows, int64_t ldw
     }
     for (; k < 2 * gemm_pairs(w.in); ++k)  // the tail: the same bits, one at a time
       d[k] = k < w.in ? uint16_t(f32_bits(fp8_e4m3_to_f32(src[k]) * 0x1p-8f) >> 16) : 0;
+  }
+}
+
+// dst [rows, ldw] BF16 = the F32 rows [o0, o0 + rows) rounded to BF16 (RNE, relative 2^-9, as x;
+// such as the FP32 kv_b_proj a GGUF file's split k_b / v_b are rebuilt into); an odd in's last
+// pair gets a 0 partner.
+inline void gemm_round_f32(const LinearWeight& w, int64_t o0, int64_t rows, int64_t ldw,
+                           uint16_t* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = reinterpret_cast<const float*>(w.data) + (o0 + r) * w.in;
+    uint16_t* d = dst + r * ldw;
+    for (int64_t k = 0; k < 2 * gemm_pairs(w.in); k += 32) {
+      const int64_t left = w.in - k;
+      const __mmask16 m0 = __mmask16(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1);
+      const __mmask16 m1 = __mmask16(left >= 32   ? 0xFFFF
+                                     : left <= 16 ? 0
+                                                  : (1u << (left - 16)) - 1);
+      const __m512 lo = _mm512_maskz_loadu_ps(m0, src + k),
+                   hi = _mm512_maskz_loadu_ps(m1, src + k + 16);
+      const __m512i v = __m512i(_mm512_cvtne2ps_pbh(hi, lo));
+      const int64_t words = std::min<int64_t>(32, 2 * gemm_pairs(w.in) - k);
+      _mm512_mask_storeu_epi16(d + k, __mmask32(words >= 32 ? 0xFFFFFFFFu : (1u << words) - 1), v);
+    }
   }
 }
 
@@ -180,6 +204,8 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   uint16_t* wide = ensure_scratch(scratch, size_t(rows * ldw));
   if (dtype_is_ggml_block(w.dtype)) {
     L::gemm_widen_ggml(w, r0, rows, ldw, wide);  // linear_gemm_ggml_widen.h
+  } else if (w.dtype == DType::kF32) {
+    gemm_round_f32(w, r0, rows, ldw, wide);
   } else if constexpr (D == DType::kBF16) {
     for (int64_t r = 0; r < rows; ++r) {
       std::memcpy(wide + r * ldw, w.data + (r0 + r) * w.in * 2, size_t(w.in) * 2);
