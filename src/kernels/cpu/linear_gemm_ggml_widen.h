@@ -49,8 +49,10 @@ void ggml_widen_row_k(const uint8_t* src, int64_t in, uint16_t* dst) {
   for (int64_t sb = 0; sb < in / 256; ++sb) {
     GgmlKBlock k;
     ggml_k_decode<D>(src + sb * kGgmlKBytes<D>, k);
+    __m512 ks[4], km;
+    ggml_k_float_scales(k, ks, km);
     alignas(64) float ml[16];
-    _mm512_store_ps(ml, k.m);
+    _mm512_store_ps(ml, km);
     for (int c = 0; c < 4; ++c) {
       alignas(64) uint8_t q8[64];
       _mm512_store_si512(q8, k.q[c]);
@@ -59,7 +61,7 @@ void ggml_widen_row_k(const uint8_t* src, int64_t in, uint16_t* dst) {
         const __m512 q = _mm512_cvtepi32_ps(
             _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q8 + 16 * g))));
         const __m512 dl =
-            _mm512_permutexvar_ps(_mm512_add_epi32(quarter, _mm512_set1_epi32(4 * g)), k.s[c]);
+            _mm512_permutexvar_ps(_mm512_add_epi32(quarter, _mm512_set1_epi32(4 * g)), ks[c]);
         v[g] = _mm512_fmsub_ps(dl, q, _mm512_set1_ps(ml[4 * c + g]));
       }
       uint16_t* out = dst + 256 * sb + 64 * c;

@@ -151,12 +151,14 @@ void ggml_i8_decode_row(const uint8_t* src, int64_t in, int8_t* codes, float* a,
     for (int64_t sb = 0; sb < in / 256; ++sb) {
       GgmlKBlock k;
       ggml_k_decode<D>(src + sb * kGgmlKBytes<D>, k);
+      __m512 ks[4], km;
+      ggml_k_float_scales(k, ks, km);
       alignas(64) float s[16], mins[16];
-      _mm512_store_ps(mins, k.m);  // per 16 values
+      _mm512_store_ps(mins, km);  // per 16 values
       for (int c = 0; c < 4; ++c) {
         _mm512_storeu_si512(codes + 256 * sb + 64 * c,
                             _mm512_sub_epi8(k.q[c], _mm512_set1_epi8(char(kOff))));
-        _mm512_store_ps(s, k.s[c]);  // lane 4g: the scale of values 64c + 16g ..
+        _mm512_store_ps(s, ks[c]);  // lane 4g: the scale of values 64c + 16g ..
         for (int g = 0; g < 4; ++g) {
           const int t16 = 4 * c + g;
           if constexpr (kI8Run32<D>) {

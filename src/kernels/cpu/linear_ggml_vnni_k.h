@@ -9,15 +9,15 @@
 //                m_j = 4 · s_j, dm = d
 //   Q2_K         q 0..3, s_j, m_j the two nibbles per 16, dm = dmin
 // so a super-block's product is
-//   dx · Σ_c Σ_lanes fl(d·s_j) · dot_c  −  Σ_t fl(dm·m_t) · fl(dx · Σ_(16-run t) q_x)
-// dot_c the int32 lanes of vpdpbusd over 64 values (4 products each, at most 4 · 63 · 127, exact
-// and converted exactly), d·s_j and dm·m_t exact (an f16 times an integer of at most 8 bits), so
-// the scales enter in FP32 lanes with no integer multiply (vpmulld's latency set the K formats'
-// decode rate before). The weight codes are the unsigned operand of vpdpbusd as decoded.
+//   fl(d·dx) · Σ_j s_j Σ q_w·q_x  −  Σ_t fl(dm·m_t) · fl(dx · Σ_(16-run t) q_x)
+// The first sum is integer all the way: vpmaddubsw forms each pair q_w·q_x + q_w'·q_x' in int16
+// (at most 2 · 63 · 128 = 16,128: no saturation) and vpdpwssd multiplies the pairs by the int16
+// scale of their sub-block, adding into int32 lanes (at most 4 · 2 · 16,128 · 128 < 2^24 in
+// Q6_K, the largest, so the conversion to FP32 is exact). dm·m_t is exact (an f16 times an
+// integer of at most 8 bits). No FP32 work happens per sub-block.
 // Error against the exact product: x's rounding, at most dx/2 per value, times Σ|w| of the
-// super-block, plus FP32 roundings: per lane 4 fused adds into the super-block's part, one for
-// dx, one for the x sum, two adds into the accumulator per super-block and 4 in the final
-// 16-lane sum: at most 2 · in/256 + 10 roundings reach any term.
+// super-block, plus FP32 roundings: d·dx, dx·Σ q_x, two fused adds per super-block and 4 in the
+// final 16-lane sum: at most 2 · in/256 + 10 roundings reach any term (the tests' bound).
 // Include after the ISA's `#pragma GCC target` (avx512f/bw/vl/vnni); internal linkage.
 #pragma once
 
@@ -74,12 +74,13 @@ inline void ggml_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
 }
 
 // One decoded super-block: codes q[c] for values 64c .. 64c + 63 (value order, unsigned), the
-// scale d · s_j of each int32 lane of vpdpbusd(q[c], ..) in s[c] (lane k sums values
-// 64c + 4k .. + 3), and the min dm · m_j of each 16-value run in m (lane t: values 16t ..).
-// Both products are exact in FP32 (an f16 times an integer of at most 8 bits).
+// integer sub-block scales (lane j: s_j, of 32 values if sub32, else of 16) and the integer min
+// of each 16-value run (lane t: values 16t ..), with d and dm.
 struct GgmlKBlock {
   __m512i q[4];
-  __m512 s[4], m;
+  __m512i sub, m16;
+  float d, dm;
+  bool sub32;
 };
 
 // Lane k of s[c] for 32-value sub-blocks (8 lanes each) and for 16-value ones (4 lanes each),
@@ -92,12 +93,42 @@ inline __m512 ggml_k_spread(__m512 per_sub, int c, bool sub32) {
   return _mm512_permutexvar_ps(idx, per_sub);
 }
 
-// s[c] and m of k from the integer scales (lane j: sub-block j's s_j) and mins per 16-value run.
 inline void ggml_k_scales(GgmlKBlock& k, __m512i per_sub, bool sub32, float d, __m512i m16,
                           float dm) {
-  const __m512 fs = _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(per_sub));
-  for (int c = 0; c < 4; ++c) k.s[c] = ggml_k_spread(fs, c, sub32);
-  k.m = _mm512_mul_ps(_mm512_set1_ps(dm), _mm512_cvtepi32_ps(m16));
+  k.sub = per_sub;
+  k.sub32 = sub32;
+  k.d = d;
+  k.m16 = m16;
+  k.dm = dm;
+}
+
+inline __m512 ggml_k_float_mins(const GgmlKBlock& k) {
+  return _mm512_mul_ps(_mm512_set1_ps(k.dm), _mm512_cvtepi32_ps(k.m16));
+}
+
+// In FP32: s[c] = d · s_j of each int32 lane of vpdpbusd(q[c], ..) (lane k sums values
+// 64c + 4k .. + 3), and m = dm · m_t per 16-value run (lane t). Both products are exact (an f16
+// times an integer of at most 8 bits).
+inline void ggml_k_float_scales(const GgmlKBlock& k, __m512 s[4], __m512& m) {
+  const __m512 fs = _mm512_mul_ps(_mm512_set1_ps(k.d), _mm512_cvtepi32_ps(k.sub));
+  for (int c = 0; c < 4; ++c) s[c] = ggml_k_spread(fs, c, k.sub32);
+  m = ggml_k_float_mins(k);
+}
+
+// The int16 scale of each word of vpmaddubsw(q[c], ..) (word w sums values 64c + 2w, + 1): the
+// low half of sub-block (64c + 2w) / 32 (or / 16)'s int32 lane.
+inline __m512i ggml_k_s16(const GgmlKBlock& k, int c) {
+  const __m512i word = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  // sub-block of word w: (64c + 2w) >> 5 = 2c + (w >> 4), or >> 4 = 4c + (w >> 3); its low half
+  // is word 2 · sub-block of `sub`.
+  const __m512i idx =
+      k.sub32
+          ? _mm512_slli_epi16(
+                _mm512_add_epi16(_mm512_srli_epi16(word, 4), _mm512_set1_epi16(short(2 * c))), 1)
+          : _mm512_slli_epi16(
+                _mm512_add_epi16(_mm512_srli_epi16(word, 3), _mm512_set1_epi16(short(4 * c))), 1);
+  return _mm512_permutexvar_epi16(idx, k.sub);
 }
 
 // [v | v]: 32 bytes in both halves of a zmm.
@@ -236,23 +267,29 @@ void ggml_k_vnni_rows(const LinearWeight& w, const GgmlKXRow* xs, float* y, int6
   for (int64_t o = r0; o < r1; ++o) {
     const uint8_t* row = w.data + o * row_bytes;
     __m512 acc[N];
-    for (int i = 0; i < N; ++i) acc[i] = _mm512_setzero_ps();
+    __m512 acc_m[N];
+    for (int i = 0; i < N; ++i) acc[i] = acc_m[i] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < sbs; ++sb) {
       GgmlKBlock k;
       ggml_k_decode<D>(row + sb * kBytes, k);
+      __m512i s16[4];
+      for (int c = 0; c < 4; ++c) s16[c] = ggml_k_s16(k, c);
+      const __m512 m = ggml_k_float_mins(k);
       for (int i = 0; i < N; ++i) {
         const int8_t* xc = xs[i].codes + 256 * sb;
-        __m512 part = _mm512_setzero_ps();  // Σ_j d·s_j Σ q_w·q_x, per lane
+        __m512i isum = _mm512_setzero_si512();  // Σ_j s_j Σ q_w·q_x, per lane
         for (int c = 0; c < 4; ++c) {
-          const __m512i dot =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), k.q[c], _mm512_load_si512(xc + 64 * c));
-          part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), k.s[c], part);
+          const __m512i pairs = _mm512_maddubs_epi16(k.q[c], _mm512_load_si512(xc + 64 * c));
+          isum = _mm512_dpwssd_epi32(isum, pairs, s16[c]);
         }
-        acc[i] = _mm512_fmadd_ps(part, _mm512_set1_ps(xs[i].dx[sb]), acc[i]);
-        acc[i] = _mm512_fnmadd_ps(k.m, _mm512_load_ps(xs[i].sums + 16 * sb), acc[i]);
+        acc[i] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(k.d * xs[i].dx[sb]), acc[i]);
+        // The mins in their own accumulator: one fused add per super-block on each chain.
+        acc_m[i] = _mm512_fmadd_ps(m, _mm512_load_ps(xs[i].sums + 16 * sb), acc_m[i]);
       }
     }
-    for (int i = 0; i < N; ++i) y[i * ldy + o] = _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < N; ++i)
+      y[i * ldy + o] = _mm512_reduce_add_ps(_mm512_sub_ps(acc[i], acc_m[i]));
   }
 }
 
