@@ -1,7 +1,7 @@
 // linear.cpu.avx512bf16: linear.cpu.avx512vbmi (the same FP32 products, bit for bit, for
 // LinearPath kAuto / kDot and for every product of up to kLinWidenMinRows rows), plus the BF16
 // GEMM of linear_gemm_bf16.h for path kBf16 (prefill chunks, expert batches; GGUF block formats
-// widened into its BF16 panels by linear_gemm_ggml_widen.h): AVX512_BF16 and
+// on the int8 GEMM of linear_gemm_int8.h): AVX512_BF16 and
 // VBMI, Zen 4 / 5, Cooper Lake / Sapphire Rapids and later.
 #include "kernels/cpu/isa_prelude.h"
 #include "kernels/cpu/linear_cpu.h"
@@ -15,7 +15,6 @@
 
 #include "kernels/cpu/linear_avx512_vbmi_traits.h"
 #include "kernels/cpu/linear_gemm_bf16.h"
-#include "kernels/cpu/linear_gemm_ggml_widen.h"
 #include "kernels/cpu/linear_gemm_int8.h"
 #include "kernels/cpu/linear_ggml_vnni.h"
 #include "kernels/cpu/linear_ggml_vnni_k.h"
@@ -27,10 +26,7 @@ struct LinAvx512Bf16 : LinAvx512Vbmi {
   // The GEMM hooks of run_linear_many.
   static constexpr bool kBf16Gemm = true;
   static constexpr int kGemmTileRows = cpu::kGemmTileRows;
-  // GGUF block formats take the int8 GEMM below where the CPU has VNNI, the BF16 one otherwise.
-  static bool gemm_takes(const LinearWeight& w, int64_t n) {
-    return gemm_bf16_takes(w, n) && !ggml_gemm_takes(w);
-  }
+  static bool gemm_takes(const LinearWeight& w, int64_t n) { return gemm_bf16_takes(w, n); }
   static int64_t gemm_chunk_rows(const LinearWeight& w, int threads) {
     return gemm_bf16_chunk_rows(w, threads);
   }
@@ -42,10 +38,6 @@ struct LinAvx512Bf16 : LinAvx512Vbmi {
   static void gemm_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, float* y,
                          int64_t r0, int64_t r1) {
     gemm_bf16_chunk<LinAvx512Bf16, D>(w, n, panels, y, r0, r1);
-  }
-  static void gemm_widen_ggml(const LinearWeight& w, int64_t o0, int64_t rows, int64_t ldw,
-                              uint16_t* dst) {
-    ggml_widen_rows_bf16(w, o0, rows, ldw, dst);
   }
   // GGUF block formats on AVX512-VNNI (every AVX512_BF16 CPU has it; checked anyway): Q8_0 /
   // Q4_0 with x quantised per 32 values (linear_ggml_vnni.h), the K formats per 256

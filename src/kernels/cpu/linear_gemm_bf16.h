@@ -9,17 +9,14 @@
 //   W rows are read as BF16 pairs and broadcast (one 32-bit load per row and pair) from a copy
 //   of the chunk's rows at a padded stride: BF16 as stored, FP8 widened exactly to BF16 as
 //   value · 2^-8 (E4M3 has 4 significant bits), the block scale applied to each scale block's
-//   partial sum in FP32; F32 rounded to BF16 (RNE); GGUF block formats (Q8_0, Q4_K, ...) decoded
-//   exactly and rounded to BF16 (relative 2^-9 per weight, as x: Q8_0's largest codes move by up to
-//   a quarter of a quantisation step, the 2- to 6-bit codes by under a tenth), through the traits'
-//   gemm_widen_ggml (linear_gemm_ggml_widen.h).
+//   partial sum in FP32; F32 rounded to BF16 (RNE).
 // A register tile is kGemmGroup W rows × 32 x rows (2 vectors): 24 accumulators, 2 panel vectors
 // and the broadcast in the 32 zmm registers; next to a last panel of ≤ 16 rows, 24 W rows × 16.
 // The column loop is blocked so that a block of the x panel stays in L1 while every tile of the
 // chunk reads it; the chunk's sums for one panel stay in L1 too (`tot`).
 // Numerics: x rounds once to BF16 (RNE, relative 2^-8; inputs below 2^-126 flush to 0); products
 // of BF16 pairs are exact in FP32 and summed in FP32 lanes; FP8 adds one rounding per scale block
-// (s · partial) and one per block sum; GGUF weights round once to BF16 (RNE, relative 2^-8). The
+// (s · partial) and one per block sum; F32 weights round once to BF16 (RNE, relative 2^-8). The
 // test bound is derived in linear_test.cc. Include after the ISA's `#pragma GCC target` with
 // avx512bf16; internal linkage.
 #pragma once
@@ -43,8 +40,7 @@ constexpr int64_t kGemmMaxChunkRows = 96;
 // weight whose pairs never straddle an FP8 scale block.
 inline bool gemm_bf16_takes(const LinearWeight& w, int64_t n) {
   if (n <= kLinWidenMinRows) return false;
-  if (w.dtype == DType::kBF16 || w.dtype == DType::kF32 || dtype_is_ggml_block(w.dtype))
-    return true;
+  if (w.dtype == DType::kBF16 || w.dtype == DType::kF32) return true;
   return w.dtype == DType::kF8E4M3 && w.block_cols % 2 == 0;
 }
 
@@ -187,7 +183,7 @@ void gemm_bf16_tiles(const uint32_t* panel, const uint16_t* w, int64_t ldw, int6
 constexpr int64_t kGemmBlockPairs = 128;
 
 // W rows [r0, r1) (r1 - r0 ≤ kGemmMaxChunkRows) against every panel of x (all n rows). D: kF8E4M3
-// (scaled column blocks) or kBF16 (unscaled: BF16 weights, and the GGUF block formats widened). Per
+// (scaled column blocks) or kBF16 (unscaled: BF16 weights, and F32 ones rounded). Per
 // panel: the chunk's sums for its 32 x rows sit in `tot` (L1) across the column blocks, then go to
 // y.
 template <class L, DType D>
@@ -202,9 +198,7 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   // block's lines overflowed one 12-way set). FP8 rows are widened into it.
   const int64_t ldw = 2 * kp + kGemmRowPad;
   uint16_t* wide = ensure_scratch(scratch, size_t(rows * ldw));
-  if (dtype_is_ggml_block(w.dtype)) {
-    L::gemm_widen_ggml(w, r0, rows, ldw, wide);  // linear_gemm_ggml_widen.h
-  } else if (w.dtype == DType::kF32) {
+  if (w.dtype == DType::kF32) {
     gemm_round_f32(w, r0, rows, ldw, wide);
   } else if constexpr (D == DType::kBF16) {
     for (int64_t r = 0; r < rows; ++r) {
