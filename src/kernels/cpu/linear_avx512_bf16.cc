@@ -42,7 +42,7 @@ struct LinAvx512Bf16 : LinAvx512Vbmi {
   // GGUF block formats on AVX512-VNNI (every AVX512_BF16 CPU has it; checked anyway): Q8_0 /
   // Q4_0 with x quantised per 32 values (linear_ggml_vnni.h), the K formats per 256
   // (linear_ggml_vnni_k.h). The two x layouts follow the weight's block size.
-  static constexpr bool kGgmlVnni = true;
+  static constexpr bool kGgmlInt = true;
   // With `gemm` (path kBf16, more than kLinWidenMinRows rows of x) the formats run on the int8
   // GEMM of linear_gemm_int8.h, x per 256 values in its own layout.
   static bool ggml_takes(DType t) { return ggml_vnni_takes(t) || ggml_k_vnni_takes(t); }

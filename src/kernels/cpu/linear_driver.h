@@ -426,15 +426,16 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       });
     }
   }
-  // GGUF block formats on integer dot products (traits with L::kGgmlVnni, linear_ggml_vnni*.h):
-  // each job's x quantised once, jobs with the same x and the same x layout (L::ggml_x_layout:
-  // the GEMV's per weight block size, 32 or 256 values, or the int8 GEMM's for path kBf16 above
-  // kLinWidenMinRows rows) sharing it. Empty when no job takes the path (nothing is allocated).
+  // GGUF block formats on integer dot products (traits with L::kGgmlInt: linear_ggml_vnni*.h,
+  // linear_ggml_avx2.h): each job's x quantised once, jobs with the same x and the same x layout
+  // (L::ggml_x_layout: the GEMV's per weight block size, 32 or 256 values, or the int8 GEMM's for
+  // path kBf16 above kLinWidenMinRows rows) sharing it. Empty when no job takes the path (nothing
+  // is allocated).
   std::vector<int64_t> xq_at;    // per job: byte offset into xq_store, -1 for other products
   std::vector<uint8_t> xq_gemm;  // per job: runs on the int8 GEMM
   static thread_local AlignedBuffer<uint8_t> xq_store;
   uint8_t* xq = nullptr;
-  if constexpr (requires { L::kGgmlVnni; }) {
+  if constexpr (requires { L::kGgmlInt; }) {
     int64_t end = 0;
     std::vector<std::pair<size_t, int64_t>> rows;  // (job, row) to quantise
     for (size_t j = 0; j < jobs.size(); ++j) {
@@ -478,7 +479,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     int64_t rows = lin_chunk_rows(*job.w, job.n, threads);
     if constexpr (requires { L::kBf16Gemm; })
       if (!panel_of.empty() && panel_of[j] >= 0) rows = L::gemm_chunk_rows(*job.w, threads);
-    if constexpr (requires { L::kGgmlVnni; })
+    if constexpr (requires { L::kGgmlInt; })
       if (!xq_gemm.empty() && xq_gemm[j]) rows = L::ggml_gemm_chunk_rows(*job.w, threads);
     for (int64_t r0 = 0; r0 < job.w->out; r0 += rows)
       items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows)});
@@ -506,7 +507,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
           return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, job.y, it.r0, it.r1);
         return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, job.y, it.r0, it.r1);
       }
-    if constexpr (requires { L::kGgmlVnni; })
+    if constexpr (requires { L::kGgmlInt; })
       if (!xq_at.empty() && xq_at[size_t(it.job)] >= 0)
         return L::ggml_chunk(w, job.n, xq_gemm[size_t(it.job)], xq + xq_at[size_t(it.job)], job.y,
                              it.r0, it.r1);

@@ -131,7 +131,7 @@ void ggml_vnni_rows(const LinearWeight& w, const GgmlXRow* xs, float* y, int64_t
   }
 }
 
-// The driver's hooks (linear_driver.h, L::kGgmlVnni): which weights take this path, and a chunk
+// The driver's hooks (linear_driver.h, L::kGgmlInt): which weights take this path, and a chunk
 // of rows against all n quantised rows of x at `xq` (ggml_x_row_bytes(in) bytes each).
 inline bool ggml_vnni_takes(DType t) {
   static const bool vnni = __builtin_cpu_supports("avx512vnni");

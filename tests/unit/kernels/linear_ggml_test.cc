@@ -200,9 +200,13 @@ bool gemm_path(const char* variant, cpu::LinearPath path, int64_t n) {
          n > 16;
 }
 
+// Integer dot products: every block format on AVX512-VNNI, Q8_0 / Q4_0 also on AVX2 (the same
+// x per 32 and exact block sums, linear_ggml_avx2.h: the same bound).
 bool vnni_path(const char* variant, DType t) {
+  const bool block = t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
+  if (std::string(variant) == "linear.cpu.avx2") return t == DType::kQ8_0 || t == DType::kQ4_0;
   return std::string(variant) == "linear.cpu.avx512bf16" && __builtin_cpu_supports("avx512vnni") &&
-         t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
+         block;
 }
 
 class LinearGgmlTest : public ::testing::TestWithParam<DType> {};
