@@ -165,7 +165,8 @@ double vnni_k_bound(const std::vector<float>& x, const std::vector<float>& w,
     }
     b += half * wsum;
   }
-  const double u = std::ldexp(1.0, -24), k = double(2 * x.size() / 256 + 10);
+  // + 1: the AVX2 kernel's conversion of a Q6_K super-block's int32 lane (it may pass 2^24).
+  const double u = std::ldexp(1.0, -24), k = double(2 * x.size() / 256 + 11);
   return b + k * u / (1 - k * u) * terms;
 }
 
@@ -200,11 +201,14 @@ bool gemm_path(const char* variant, cpu::LinearPath path, int64_t n) {
          n > 16;
 }
 
-// Integer dot products: every block format on AVX512-VNNI, Q8_0 / Q4_0 also on AVX2 (the same
-// x per 32 and exact block sums, linear_ggml_avx2.h: the same bound).
+// Integer dot products: every block format on AVX512-VNNI; Q8_0 / Q4_0 and Q4_K / Q5_K / Q6_K
+// also on AVX2, with the same x quantisation and exact integer sums (linear_ggml_avx2*.h: the
+// same bounds).
 bool vnni_path(const char* variant, DType t) {
   const bool block = t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
-  if (std::string(variant) == "linear.cpu.avx2") return t == DType::kQ8_0 || t == DType::kQ4_0;
+  if (std::string(variant) == "linear.cpu.avx2")
+    return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
+           t == DType::kQ6_K;
   return std::string(variant) == "linear.cpu.avx512bf16" && __builtin_cpu_supports("avx512vnni") &&
          block;
 }
