@@ -9,14 +9,13 @@
 #pragma GCC target("avx2,fma,f16c")
 
 #include "kernels/cpu/linear_driver.h"
-#include "kernels/cpu/linear_ggml_avx2.h"
 #include "kernels/cpu/linear_ggml_avx2_k.h"
 #include "kernels/cpu/vec_avx2.h"
 
 namespace mla::cpu {
 namespace {
 
-struct LinAvx2 {
+struct LinAvx2 : GgmlAvx2Hooks {
   using Vec = VecAvx2;
   static constexpr int kW = 8;
   // R·N ≤ 8 accumulators plus R widened rows within the 16 ymm registers.
@@ -57,25 +56,6 @@ struct LinAvx2 {
           _mm_cmpeq_epi8(_mm_and_si128(b, _mm_set1_epi8(0x7F)), _mm_set1_epi8(0x7F));
       return {_mm256_or_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(_mm256_cvtepi8_epi32(nan)))};
     }
-  }
-  // The driver's integer path for GGUF blocks (linear_driver.h) at every n (no int8 GEMM on
-  // AVX2): Q8_0 / Q4_0 with x per 32, Q4_K / Q5_K / Q6_K with x per 256 (the x layouts 0 and 1).
-  static constexpr bool kGgmlInt = true;
-  static bool ggml_takes(DType t) { return ggml_avx2_takes(t) || ggml_avx2_k_takes(t); }
-  static bool ggml_gemm_takes(const LinearWeight&) { return false; }
-  static int ggml_x_layout(DType t, bool) { return ggml_avx2_k_takes(t) ? 1 : 0; }
-  static int64_t ggml_gemm_chunk_rows(const LinearWeight& w, int) { return w.out; }
-  static int64_t ggml_x_bytes(DType t, int64_t in, bool) {
-    return ggml_avx2_k_takes(t) ? ggml_avx2_k_x_row_bytes(in) : ggml_avx2_x_row_bytes(in);
-  }
-  static void ggml_quantize_x(DType t, const float* x, int64_t in, bool, uint8_t* dst) {
-    if (ggml_avx2_k_takes(t)) return ggml_avx2_k_quantize_x_row(x, in, dst);
-    ggml_avx2_quantize_x_row(x, in, dst);
-  }
-  static void ggml_chunk(const LinearWeight& w, int64_t n, bool, const uint8_t* xq, float* y,
-                         int64_t r0, int64_t r1) {
-    if (ggml_avx2_k_takes(w.dtype)) return ggml_avx2_k_chunk(w, n, xq, y, r0, r1);
-    ggml_avx2_chunk(w, n, xq, y, r0, r1);
   }
 };
 

@@ -4,12 +4,15 @@
 #pragma once
 
 #include "kernels/cpu/linear_driver.h"
+#include "kernels/cpu/linear_ggml_avx2_k.h"
 #include "kernels/cpu/vec_avx512.h"
 
 namespace mla::cpu {
 namespace {
 
-struct LinAvx512 {
+// GGUF blocks on the AVX2 integer kernels (GgmlAvx2Hooks): CPUs with AVX-512 but no AVX512_BF16
+// (Skylake-X, Cascade Lake, Ice Lake) run this variant or linear.cpu.avx512vbmi.
+struct LinAvx512 : GgmlAvx2Hooks {
   using Vec = VecAvx512;
   static constexpr int kW = 16;
   // 4 rows × up to kLinGroup = 4 x rows: 16 accumulators and 4 widened rows in the 32 zmm

@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/ggml_blocks.h"
+#include "kernels/cpu/linear_ggml_avx2.h"
 #include "kernels/cpu/scratch.h"
 
 namespace mla::cpu {
@@ -226,6 +227,30 @@ inline void ggml_avx2_k_chunk(const LinearWeight& w, int64_t n, const uint8_t* x
   if (w.dtype == DType::kQ5_K) return ggml_avx2_k_chunk_typed<DType::kQ5_K>(w, n, xq, y, r0, r1);
   ggml_avx2_k_chunk_typed<DType::kQ6_K>(w, n, xq, y, r0, r1);
 }
+
+// The driver's integer path for GGUF blocks (linear_driver.h, traits with kGgmlInt) on these
+// kernels at every n (no int8 GEMM here): Q8_0 / Q4_0 with x per 32, Q4_K / Q5_K / Q6_K with x
+// per 256 (x layouts 0 and 1). The traits of linear.cpu.avx2 and of the AVX-512 variants
+// without VNNI kernels derive from it (linear.cpu.avx512bf16 replaces every hook).
+struct GgmlAvx2Hooks {
+  static constexpr bool kGgmlInt = true;
+  static bool ggml_takes(DType t) { return ggml_avx2_takes(t) || ggml_avx2_k_takes(t); }
+  static bool ggml_gemm_takes(const LinearWeight&) { return false; }
+  static int ggml_x_layout(DType t, bool) { return ggml_avx2_k_takes(t) ? 1 : 0; }
+  static int64_t ggml_gemm_chunk_rows(const LinearWeight& w, int) { return w.out; }
+  static int64_t ggml_x_bytes(DType t, int64_t in, bool) {
+    return ggml_avx2_k_takes(t) ? ggml_avx2_k_x_row_bytes(in) : ggml_avx2_x_row_bytes(in);
+  }
+  static void ggml_quantize_x(DType t, const float* x, int64_t in, bool, uint8_t* dst) {
+    if (ggml_avx2_k_takes(t)) return ggml_avx2_k_quantize_x_row(x, in, dst);
+    ggml_avx2_quantize_x_row(x, in, dst);
+  }
+  static void ggml_chunk(const LinearWeight& w, int64_t n, bool, const uint8_t* xq, float* y,
+                         int64_t r0, int64_t r1) {
+    if (ggml_avx2_k_takes(w.dtype)) return ggml_avx2_k_chunk(w, n, xq, y, r0, r1);
+    ggml_avx2_chunk(w, n, xq, y, r0, r1);
+  }
+};
 
 }  // namespace
 }  // namespace mla::cpu

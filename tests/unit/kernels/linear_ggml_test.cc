@@ -201,12 +201,13 @@ bool gemm_path(const char* variant, cpu::LinearPath path, int64_t n) {
          n > 16;
 }
 
-// Integer dot products: every block format on AVX512-VNNI; Q8_0 / Q4_0 and Q4_K / Q5_K / Q6_K
-// also on AVX2, with the same x quantisation and exact integer sums (linear_ggml_avx2*.h: the
-// same bounds).
+// Integer dot products: every block format on AVX512-VNNI (linear.cpu.avx512bf16); Q8_0 / Q4_0
+// and Q4_K / Q5_K / Q6_K on the AVX2 kernels in the other SIMD variants, with the same x
+// quantisation and exact integer sums (linear_ggml_avx2*.h: the same bounds).
 bool vnni_path(const char* variant, DType t) {
   const bool block = t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
-  if (std::string(variant) == "linear.cpu.avx2")
+  const std::string v = variant;
+  if (v == "linear.cpu.avx2" || v == "linear.cpu.avx512" || v == "linear.cpu.avx512vbmi")
     return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
            t == DType::kQ6_K;
   return std::string(variant) == "linear.cpu.avx512bf16" && __builtin_cpu_supports("avx512vnni") &&
