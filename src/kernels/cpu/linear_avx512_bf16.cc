@@ -15,14 +15,12 @@
 
 #include "kernels/cpu/linear_avx512_vbmi_traits.h"
 #include "kernels/cpu/linear_gemm_bf16.h"
-#include "kernels/cpu/linear_gemm_int8.h"
-#include "kernels/cpu/linear_ggml_vnni.h"
-#include "kernels/cpu/linear_ggml_vnni_k.h"
+#include "kernels/cpu/linear_ggml_vnni_hooks.h"
 
 namespace mla::cpu {
 namespace {
 
-struct LinAvx512Bf16 : LinAvx512Vbmi {
+struct LinAvx512Bf16 : LinAvx512Vbmi, GgmlVnniHooks {
   // The GEMM hooks of run_linear_many.
   static constexpr bool kBf16Gemm = true;
   static constexpr int kGemmTileRows = cpu::kGemmTileRows;
@@ -39,34 +37,8 @@ struct LinAvx512Bf16 : LinAvx512Vbmi {
                          int64_t r0, int64_t r1) {
     gemm_bf16_chunk<LinAvx512Bf16, D>(w, n, panels, y, r0, r1);
   }
-  // GGUF block formats on AVX512-VNNI (every AVX512_BF16 CPU has it; checked anyway): Q8_0 /
-  // Q4_0 with x quantised per 32 values (linear_ggml_vnni.h), the K formats per 256
-  // (linear_ggml_vnni_k.h). The two x layouts follow the weight's block size.
-  static constexpr bool kGgmlInt = true;
-  // With `gemm` (path kBf16, more than kLinWidenMinRows rows of x) the formats run on the int8
-  // GEMM of linear_gemm_int8.h, x per 256 values in its own layout.
-  static bool ggml_takes(DType t) { return ggml_vnni_takes(t) || ggml_k_vnni_takes(t); }
-  static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_i8_takes(w); }
-  static int ggml_x_layout(DType t, bool gemm) { return gemm ? 2 : ggml_k_format(t) ? 1 : 0; }
-  static int64_t ggml_gemm_chunk_rows(const LinearWeight& w, int threads) {
-    return ggml_gemm_i8_chunk_rows(w, threads);
-  }
-  static int64_t ggml_x_bytes(DType t, int64_t in, bool gemm) {
-    return gemm               ? ggml_i8_x_row_bytes(in)
-           : ggml_k_format(t) ? ggml_k_x_row_bytes(in)
-                              : ggml_x_row_bytes(in);
-  }
-  static void ggml_quantize_x(DType t, const float* x, int64_t in, bool gemm, uint8_t* dst) {
-    if (gemm) return ggml_i8_quantize_x_row(x, in, dst);
-    if (ggml_k_format(t)) return ggml_k_quantize_x_row(x, in, dst);
-    ggml_quantize_x_row(x, in, dst);
-  }
-  static void ggml_chunk(const LinearWeight& w, int64_t n, bool gemm, const uint8_t* xq, float* y,
-                         int64_t r0, int64_t r1) {
-    if (gemm) return ggml_gemm_i8_chunk(w, n, xq, y, r0, r1);
-    if (ggml_k_format(w.dtype)) return ggml_k_vnni_chunk(w, n, xq, y, r0, r1);
-    ggml_vnni_chunk(w, n, xq, y, r0, r1);
-  }
+  // GGUF block formats on AVX512-VNNI (every AVX512_BF16 CPU has it; checked anyway).
+  MLA_GGML_VNNI_HOOKS;
 };
 
 }  // namespace

@@ -10,8 +10,8 @@
 namespace mla::cpu {
 namespace {
 
-// GGUF blocks on the AVX2 integer kernels (GgmlAvx2Hooks): CPUs with AVX-512 but no AVX512_BF16
-// (Skylake-X, Cascade Lake, Ice Lake) run this variant or linear.cpu.avx512vbmi.
+// GGUF blocks on the AVX2 integer kernels (GgmlAvx2Hooks): AVX-512 CPUs without VNNI
+// (Skylake-X); the VNNI variants (linear_avx512_vnni.cc, linear_avx512_vbmi_vnni.cc) replace them.
 struct LinAvx512 : GgmlAvx2Hooks {
   using Vec = VecAvx512;
   static constexpr int kW = 16;

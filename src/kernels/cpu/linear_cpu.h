@@ -34,6 +34,10 @@ void linear_avx512(const LinearWeight& w, int64_t n, const float* x, float* y, T
                    LinearPath path);
 void linear_avx512_vbmi(const LinearWeight& w, int64_t n, const float* x, float* y,
                         ThreadPool& pool, LinearPath path);
+void linear_avx512_vnni(const LinearWeight& w, int64_t n, const float* x, float* y,
+                        ThreadPool& pool, LinearPath path);
+void linear_avx512_vbmi_vnni(const LinearWeight& w, int64_t n, const float* x, float* y,
+                             ThreadPool& pool, LinearPath path);
 void linear_avx512_bf16(const LinearWeight& w, int64_t n, const float* x, float* y,
                         ThreadPool& pool, LinearPath path);
 
@@ -44,6 +48,9 @@ void linear_many_scalar(std::span<const LinearJob> jobs, ThreadPool& pool, Linea
 void linear_many_avx2(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
 void linear_many_avx512(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
 void linear_many_avx512_vbmi(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
+void linear_many_avx512_vnni(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
+void linear_many_avx512_vbmi_vnni(std::span<const LinearJob> jobs, ThreadPool& pool,
+                                  LinearPath path);
 void linear_many_avx512_bf16(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path);
 
 // Bytes 3 and 2 of the FP32 bits of value · 2^-8 for each E4M3 magnitude code (the byte tables of

@@ -197,8 +197,10 @@ double i8_gemm_bound(const std::vector<float>& x, const std::vector<float>& w,
 }
 
 bool gemm_path(const char* variant, cpu::LinearPath path, int64_t n) {
-  return std::string(variant) == "linear.cpu.avx512bf16" && path == cpu::LinearPath::kBf16 &&
-         n > 16;
+  const std::string v = variant;
+  return (v == "linear.cpu.avx512bf16" || v == "linear.cpu.avx512vbmivnni" ||
+          v == "linear.cpu.avx512vnni") &&
+         path == cpu::LinearPath::kBf16 && n > 16;
 }
 
 // Integer dot products: every block format on AVX512-VNNI (linear.cpu.avx512bf16); Q8_0 / Q4_0
@@ -210,8 +212,9 @@ bool vnni_path(const char* variant, DType t) {
   if (v == "linear.cpu.avx2" || v == "linear.cpu.avx512" || v == "linear.cpu.avx512vbmi")
     return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
            t == DType::kQ6_K;
-  return std::string(variant) == "linear.cpu.avx512bf16" && __builtin_cpu_supports("avx512vnni") &&
-         block;
+  return (v == "linear.cpu.avx512bf16" || v == "linear.cpu.avx512vbmivnni" ||
+          v == "linear.cpu.avx512vnni") &&
+         __builtin_cpu_supports("avx512vnni") && block;
 }
 
 class LinearGgmlTest : public ::testing::TestWithParam<DType> {};

@@ -268,13 +268,42 @@ TEST(Linear, VbmiFp8DecodingGivesTheFp16RoutesBits) {
 
 TEST(Linear, ListsTheVariantsBestFirstWithScalarAlwaysThere) {
   const auto v = cpu::linear_cpu_variants();
-  ASSERT_EQ(v.size(), 5u);
+  ASSERT_EQ(v.size(), 7u);
   EXPECT_STREQ(v[0].name, "linear.cpu.avx512bf16");
-  EXPECT_STREQ(v[1].name, "linear.cpu.avx512vbmi");
-  EXPECT_STREQ(v[2].name, "linear.cpu.avx512");
-  EXPECT_STREQ(v[4].name, "linear.cpu.scalar");
-  EXPECT_TRUE(v[4].supported());
+  EXPECT_STREQ(v[1].name, "linear.cpu.avx512vbmivnni");
+  EXPECT_STREQ(v[2].name, "linear.cpu.avx512vbmi");
+  EXPECT_STREQ(v[3].name, "linear.cpu.avx512vnni");
+  EXPECT_STREQ(v[4].name, "linear.cpu.avx512");
+  EXPECT_STREQ(v[5].name, "linear.cpu.avx2");
+  EXPECT_STREQ(v[6].name, "linear.cpu.scalar");
+  EXPECT_TRUE(v[6].supported());
   for (const auto& x : v) std::printf("%s: %s\n", x.name, x.supported() ? "supported" : "skipped");
+}
+
+// The VNNI variants change only the GGUF block formats: every other dtype gives their base
+// variant's outputs bit for bit, on every path.
+TEST(Linear, VnniVariantsKeepTheirBaseOutputs) {
+  const std::pair<const char*, const char*> pairs[] = {
+      {"linear.cpu.avx512vbmivnni", "linear.cpu.avx512vbmi"},
+      {"linear.cpu.avx512vnni", "linear.cpu.avx512"}};
+  ThreadPool pool(3);
+  Rng rng(17);
+  for (const auto& [with, base] : pairs) {
+    const cpu::LinearCpuVariant *a = variant(with), *b = variant(base);
+    ASSERT_TRUE(a && b);
+    if (!a->supported()) continue;
+    for (DType dt : {DType::kBF16, DType::kF8E4M3, DType::kF32})
+      for (int64_t n : {1, 5, 40}) {
+        const TestWeight t = make_weight(rng, dt, 70, 300, 1);
+        std::vector<float> x(size_t(n * 300)), ya(size_t(n * 70)), yb(ya.size());
+        for (auto& e : x) e = float(rng.normal());
+        for (cpu::LinearPath p : {cpu::LinearPath::kDot, cpu::LinearPath::kBf16}) {
+          a->run(t.w, n, x.data(), ya.data(), pool, p);
+          b->run(t.w, n, x.data(), yb.data(), pool, p);
+          ASSERT_EQ(ya, yb) << with << " " << dtype_name(dt) << " n " << n;
+        }
+      }
+  }
 }
 
 // E4M3 0x7F and 0xFF are NaN: every output that reads one is NaN, whatever the path; the others

@@ -1,0 +1,38 @@
+// linear.cpu.avx512vnni: linear.cpu.avx512 with GGUF block formats on the AVX512-VNNI kernels
+// (GgmlVnniHooks: the integer GEMV and, for prefill, the int8 GEMM) instead of the AVX2 ones:
+// Cascade Lake and Cooper Lake (VNNI without VBMI). Every other product is linear.cpu.avx512's,
+// bit for bit. Its own translation unit: no VBMI instruction may be generated here.
+#include "kernels/cpu/isa_prelude.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/scratch.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include "kernels/cpu/linear_avx512_traits.h"
+#include "kernels/cpu/linear_ggml_vnni_hooks.h"
+
+namespace mla::cpu {
+namespace {
+
+struct LinAvx512Vnni : LinAvx512, GgmlVnniHooks {
+  MLA_GGML_VNNI_HOOKS;
+};
+
+}  // namespace
+
+void linear_avx512_vnni(const LinearWeight& w, int64_t n, const float* x, float* y,
+                        ThreadPool& pool, LinearPath path) {
+  run_linear<LinAvx512Vnni>(w, n, x, y, pool, path);
+}
+
+void linear_many_avx512_vnni(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
+  run_linear_many<LinAvx512Vnni>(jobs, pool, path);
+}
+
+}  // namespace mla::cpu
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
