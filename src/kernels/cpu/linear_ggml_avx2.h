@@ -20,6 +20,12 @@ constexpr int64_t ggml_avx2_x_row_bytes(int64_t in) {
   return (in + 31) / 32 * 32 + (in / 32 * 4 + 31) / 32 * 32;
 }
 
+inline float ggml_avx2_hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
 inline void ggml_avx2_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
   int8_t* codes = reinterpret_cast<int8_t*>(dst);
   float* dxs = reinterpret_cast<float*>(dst + (in + 31) / 32 * 32);
@@ -30,10 +36,7 @@ inline void ggml_avx2_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
       v[k] = _mm256_loadu_ps(x + 32 * b + 8 * k);
       amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
     }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    const float dx = _mm_cvtss_f32(m) / 127.0f;
+    const float dx = ggml_avx2_hmax(amax) / 127.0f;
     dxs[b] = dx;
     const __m256 inv = _mm256_set1_ps(dx > 0.0f ? 1.0f / dx : 0.0f);
     const __m256 lim = _mm256_set1_ps(127.0f);

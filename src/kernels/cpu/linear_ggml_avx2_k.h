@@ -55,10 +55,7 @@ inline void ggml_avx2_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst)
     __m256 amax = _mm256_setzero_ps();
     for (int k = 0; k < 32; ++k)
       amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(xs + 8 * k)));
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    const float dx = _mm_cvtss_f32(m) / 127.0f;
+    const float dx = ggml_avx2_hmax(amax) / 127.0f;
     dxs[sb] = dx;
     const __m256 inv = _mm256_set1_ps(dx > 0.0f ? 1.0f / dx : 0.0f);
     for (int k = 0; k < 16; ++k) {  // 16 values: round to nearest even, clamped to ±127
