@@ -42,7 +42,8 @@ constexpr int64_t kI8ChunkBytes = 384 << 10;
 constexpr int64_t kI8MaxChunkRows = 128;
 
 inline bool ggml_gemm_i8_takes(const LinearWeight& w) {
-  return ggml_vnni_takes(w.dtype) || ggml_k_vnni_takes(w.dtype);
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  return vnni && dtype_is_ggml_block(w.dtype);
 }
 
 // Rows are laid out in whole super-blocks of 256: a Q8_0 / Q4_0 row whose length is not a

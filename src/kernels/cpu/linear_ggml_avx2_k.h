@@ -205,17 +205,12 @@ void ggml_avx2_k_rows(const LinearWeight& w, const GgmlAvx2KXRow* xs, float* y, 
 template <DType D>
 void ggml_avx2_k_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
                              int64_t r0, int64_t r1) {
-  const int64_t stride = ggml_avx2_k_x_row_bytes(w.in);
-  for (int64_t i0 = 0; i0 < n; i0 += 4) {
-    GgmlAvx2KXRow xs[4];
-    const int64_t nx = std::min<int64_t>(4, n - i0);
-    for (int64_t i = 0; i < nx; ++i) xs[i] = ggml_avx2_k_x_row(xq + (i0 + i) * stride, w.in);
-    float* yg = y + i0 * w.out;
-    if (nx == 1) ggml_avx2_k_rows<D, 1>(w, xs, yg, w.out, r0, r1);
-    if (nx == 2) ggml_avx2_k_rows<D, 2>(w, xs, yg, w.out, r0, r1);
-    if (nx == 3) ggml_avx2_k_rows<D, 3>(w, xs, yg, w.out, r0, r1);
-    if (nx == 4) ggml_avx2_k_rows<D, 4>(w, xs, yg, w.out, r0, r1);
-  }
+  ggml_x_groups<GgmlAvx2KXRow>(
+      n, xq, ggml_avx2_k_x_row_bytes(w.in), w.out, y,
+      [&](const uint8_t* p) { return ggml_avx2_k_x_row(p, w.in); },
+      [&](auto N, const GgmlAvx2KXRow* xs, float* yg) {
+        ggml_avx2_k_rows<D, decltype(N)::value>(w, xs, yg, w.out, r0, r1);
+      });
 }
 
 inline void ggml_avx2_k_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,

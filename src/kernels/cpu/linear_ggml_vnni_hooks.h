@@ -1,14 +1,15 @@
 // The driver's integer path for GGUF blocks (linear_driver.h, traits with kGgmlInt) on
-// AVX512-VNNI: Q8_0 / Q4_0 with x quantised per 32 values (linear_ggml_vnni.h), the K formats
-// per 256 (linear_ggml_vnni_k.h), and with `gemm` (path kBf16, more than kLinWidenMinRows rows of
-// x) every format on the int8 GEMM of linear_gemm_int8.h, x per 256 in its own layout. Each
-// takes-check also asks the CPU for VNNI. The traits of linear.cpu.avx512bf16 and of the VNNI
-// variants take these hooks in place of GgmlAvx2Hooks (using-declarations: both are bases).
+// AVX512-VNNI: the K formats with x quantised per 256 (linear_ggml_vnni_k.h), Q8_0 / Q4_0 per
+// 32 on the same kernel as without VNNI (linear_ggml_avx2.h, which measured faster), and with
+// `gemm` (path kBf16, more than kLinWidenMinRows rows of x) every format on the int8 GEMM of
+// linear_gemm_int8.h, x per 256 in its own layout. The traits of linear.cpu.avx512bf16 and of
+// the VNNI variants take these hooks in place of GgmlAvx2Hooks (using-declarations: both are
+// bases).
 // Include after the ISA's `#pragma GCC target` with avx512vnni; internal linkage.
 #pragma once
 
 #include "kernels/cpu/linear_gemm_int8.h"
-#include "kernels/cpu/linear_ggml_vnni.h"
+#include "kernels/cpu/linear_ggml_avx2.h"
 #include "kernels/cpu/linear_ggml_vnni_k.h"
 
 namespace mla::cpu {
@@ -16,7 +17,7 @@ namespace {
 
 struct GgmlVnniHooks {
   static constexpr bool kGgmlInt = true;
-  static bool ggml_takes(DType t) { return ggml_vnni_takes(t) || ggml_k_vnni_takes(t); }
+  static bool ggml_takes(DType t) { return ggml_avx2_takes(t) || ggml_k_vnni_takes(t); }
   static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_i8_takes(w); }
   static int ggml_x_layout(DType t, bool gemm) { return gemm ? 2 : ggml_k_format(t) ? 1 : 0; }
   static int64_t ggml_gemm_chunk_rows(const LinearWeight& w, int threads) {
@@ -25,18 +26,18 @@ struct GgmlVnniHooks {
   static int64_t ggml_x_bytes(DType t, int64_t in, bool gemm) {
     return gemm               ? ggml_i8_x_row_bytes(in)
            : ggml_k_format(t) ? ggml_k_x_row_bytes(in)
-                              : ggml_x_row_bytes(in);
+                              : ggml_avx2_x_row_bytes(in);
   }
   static void ggml_quantize_x(DType t, const float* x, int64_t in, bool gemm, uint8_t* dst) {
     if (gemm) return ggml_i8_quantize_x_row(x, in, dst);
     if (ggml_k_format(t)) return ggml_k_quantize_x_row(x, in, dst);
-    ggml_quantize_x_row(x, in, dst);
+    ggml_avx2_quantize_x_row(x, in, dst);
   }
   static void ggml_chunk(const LinearWeight& w, int64_t n, bool gemm, const uint8_t* xq, float* y,
                          int64_t r0, int64_t r1) {
     if (gemm) return ggml_gemm_i8_chunk(w, n, xq, y, r0, r1);
     if (ggml_k_format(w.dtype)) return ggml_k_vnni_chunk(w, n, xq, y, r0, r1);
-    ggml_vnni_chunk(w, n, xq, y, r0, r1);
+    ggml_avx2_chunk(w, n, xq, y, r0, r1);
   }
 };
 

@@ -22,7 +22,7 @@
 #pragma once
 
 #include "core/dtype.h"
-#include "kernels/cpu/linear_ggml_vnni.h"  // ggml_x_groups
+#include "kernels/cpu/linear_ggml_avx2.h"  // ggml_x_groups
 #include "kernels/cpu/scratch.h"
 
 namespace mla::cpu {

@@ -70,12 +70,14 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
   ASSERT_TRUE(linear_many(ref_jobs, pool, "ref").ok());
   for (size_t j = 0; j < std::size(shapes); ++j) {
     std::vector<float> alone(got[j].size());
-    if (shapes[j].n > 0)
+    if (shapes[j].n > 0) {
       ASSERT_TRUE(linear(weights[j].w, shapes[j].n, xp[j], alone.data(), pool).ok());
+    }
     EXPECT_EQ(got[j], alone) << "job " << j;
     std::vector<float> ref_alone(got[j].size());
-    if (shapes[j].n > 0)
+    if (shapes[j].n > 0) {
       ASSERT_TRUE(linear(weights[j].w, shapes[j].n, xp[j], ref_alone.data(), pool, "ref").ok());
+    }
     EXPECT_EQ(ref[j], ref_alone) << "job " << j;
   }
 }
