@@ -1,6 +1,7 @@
-// Internal to ggml_dequant.cc / ggml_quantize*.cc and the AVX2 K-format kernel: the byte layout of each GGUF block format
-// (offsets of its fields, all little-endian), the packing of the K formats' small scales, and
-// fast bit-level FP16 conversions. docs/GGUF.md describes the same layouts in prose.
+// Internal to ggml_dequant.cc / ggml_quantize*.cc and the AVX2 K-format kernel: the byte layout of
+// each GGUF block format (offsets of its fields, all little-endian), the packing of the K formats'
+// small scales, and fast bit-level FP16 conversions. docs/GGUF.md describes the same layouts in
+// prose.
 #pragma once
 
 #include <cstdint>

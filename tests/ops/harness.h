@@ -35,6 +35,7 @@ struct OpCase {
 void add_mla_decode_cases(std::vector<OpCase>& cases, const Options& opt);
 void add_mla_prefill_cases(std::vector<OpCase>& cases, const Options& opt);
 void add_mla_attention_cases(std::vector<OpCase>& cases, const Options& opt);
+void add_linear_ggml_cases(std::vector<OpCase>& cases, const Options& opt);
 
 // Output buffer with kGuard sentinel floats on each side.
 class GuardedOutput {
