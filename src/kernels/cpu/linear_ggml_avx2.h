@@ -48,6 +48,12 @@ constexpr int64_t ggml_avx2_x_row_bytes(int64_t in) {
   return (in + 31) / 32 * 32 + (in / 32 * 4 + 31) / 32 * 32;
 }
 
+inline float ggml_avx2_hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
 inline float ggml_avx2_hmax(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -126,12 +132,7 @@ void ggml_avx2_rows(const LinearWeight& w, const uint8_t* const* xs, float* y, i
         acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(dw * dx[i][b]), acc[i]);
       }
     }
-    for (int i = 0; i < N; ++i) {
-      __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
-      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-      s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-      y[i * ldy + o] = _mm_cvtss_f32(s);
-    }
+    for (int i = 0; i < N; ++i) y[i * ldy + o] = ggml_avx2_hsum(acc[i]);
   }
 }
 

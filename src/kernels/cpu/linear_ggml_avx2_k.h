@@ -38,12 +38,6 @@ inline GgmlAvx2KXRow ggml_avx2_k_x_row(const uint8_t* base, int64_t in) {
           s16 + in / 16};
 }
 
-inline float ggml_avx2_hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
-
 inline void ggml_avx2_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
   int8_t* codes = reinterpret_cast<int8_t*>(dst);
   float* dxs = reinterpret_cast<float*>(dst + in);
