@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GGUF file (for instance one `mla quantize` wrote) run by mla, llama.cpp and ik_llama.cpp,
 # interleaved, every round listed: prefill PP and decode TG (docs/BENCHMARKS.md "GGUF files").
-# A quick read probe (`mla bench machine --quick`) runs right before each engine: the shared
+# A read probe (`mla bench machine`, ~1 s) runs right before each engine: the shared
 # host's bandwidth drifts between runs, and decode tokens/s per probe GB/s compares the engines
 # on the same file (the same bytes per token) whatever the drift.
 #   bench/gguf_peers.sh FILE.gguf [LLAMA_BENCH [IK_LLAMA_BENCH]]
@@ -19,7 +19,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 IFS=';' read -r -a ik_sets <<<"$IK_CONFIGS"
 probe() { # $1: output file; the all-threads read bandwidth in GB/s
-  "$MLA_BIN" bench machine --quick --json 2>/dev/null |
+  "$MLA_BIN" bench machine --json 2>/dev/null |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["mem_bw_gbps"])' >"$1"
 }
 for ((r = 1; r <= ROUNDS; r++)); do
