@@ -16,7 +16,9 @@
 #include <tuple>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "core/ggml_quant.h"
+#include "core/ggml_repack.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/linear_cpu.h"
@@ -28,7 +30,10 @@ using mla::DType;
 using mla::cpu::LinearPath;
 
 struct WeightSet {
-  std::vector<uint8_t> data, scales;  // `copies` identical [out, in] matrices back to back
+  // `copies` identical [out, in] matrices back to back, 64-byte aligned as the loader's buffers
+  // (a mapped GGUF file's tensors are 32-byte aligned).
+  mla::AlignedBuffer<uint8_t> data;
+  std::vector<uint8_t> scales;
   int64_t bytes = 0, scale_bytes = 0;
   int copies = 1;
   mla::LinearWeight w;  // copy 0; copy c is at data + c · bytes
@@ -46,14 +51,20 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
   slot = std::make_unique<WeightSet>();
   WeightSet& s = *slot;
   mla::Rng rng(5);
-  const bool block = mla::dtype_is_ggml_block(dt);
+  // Q8_0_R16: Q8_0 rows repacked as the loader does (core/ggml_repack.h).
+  const bool r16 = dt == DType::kQ8_0R16, block = mla::dtype_is_ggml_block(dt) || r16;
   s.bytes = block ? out * mla::dtype_bytes(dt, in) : out * in * (dt == DType::kF8E4M3 ? 1 : 2);
   s.copies = int(std::max<int64_t>(1, (int64_t(256) << 20) / s.bytes));
-  s.data.resize(size_t(s.bytes) * s.copies);
+  s.data = mla::AlignedBuffer<uint8_t>(size_t(s.bytes) * s.copies);
   std::vector<float> row(size_t(block ? in : 0));
   for (int64_t o = 0; block && o < out; ++o) {  // GGUF blocks: quantised N(0, 1) rows
     for (float& v : row) v = float(rng.normal());
-    (void)mla::quantize_row(dt, row, s.data.data() + o * mla::dtype_bytes(dt, in));
+    (void)mla::quantize_row(r16 ? DType::kQ8_0 : dt, row,
+                            s.data.data() + o * mla::dtype_bytes(dt, in));
+  }
+  if (r16) {
+    const std::vector<uint8_t> q8(s.data.begin(), s.data.begin() + s.bytes);  // one copy
+    mla::repack_q8_0_r16(q8.data(), out, in, s.data.data());
   }
   for (int64_t k = 0; !block && k < out * in; ++k) {
     if (dt == DType::kF8E4M3) {
@@ -109,9 +120,11 @@ const bool registered = [] {
   // 1408).
   const std::pair<int64_t, int64_t> shapes[] = {
       {2048, 2048}, {4096, 2048}, {1408, 2048}, {2048, 1408}};
-  for (DType dt : {DType::kBF16, DType::kF8E4M3, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+  for (DType dt :
+       {DType::kBF16, DType::kF8E4M3, DType::kQ8_0, DType::kQ8_0R16, DType::kQ4_K, DType::kQ6_K})
     for (auto [out, in] : shapes) {
       if (mla::dtype_is_ggml_block(dt) && in % mla::dtype_block(dt).elems != 0) continue;
+      if (dt == DType::kQ8_0R16 && !mla::q8_0_r16_fits(out, in)) continue;
       for (int64_t n : {1, 4, 16, 64, 512}) {
         const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
                                  std::to_string(out) + "x" + std::to_string(in) + "/n" +

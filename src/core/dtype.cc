@@ -33,6 +33,7 @@ int dtype_bits(DType t) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kQ8_0R16:
       return 0;
   }
   return 0;
@@ -41,6 +42,7 @@ int dtype_bits(DType t) {
 DTypeBlock dtype_block(DType t) {
   switch (t) {
     case DType::kQ8_0:
+    case DType::kQ8_0R16:
       return {32, 34};
     case DType::kQ4_0:
       return {32, 18};
@@ -74,8 +76,9 @@ constexpr NameEntry kNames[] = {
 }  // namespace
 
 constexpr NameEntry kBlockNames[] = {
-    {DType::kQ8_0, "Q8_0"}, {DType::kQ4_0, "Q4_0"}, {DType::kQ2_K, "Q2_K"}, {DType::kQ3_K, "Q3_K"},
-    {DType::kQ4_K, "Q4_K"}, {DType::kQ5_K, "Q5_K"}, {DType::kQ6_K, "Q6_K"},
+    {DType::kQ8_0, "Q8_0"}, {DType::kQ4_0, "Q4_0"},        {DType::kQ2_K, "Q2_K"},
+    {DType::kQ3_K, "Q3_K"}, {DType::kQ4_K, "Q4_K"},        {DType::kQ5_K, "Q5_K"},
+    {DType::kQ6_K, "Q6_K"}, {DType::kQ8_0R16, "Q8_0_R16"},
 };
 
 std::string_view dtype_name(DType t) {

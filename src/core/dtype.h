@@ -33,6 +33,9 @@ enum class DType : uint8_t {
   kQ4_K,  // 256 values: f16 d, dmin, 8 × (6-bit scale, 6-bit min), 4-bit codes     (4.5)
   kQ5_K,  // 256 values: as Q4_K plus a high-bit plane                              (5.5)
   kQ6_K,  // 256 values: 4-bit low, 2-bit high codes, 16 × i8 scales, f16 d         (6.5625)
+  // Q8_0 repacked at load for the int8 dot-product kernels (never in a file; core/ggml_repack.h):
+  // 16 rows interleaved, codes stored as q + 128. The same bytes as Q8_0 per 16 rows.
+  kQ8_0R16,
 };
 
 // Size of one element in bits (4 for E2M1); 0 for the block formats (see dtype_block).
@@ -56,8 +59,14 @@ inline int64_t dtype_bytes(DType t, int64_t n) {
   const DTypeBlock b = dtype_block(t);
   return n / b.elems * b.bytes;
 }
+// The GGUF file formats: a row of n values is n / elems blocks, rows one after another.
 constexpr bool dtype_is_ggml_block(DType t) {
   return t >= DType::kQ8_0 && t <= DType::kQ6_K;
+}
+// Formats whose rows are interleaved in groups (kQ8_0R16): a row is not a contiguous run of bytes,
+// though a group of rows takes as many bytes as its rows would in the file format.
+constexpr bool dtype_is_row_interleaved(DType t) {
+  return t == DType::kQ8_0R16;
 }
 
 inline uint32_t f32_bits(float f) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ggml_repack.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/ref/linear_ref.h"
 
@@ -13,13 +14,18 @@ namespace mla {
 
 Status validate(const LinearWeight& w) {
   if (w.dtype != DType::kBF16 && w.dtype != DType::kF16 && w.dtype != DType::kF32 &&
-      !linear_block_scaled(w.dtype) && !dtype_is_ggml_block(w.dtype))
+      !linear_block_scaled(w.dtype) && !dtype_is_ggml_block(w.dtype) &&
+      !dtype_is_row_interleaved(w.dtype))
     return invalid_argument("linear weight: dtype " + std::string(dtype_name(w.dtype)) +
-                            " is not one of BF16, F16, F32, F8_E4M3, I8 or a GGUF block format");
+                            " is not one of BF16, F16, F32, F8_E4M3, I8, a GGUF block format or "
+                            "Q8_0_R16");
   if (dtype_is_ggml_block(w.dtype) && w.in % dtype_block(w.dtype).elems != 0)
     return invalid_argument("linear weight: " + std::string(dtype_name(w.dtype)) + " rows of " +
                             std::to_string(w.in) + " values are not whole blocks of " +
                             std::to_string(dtype_block(w.dtype).elems));
+  if (w.dtype == DType::kQ8_0R16 && !q8_0_r16_fits(w.out, w.in))
+    return invalid_argument("linear weight: Q8_0_R16 shape [" + std::to_string(w.out) + ", " +
+                            std::to_string(w.in) + "] needs out a multiple of 16 and in of 64");
   if (w.out < 1 || w.in < 1)
     return invalid_argument("linear weight: shape [" + std::to_string(w.out) + ", " +
                             std::to_string(w.in) + "] must have out >= 1 and in >= 1");
@@ -44,6 +50,13 @@ cpu::LinearPath path_of(DType math) {
   return math == DType::kBF16 ? cpu::LinearPath::kBf16 : cpu::LinearPath::kAuto;
 }
 }  // namespace
+
+DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view backend) {
+  if (backend != "cpu" || t != DType::kQ8_0 || !q8_0_r16_fits(out, in)) return t;
+  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
+    if (v.supported()) return v.repacks_q8_0 ? DType::kQ8_0R16 : t;
+  return t;
+}
 
 Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
               std::string_view backend, DType math) {

@@ -49,6 +49,8 @@ struct Model::Impl {
   std::vector<float> final_norm;    // [D]
   LinearWeight embed, lm_head;      // [vocab, D]
   RequantizedWeight lm_head_store;  // lm_head in options.lm_head_dtype, when that differs
+  WeightArena repacked;             // options.repack_weights: the weights' new layouts
+  Model::RepackStats repack_stats;
 };
 
 // b's data, grown to at least n floats (contents undefined). The forward's activation buffers are

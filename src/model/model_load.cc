@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 
@@ -169,6 +170,70 @@ DType Model::lm_head_dtype() const {
   return impl_->lm_head.dtype;
 }
 
+Model::RepackStats Model::repack_stats() const {
+  return impl_->repack_stats;
+}
+
+namespace {
+
+// Every weight the forward pass reads only through linear() (not the embedding table, whose rows
+// are looked up), in the layouts the backend runs faster (RuntimeOptions::repack_weights).
+Status repack_weights(Model::Impl& m, const std::string& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::pair<LinearWeight*, std::string>> ws;
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    LayerRuntime& L = m.layers[i];
+    const std::string at = fmt::format("{}: layer {} ", dir, i);
+    for (auto [w, name] : {std::pair{&L.q_proj, "q_proj"},
+                           {&L.q_a, "q_a_proj"},
+                           {&L.q_b, "q_b_proj"},
+                           {&L.kv_a, "kv_a_proj"},
+                           {&L.o_proj, "o_proj"},
+                           {&L.router, "router"}})
+      ws.push_back({w, at + name});
+    std::vector<MlpLinear*> mlps = {&L.mlp, &L.shared};
+    for (MlpLinear& e : L.experts) mlps.push_back(&e);
+    for (size_t k = 0; k < mlps.size(); ++k) {
+      const std::string mlp = at + (k == 0   ? "mlp"
+                                    : k == 1 ? "shared experts"
+                                             : fmt::format("expert {}", k - 2));
+      ws.push_back({&mlps[k]->gate, mlp + " gate_proj"});
+      ws.push_back({&mlps[k]->up, mlp + " up_proj"});
+      ws.push_back({&mlps[k]->down, mlp + " down_proj"});
+    }
+  }
+  ws.push_back({&m.lm_head, dir + ": lm_head"});
+  // Which weights change layout, and where each goes in one arena (64-byte aligned offsets).
+  std::vector<std::pair<size_t, DType>> plan;  // (index into ws, new dtype)
+  std::vector<size_t> offset;
+  size_t total = 0;
+  for (size_t k = 0; k < ws.size(); ++k) {
+    const LinearWeight& w = *ws[k].first;
+    if (!w.data) continue;  // absent in this layer (q_proj with a q LoRA, a dense layer's router)
+    const DType to = linear_preferred_dtype(w.dtype, w.out, w.in, m.options.backend);
+    if (to == w.dtype) continue;
+    plan.push_back({k, to});
+    offset.push_back(total);
+    total += (size_t(dtype_bytes(w.dtype, w.in) * w.out) + 63) / 64 * 64;
+  }
+  if (plan.empty()) return Status();
+  MLA_ASSIGN_OR_RETURN(m.repacked, WeightArena::allocate(total, dir + ": repacked weights"));
+  for (size_t p = 0; p < plan.size(); ++p) {
+    auto& [w, what] = ws[plan[p].first];
+    // The file's pages are dropped, unless lm_head was requantised (then it owns its data).
+    const bool mapped = w != &m.lm_head || !m.lm_head_store.data.data();
+    MLA_ASSIGN_OR_RETURN(*w, repack_weight(*w, plan[p].second, default_thread_pool(),
+                                           m.repacked.data() + offset[p], what, mapped));
+    m.repack_stats.weights += 1;
+    m.repack_stats.bytes += dtype_bytes(w->dtype, w->in) * w->out;
+  }
+  m.repack_stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status();
+}
+
+}  // namespace
+
 int64_t Model::active_weight_bytes_per_token() const {
   const Impl& m = *impl_;
   const ModelConfig& c = m.weights.config;
@@ -247,6 +312,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const Runtime
                                            default_thread_pool(), dir + ": lm_head"));
     impl->lm_head = impl->lm_head_store.weight;
   }
+  if (options.repack_weights) MLA_RETURN_IF_ERROR(repack_weights(*impl, dir));
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
 

@@ -39,6 +39,10 @@ struct RuntimeOptions {
   // lm_head's stored dtype: the checkpoint's when empty, else kBF16, kF8E4M3 or kI8 (block-scaled,
   // made at load: model/weight_requant.h), for the decode step's largest single read.
   std::optional<DType> lm_head_dtype;
+  // Re-lay weights at load into the layouts the CPU kernels run faster, keeping every value
+  // (linear_preferred_dtype: Q8_0 as kQ8_0R16 on AVX512-VNNI); the file's copy of each is dropped
+  // from memory afterwards. false keeps the file's layouts (`--repack off`).
+  bool repack_weights = true;
   // Longest sequence (prompt + generated) the RoPE table covers; 0: max_position_embeddings,
   // capped at kDefaultMaxContext to keep the table small on machines that will never get there.
   int64_t max_context = 0;
@@ -89,6 +93,14 @@ class Model {
   int64_t active_weight_bytes_per_token() const;
   // The dtype lm_head is stored in at run time (RuntimeOptions::lm_head_dtype, else the file's).
   DType lm_head_dtype() const;
+  // What RuntimeOptions::repack_weights did at load: the weights re-laid, their bytes (held in
+  // memory in place of the file's pages) and the seconds it took.
+  struct RepackStats {
+    int weights = 0;
+    int64_t bytes = 0;
+    double seconds = 0;
+  };
+  RepackStats repack_stats() const;
 
   // Floating-point operations (2 per multiply-add) of a prefill of `tokens` tokens in one chunk:
   // every weight product on every token (kv_b_proj once: the decompressed path's up-projection,

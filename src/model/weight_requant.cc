@@ -4,8 +4,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/ggml_repack.h"
 #include "model/model_impl.h"
 
 namespace mla {
@@ -92,6 +97,72 @@ Result<RequantizedWeight> requantize_weight(const LinearWeight& w, DType to, Thr
     r.weight.scale_inv = reinterpret_cast<const uint8_t*>(r.scales.data());
     r.weight.block_rows = r.weight.block_cols = kRequantBlock;
   }
+  return r;
+}
+
+Result<WeightArena> WeightArena::allocate(size_t bytes, const std::string& what) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  WeightArena a;
+  if (bytes == 0) return a;
+  a.map_size_ = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;
+  a.map_ = mmap(nullptr, a.map_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (a.map_ == MAP_FAILED) {
+    a.map_ = nullptr;
+    return out_of_memory("cannot map " + std::to_string(bytes) + " bytes for " + what);
+  }
+  a.data_ = reinterpret_cast<uint8_t*>((uintptr_t(a.map_) + kHuge - 1) / kHuge * kHuge);
+  a.size_ = bytes;
+  (void)madvise(a.data_, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);  // advice only
+  return a;
+}
+
+WeightArena::WeightArena(WeightArena&& o) noexcept
+    : map_(std::exchange(o.map_, nullptr)),
+      map_size_(std::exchange(o.map_size_, 0)),
+      size_(std::exchange(o.size_, 0)),
+      data_(std::exchange(o.data_, nullptr)) {}
+
+WeightArena& WeightArena::operator=(WeightArena&& o) noexcept {
+  if (this != &o) {
+    if (map_) munmap(map_, map_size_);
+    map_ = std::exchange(o.map_, nullptr);
+    map_size_ = std::exchange(o.map_size_, 0);
+    size_ = std::exchange(o.size_, 0);
+    data_ = std::exchange(o.data_, nullptr);
+  }
+  return *this;
+}
+
+WeightArena::~WeightArena() {
+  if (map_) munmap(map_, map_size_);
+}
+
+Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& pool, uint8_t* dst,
+                                   const std::string& what, bool drop_source) {
+  MLA_RETURN_IF_ERROR(validate(w));
+  if (w.dtype != DType::kQ8_0 || to != DType::kQ8_0R16)
+    return invalid_argument(what + ": no repacked layout of " + std::string(dtype_name(w.dtype)) +
+                            " as " + std::string(dtype_name(to)));
+  if (!q8_0_r16_fits(w.out, w.in))
+    return invalid_argument(what + ": Q8_0_R16 needs whole groups of 16 rows of 64 values, not [" +
+                            std::to_string(w.out) + ", " + std::to_string(w.in) + "]");
+  const int64_t group_bytes = kR16Rows * dtype_bytes(w.dtype, w.in);
+  // Tasks of 16 groups (256 rows): a V2-Lite expert is 88 groups.
+  constexpr int64_t kGroupsPerTask = 16;
+  const int64_t groups = w.out / kR16Rows;
+  pool.parallel_for((groups + kGroupsPerTask - 1) / kGroupsPerTask, [&](int64_t t, int) {
+    const int64_t g0 = t * kGroupsPerTask, g1 = std::min(groups, g0 + kGroupsPerTask);
+    repack_q8_0_r16(w.data + g0 * group_bytes, (g1 - g0) * kR16Rows, w.in, dst + g0 * group_bytes);
+  });
+  if (drop_source) {
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    const uintptr_t a = (uintptr_t(w.data) + page - 1) / page * page;
+    const uintptr_t b = (uintptr_t(w.data) + uintptr_t(groups * group_bytes)) / page * page;
+    if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);  // advice only
+  }
+  LinearWeight r = w;
+  r.dtype = to;
+  r.data = dst;
   return r;
 }
 

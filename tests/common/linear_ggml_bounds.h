@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/ggml_quant.h"
+#include "core/ggml_repack.h"
 #include "core/rng.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/linear.h"
@@ -81,6 +82,15 @@ inline std::vector<double> k_mags(DType t, const uint8_t* block) {
 }
 
 inline BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) {
+  if (t == DType::kQ8_0R16) {  // a Q8_0 weight repacked as the loader does (core/ggml_repack.h)
+    BlockWeight b = make_weight(DType::kQ8_0, out, in, seed);
+    std::vector<uint8_t> packed(b.bytes.size());  // also at an odd address
+    repack_q8_0_r16(b.w.data, out, in, packed.data() + 1);
+    b.bytes = std::move(packed);
+    b.w.dtype = t;
+    b.w.data = b.bytes.data() + 1;
+    return b;
+  }
   Rng rng(seed);
   BlockWeight b;
   const DTypeBlock blk = dtype_block(t);
@@ -201,9 +211,11 @@ inline bool gemm_path(const char* variant, cpu::LinearPath path, int64_t n) {
          path == cpu::LinearPath::kBf16 && n > 16;
 }
 
-// Integer dot products: every block format on AVX512-VNNI (linear.cpu.avx512bf16); Q8_0 / Q4_0
-// and Q4_K / Q5_K / Q6_K on the AVX2 kernels in the other SIMD variants, with the same x
-// quantisation and exact integer sums (linear_ggml_avx2*.h: the same bounds).
+// Integer dot products: every block format and Q8_0_R16 on AVX512-VNNI (linear.cpu.avx512bf16);
+// Q8_0 / Q4_0 and Q4_K / Q5_K / Q6_K on the AVX2 kernels in the other SIMD variants, with the
+// same x quantisation and exact integer sums (linear_ggml_avx2*.h: the same bounds). The
+// Q8_0_R16 GEMV (linear_ggml_r16.h) rounds as the Q8_0 one, with one lane per row in place of
+// the final horizontal sum: vnni_bound holds for it; the other variants decode it to FP32.
 inline bool vnni_path(const char* variant, DType t) {
   const bool block = t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
   const std::string v = variant;

@@ -30,6 +30,7 @@ struct BenchModelOptions {
   std::string model;
   std::string matmul_dtype = "bf16";
   std::string lm_head_dtype;
+  std::string repack = "on";
   int tokens = 64, segment = 4, warmup = 4, prompt_len = 16, threads = 0, sweeps = 3;
   int prefill_warmup = 1;
   bool json = false;
@@ -50,6 +51,7 @@ int run_bench_model(const BenchModelOptions& o) {
   RuntimeOptions ro;
   ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
   ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
+  ro.repack_weights = o.repack != "off";
   ro.prefill_absorption_threshold = tuned_prefill_absorption_threshold(ro.attention_q_dtype)
                                         .value_or(kDefaultPrefillAbsorptionThreshold);
   auto model = Model::load(o.model, ro);
@@ -136,6 +138,10 @@ int run_bench_model(const BenchModelOptions& o) {
     j["prompt_tokens"] = o.prompt_len;
     j["matmul_dtype"] = o.matmul_dtype;
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
+    const Model::RepackStats rs = (*model)->repack_stats();
+    j["repacked_weights"] = rs.weights;
+    j["repacked_bytes"] = rs.bytes;
+    j["repack_seconds"] = rs.seconds;
     j["prefill_tokens_per_s"] = prefill_tps;
     j["prefill_warmup"] = o.prefill_warmup;
     j["prefill_gflops"] = prefill_gflops;
@@ -158,6 +164,10 @@ int run_bench_model(const BenchModelOptions& o) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
+  if ((*model)->repack_stats().weights > 0)
+    fmt::print("repacked at load: {} weights, {:.1f} MB, in {:.2f} s\n",
+               (*model)->repack_stats().weights, (*model)->repack_stats().bytes / 1e6,
+               (*model)->repack_stats().seconds);
   fmt::print(
       "weights read per decode token: {:.1f} MB; {} threads; prefill {} tokens: {:.1f} "
       "tokens/s, {:.1f} GFLOP/s = {:.3f} of the {:.1f} GFLOP/s {} peak\n",
@@ -193,6 +203,7 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0, 1 << 20));
   add_matmul_dtype_flag(cmd, &o->matmul_dtype);
   add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
+  add_repack_flag(cmd, &o->repack);
   cmd->add_option("--prompt-len", o->prompt_len, "Prompt tokens, ids 1 .. N (default 16)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--sweeps", o->sweeps, "256 MiB reads per probe, median (default 3)")

@@ -32,7 +32,7 @@ struct OfflineOptions {
   int64_t num_blocks = 0;
   double kv_cache_gib = 1.0;
   std::string kv_dtype = "bf16", backend = "cpu", attention_dtype = "bf16", matmul_dtype = "bf16",
-              lm_head_dtype;
+              lm_head_dtype, repack = "on";
   uint64_t seed = 0;
   bool json = false;
 };
@@ -83,6 +83,7 @@ int run_offline(const OfflineOptions& o) {
   ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
   ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
   ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
+  ro.repack_weights = o.repack != "off";
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold
                                         : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
@@ -222,6 +223,7 @@ void register_bench_offline(CLI::App* bench, int* exit_code) {
   add_attention_dtype_flag(cmd, &o->attention_dtype);
   add_matmul_dtype_flag(cmd, &o->matmul_dtype);
   add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
+  add_repack_flag(cmd, &o->repack);
   cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)");
   cmd->add_option("--backend", o->backend, "cpu or ref");
   cmd->add_option("--prefill-threshold", o->prefill_threshold,

@@ -37,6 +37,7 @@ struct GenerateCliOptions {
   std::string attention_dtype = "bf16";
   std::string matmul_dtype = "bf16";
   std::string lm_head_dtype;
+  std::string repack = "on";
   int threads = 0;
   std::string backend = "cpu";
   int prefill_threshold = -1;  // -1: the tuned value, else the default
@@ -109,6 +110,7 @@ int run_generate(const GenerateCliOptions& o) {
   ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
   ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
   ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
+  ro.repack_weights = o.repack != "off";
   ro.max_context = o.max_context;
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold
@@ -233,6 +235,7 @@ void register_generate(CLI::App& app, int* exit_code) {
   add_attention_dtype_flag(cmd, &o->attention_dtype);
   add_matmul_dtype_flag(cmd, &o->matmul_dtype);
   add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
+  add_repack_flag(cmd, &o->repack);
   cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--backend", o->backend, "cpu (default) or ref (the reference kernels)")

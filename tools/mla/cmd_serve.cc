@@ -40,6 +40,7 @@ struct ServeCliOptions {
   std::string attention_dtype = "bf16";
   std::string matmul_dtype = "bf16";
   std::string lm_head_dtype;
+  std::string repack = "on";
   int64_t max_model_len = 0;
   int threads = 0;
   std::string backend = "cpu";
@@ -138,6 +139,7 @@ int run_serve(ServeCliOptions o) {
   ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
   ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
   ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
+  ro.repack_weights = o.repack != "off";
   ro.max_context = o.max_model_len;
   ro.prefill_absorption_threshold = o.prefill_threshold >= 0
                                         ? o.prefill_threshold
@@ -229,6 +231,7 @@ void register_serve(CLI::App& app, int* exit_code) {
   add_attention_dtype_flag(cmd, &o->attention_dtype);
   add_matmul_dtype_flag(cmd, &o->matmul_dtype);
   add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
+  add_repack_flag(cmd, &o->repack);
   cmd->add_option("--max-model-len", o->max_model_len, "Context length (default: the model's)");
   cmd->add_option("--threads", o->threads, "Compute threads (default: MLA_NUM_THREADS or all)");
   cmd->add_option("--backend", o->backend, "cpu or ref");

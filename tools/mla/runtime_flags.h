@@ -45,6 +45,15 @@ inline std::optional<DType> lm_head_dtype_of(const std::string& value) {
   if (value == "int8") return DType::kI8;
   return value == "fp8" ? DType::kF8E4M3 : DType::kBF16;
 }
+// --repack on|off: weights re-laid at load for the CPU kernels (RuntimeOptions::repack_weights).
+inline void add_repack_flag(CLI::App* cmd, std::string* value) {
+  cmd->add_option("--repack", *value,
+                  "Re-lay weights at load into the layouts the CPU kernels run faster, values "
+                  "unchanged (Q8_0 as 16-row interleaved blocks on AVX512-VNNI): on (default) "
+                  "or off")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
 // The flag's spelling of a stored weight dtype, for --json: "bf16", "fp8", "int8", "f16", "f32".
 inline std::string weight_dtype_flag_name(DType t) {
   switch (t) {

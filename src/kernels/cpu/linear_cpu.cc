@@ -33,11 +33,12 @@ bool always() {
 }
 
 constexpr LinearCpuVariant kVariants[] = {
-    {"linear.cpu.avx512bf16", has_avx512_bf16_vbmi, linear_avx512_bf16, linear_many_avx512_bf16},
+    {"linear.cpu.avx512bf16", has_avx512_bf16_vbmi, linear_avx512_bf16, linear_many_avx512_bf16,
+     true},
     {"linear.cpu.avx512vbmivnni", has_avx512_vbmi_vnni, linear_avx512_vbmi_vnni,
-     linear_many_avx512_vbmi_vnni},
+     linear_many_avx512_vbmi_vnni, true},
     {"linear.cpu.avx512vbmi", has_avx512_vbmi, linear_avx512_vbmi, linear_many_avx512_vbmi},
-    {"linear.cpu.avx512vnni", has_avx512_vnni, linear_avx512_vnni, linear_many_avx512_vnni},
+    {"linear.cpu.avx512vnni", has_avx512_vnni, linear_avx512_vnni, linear_many_avx512_vnni, true},
     {"linear.cpu.avx512", has_avx512, linear_avx512, linear_many_avx512},
     {"linear.cpu.avx2", has_avx2, linear_avx2, linear_many_avx2},
     {"linear.cpu.scalar", always, linear_scalar, linear_many_scalar},

@@ -65,6 +65,8 @@ struct LinearCpuVariant {
   bool (*supported)();
   LinearCpuFn run;
   LinearManyCpuFn run_many;
+  // Runs Q8_0 weights faster repacked as kQ8_0R16 (core/ggml_repack.h): the VNNI variants.
+  bool repacks_q8_0 = false;
 };
 
 // Every CPU variant, best first; the first supported one is what backend "cpu" runs.

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "core/ggml_quant.h"
+#include "core/ggml_repack.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/scratch.h"
 
@@ -291,13 +292,12 @@ template <class L>
 void lin_ggml_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
                     int64_t r1) {
   static thread_local AlignedBuffer<float> scratch;
-  const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
   const int64_t step = n <= kLinGroup ? 8 : r1 - r0;
   float* wide = ensure_scratch(scratch, size_t(std::min(step, r1 - r0) * w.in));
   for (int64_t o = r0; o < r1; o += step) {
     const int64_t rows = std::min(step, r1 - o);
     for (int64_t r = 0; r < rows; ++r)  // cannot fail: validate() checked dtype and row length
-      (void)dequantize_row(w.dtype, w.data + (o + r) * row_bytes, w.in, wide + r * w.in);
+      (void)dequantize_weight_row(w.dtype, w.data, w.in, o + r, wide + r * w.in);
     const LinRows lr{reinterpret_cast<const uint8_t*>(wide), w.in, w.out, 0};
     for (int64_t i0 = 0; i0 < n; i0 += kLinGroup)
       lin_dot_group_n<L, DType::kF32>(std::min<int64_t>(kLinGroup, n - i0), lr, 0, rows,
@@ -315,20 +315,24 @@ void lin_ggml_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, 
 //    starts a new stream (no prefetch in flight yet; the rows after it may be another thread's):
 //    88-row chunks of a V2-Lite expert (176 KiB) held two Zen 5 cores' FP8 decode at ~42 GB/s
 //    when the read probe gave 75 (docs/BENCHMARKS.md "Model runtime").
+//  - Row-interleaved weights (kQ8_0R16) are cut at their groups of 16 rows.
 constexpr int64_t kLinStreamChunkBytes = 2048 << 10;
+inline int64_t lin_row_unit(const LinearWeight& w, int64_t fallback) {
+  return dtype_is_row_interleaved(w.dtype) ? kR16Rows : fallback;
+}
 inline int64_t lin_chunk_rows(const LinearWeight& w, int64_t n, int threads) {
   if (n <= kLinGroup) {
-    const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
+    const int64_t row_bytes = dtype_bytes(w.dtype, w.in), unit = lin_row_unit(w, 8);
     const int64_t per_chunk = std::max<int64_t>(1, kLinStreamChunkBytes / row_bytes);
     int64_t chunks = (w.out + per_chunk - 1) / per_chunk;
     chunks = std::min<int64_t>((chunks + threads - 1) / threads * threads, 8 * threads);
-    return ((w.out + chunks - 1) / chunks + 7) / 8 * 8;
+    return ((w.out + chunks - 1) / chunks + unit - 1) / unit * unit;
   }
   int64_t rows = (w.out + 8 * threads - 1) / (8 * threads);
   rows = std::min(rows, kLinL2Bytes / (w.in * 4));  // FP32 bytes: the larger
   const int64_t unit = linear_block_scaled(w.dtype) && n <= kLinWidenMinRows && w.block_rows <= rows
                            ? w.block_rows
-                           : 4;
+                           : lin_row_unit(w, 4);
   return (std::max<int64_t>(rows, unit) + unit - 1) / unit * unit;
 }
 
@@ -489,7 +493,9 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     std::vector<Item> pieces;
     for (size_t i = items.size() - tail; i < items.size(); ++i) {
       const Item it = items[i];
-      const int64_t step = std::max<int64_t>(8, ((it.r1 - it.r0) / kLinTailSplit + 7) / 8 * 8);
+      const int64_t unit = lin_row_unit(*jobs[size_t(it.job)].w, 8);
+      const int64_t step =
+          std::max<int64_t>(unit, ((it.r1 - it.r0) / kLinTailSplit + unit - 1) / unit * unit);
       for (int64_t r0 = it.r0; r0 < it.r1; r0 += step)
         pieces.push_back({it.job, r0, std::min(it.r1, r0 + step)});
     }

@@ -29,6 +29,7 @@
 // internal linkage.
 #pragma once
 
+#include "core/ggml_repack.h"
 #include "kernels/cpu/linear_ggml_vnni_k.h"
 
 namespace mla::cpu {
@@ -43,7 +44,7 @@ constexpr int64_t kI8MaxChunkRows = 128;
 
 inline bool ggml_gemm_i8_takes(const LinearWeight& w) {
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
-  return vnni && dtype_is_ggml_block(w.dtype);
+  return vnni && (dtype_is_ggml_block(w.dtype) || w.dtype == DType::kQ8_0R16);
 }
 
 // Rows are laid out in whole super-blocks of 256: a Q8_0 / Q4_0 row whose length is not a
@@ -55,8 +56,8 @@ constexpr int64_t ggml_i8_padded(int64_t in) {
 
 // Runs of 32 values (one scale per 32) or of 16, and whether the format has mins.
 template <DType D>
-constexpr bool kI8Run32 =
-    D == DType::kQ8_0 || D == DType::kQ4_0 || D == DType::kQ4_K || D == DType::kQ5_K;
+constexpr bool kI8Run32 = D == DType::kQ8_0 || D == DType::kQ8_0R16 || D == DType::kQ4_0 ||
+                          D == DType::kQ4_K || D == DType::kQ5_K;
 template <DType D>
 constexpr bool kI8Mins = D == DType::kQ4_K || D == DType::kQ5_K || D == DType::kQ2_K;
 
@@ -204,6 +205,60 @@ inline void transpose_16x16_epi32(__m512i v[16]) {
   }
 }
 
+// −K of one strip's super-block from its runs' codes and a_t (written at out + 64 ...).
+template <DType D>
+inline void ggml_i8_store_neg_k(uint8_t* out) {
+  constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
+  constexpr int64_t kRunBytes = kQuads * 64 + 64 + (kI8Mins<D> ? 64 : 0);
+  __m512 k = _mm512_setzero_ps();  // K = 128 · Σ_t a_t · Σ_t c, per row
+  for (int t = 0; t < kRuns; ++t) {
+    const uint8_t* o = out + 64 + t * kRunBytes;
+    __m512i csum = _mm512_setzero_si512();
+    for (int q = 0; q < kQuads; ++q)  // Σ c per row
+      csum = _mm512_dpbusd_epi32(csum, _mm512_set1_epi8(1), _mm512_load_si512(o + 64 * q));
+    k = _mm512_fmadd_ps(_mm512_load_ps(o + kQuads * 64), _mm512_cvtepi32_ps(csum), k);
+  }
+  _mm512_store_ps(out, _mm512_mul_ps(k, _mm512_set1_ps(-128.0f)));
+}
+
+// The strips of rows [o0, o0 + rows) of a kQ8_0R16 weight (o0 a multiple of 16): its quads are
+// the strips' already, as unsigned codes (c + 128), and its f16 scales their a_t.
+inline void ggml_i8_pack_r16(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
+  constexpr DType D = DType::kQ8_0R16;
+  constexpr int64_t kRunBytes = 8 * 64 + 64;
+  const int64_t sbs = ggml_i8_padded(w.in) / 256, blocks = w.in / 32;
+  const int64_t group_bytes = kR16Rows * dtype_bytes(DType::kQ8_0, w.in);
+  for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
+    const int64_t g = (o0 + s0) / kR16Rows;
+    const uint8_t* group = w.data + g * group_bytes;
+    uint8_t* strip = panel + (s0 / kI8Strip) * sbs * kI8SbBytes<D>;
+    const __mmask16 live = __mmask16(rows - s0 >= 16 ? 0xFFFF : (1u << (rows - s0)) - 1);
+    for (int64_t sb = 0; sb < sbs; ++sb) {
+      uint8_t* out = strip + sb * kI8SbBytes<D>;
+      for (int t = 0; t < 8; ++t) {
+        const int64_t b = 8 * sb + t;  // the Q8_0 block
+        uint8_t* run = out + 64 + t * kRunBytes;
+        if (b >= blocks) {  // padding to whole super-blocks: zero codes and scales
+          std::memset(run, 0, size_t(kRunBytes));
+          continue;
+        }
+        const uint8_t* unit = group + (b / 2) * kR16UnitBytes;
+        const uint8_t* quads = unit + 64 + 512 * (b % 2);
+        for (int q = 0; q < 8; ++q)
+          _mm512_store_si512(
+              run + 64 * q,
+              _mm512_maskz_mov_epi32(live, _mm512_xor_si512(_mm512_loadu_si512(quads + 64 * q),
+                                                            _mm512_set1_epi8(char(0x80)))));
+        _mm512_store_ps(
+            run + 8 * 64,
+            _mm512_maskz_mov_ps(live, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                          reinterpret_cast<const __m256i*>(unit + 32 * (b % 2))))));
+      }
+      ggml_i8_store_neg_k<D>(out);
+    }
+  }
+}
+
 // The strips of rows [o0, o0 + rows) of w into `panel` (rows past the end: zero codes and
 // scales). Strip s at panel + s · (in / 256) · kI8SbBytes<D>.
 template <DType D>
@@ -240,20 +295,14 @@ void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
           _mm512_store_si512(out + 64 + (j / kQuads) * kRunBytes + 64 * (j % kQuads), v[c]);
         }
       }
-      __m512 k = _mm512_setzero_ps();  // K = 128 · Σ_t a_t · Σ_t c, per row
       for (int t = 0; t < kRuns; ++t) {
         const int64_t run = sb * kRuns + t;
         uint8_t* o = out + 64 + t * kRunBytes;
-        __m512i csum = _mm512_setzero_si512();
-        for (int q = 0; q < kQuads; ++q)  // Σ c per row
-          csum = _mm512_dpbusd_epi32(csum, _mm512_set1_epi8(1), _mm512_load_si512(o + 64 * q));
-        const __m512 at = _mm512_i32gather_ps(runs_idx, a + run, 4);
-        _mm512_store_ps(o + kQuads * 64, at);
+        _mm512_store_ps(o + kQuads * 64, _mm512_i32gather_ps(runs_idx, a + run, 4));
         if constexpr (kI8Mins<D>)
           _mm512_store_ps(o + kQuads * 64 + 64, _mm512_i32gather_ps(runs_idx, m + run, 4));
-        k = _mm512_fmadd_ps(at, _mm512_cvtepi32_ps(csum), k);
       }
-      _mm512_store_ps(out, _mm512_mul_ps(k, _mm512_set1_ps(-128.0f)));
+      ggml_i8_store_neg_k<D>(out);
     }
   }
 }
@@ -317,7 +366,10 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
   const int64_t rows = r1 - r0, strips = (rows + kI8Strip - 1) / kI8Strip;
   const int64_t in = ggml_i8_padded(w.in);
   uint8_t* panel = ensure_scratch(scratch, size_t(strips * (in / 256) * kI8SbBytes<D>));
-  ggml_i8_pack_rows<D>(w, r0, rows, panel);
+  if constexpr (D == DType::kQ8_0R16)
+    ggml_i8_pack_r16(w, r0, rows, panel);
+  else
+    ggml_i8_pack_rows<D>(w, r0, rows, panel);
   const int64_t stride = ggml_i8_x_row_bytes(w.in);
   for (int64_t i0 = 0; i0 < n; i0 += kI8Tile) {
     GgmlI8XRow xs[kI8Tile];
@@ -337,6 +389,8 @@ inline void ggml_gemm_i8_chunk(const LinearWeight& w, int64_t n, const uint8_t* 
   switch (w.dtype) {
     case DType::kQ8_0:
       return ggml_gemm_i8_chunk_typed<DType::kQ8_0>(w, n, xq, y, r0, r1);
+    case DType::kQ8_0R16:
+      return ggml_gemm_i8_chunk_typed<DType::kQ8_0R16>(w, n, xq, y, r0, r1);
     case DType::kQ4_0:
       return ggml_gemm_i8_chunk_typed<DType::kQ4_0>(w, n, xq, y, r0, r1);
     case DType::kQ2_K:

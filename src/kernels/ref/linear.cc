@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "core/ggml_quant.h"
+#include "core/ggml_repack.h"
 #include "kernels/ref/linear_ref.h"
 
 namespace mla::ref {
@@ -54,10 +55,9 @@ double linear_weight(const LinearWeight& w, int64_t i, int64_t j) {
 }
 
 void linear_weight_row(const LinearWeight& w, int64_t i, double* row) {
-  if (dtype_is_ggml_block(w.dtype)) {
+  if (dtype_is_ggml_block(w.dtype) || dtype_is_row_interleaved(w.dtype)) {
     std::vector<float> f(size_t(w.in));
-    const Status s =
-        dequantize_row(w.dtype, w.data + i * dtype_bytes(w.dtype, w.in), w.in, f.data());
+    const Status s = dequantize_weight_row(w.dtype, w.data, w.in, i, f.data());
     MLA_CHECK(s.ok(), "linear_weight_row: {}", s.message());  // validate() checked the shape
     for (int64_t j = 0; j < w.in; ++j) row[j] = f[size_t(j)];
     return;

@@ -1,0 +1,45 @@
+// Q8_0 weights repacked at load into DType::kQ8_0R16, the layout of the int8 dot-product decode
+// kernels (kernels/cpu/linear_ggml_r16.h): 16 rows' codes sit in one 64-byte vector, one int32
+// lane a row, so a GEMV accumulates 16 outputs per vector with no horizontal sums (what
+// ik_llama.cpp's run-time repacking does for its Q8_0). docs/GGUF.md "Repacked at load".
+//
+// Layout of a weight [out, in] (out a multiple of 16, in of 64): groups of 16 rows, group g at
+// g · 16 · row_bytes (row_bytes = in / 32 · 34, as Q8_0). Within a group, units of 64 values
+// (two Q8_0 blocks, 1,088 bytes, a multiple of 64):
+//   bytes [0, 32)      the f16 scales d of block 2u of the 16 rows (row r at 2r)
+//   bytes [32, 64)     the f16 scales of block 2u + 1
+//   bytes [64, 576)    block 2u: quad q (q < 8) at 64 + 64q holds, for row r, bytes 4r .. 4r + 3
+//                      = codes 4q .. 4q + 3 of the block, each stored as q + 128 (uint8)
+//   bytes [576, 1088)  block 2u + 1, the same way
+// The values are unchanged: value = d · (stored − 128), exactly as the Q8_0 block.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "mla/status.h"
+
+namespace mla {
+
+inline constexpr int kR16Rows = 16;         // rows per group
+inline constexpr int kR16UnitValues = 64;   // values per unit (two Q8_0 blocks)
+inline constexpr int kR16UnitBytes = 1088;  // 16 rows × 2 blocks × 34 bytes
+
+// Whether a Q8_0 weight of this shape can be repacked.
+constexpr bool q8_0_r16_fits(int64_t out, int64_t in) {
+  return out > 0 && in > 0 && out % kR16Rows == 0 && in % kR16UnitValues == 0;
+}
+
+// dst (out · in / 32 · 34 bytes) = the Q8_0 rows [out, in] at src in the layout above.
+// Requires q8_0_r16_fits(out, in).
+void repack_q8_0_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
+
+// out[0, in) = row `row` of a kQ8_0R16 weight with `in` values a row, bit for bit the values
+// dequantize_row gives for the Q8_0 row it was made from.
+void dequantize_q8_0_r16_row(const uint8_t* data, int64_t in, int64_t row, float* out);
+
+// Row `row` of a weight [*, in] of dtype t stored at data: a kQ8_0R16 row as above, else
+// dequantize_row of the row's bytes (a GGUF block format or F32 / F16 / BF16).
+Status dequantize_weight_row(DType t, const uint8_t* data, int64_t in, int64_t row, float* out);
+
+}  // namespace mla

@@ -1,0 +1,128 @@
+// Q8_0 weights repacked at load (DType::kQ8_0R16, core/ggml_repack.h): the repacked rows decode
+// to the Q8_0 rows bit for bit, linear() on them stays inside the bound of the kernel each CPU
+// variant runs (the R16 GEMV and the int8 GEMM with VNNI, FP32 decoding without) at decode and
+// prefill row counts, linear_many equals linear, and bad shapes are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/ggml_quant.h"
+#include "core/ggml_repack.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/linear.h"
+#include "kernels/ref/linear_ref.h"
+#include "linear_ggml_bounds.h"
+
+namespace mla {
+namespace {
+
+TEST(Q8_0R16, RowsDecodeAsTheQ8_0RowsBitForBit) {
+  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{16, 64}, {48, 1408}, {32, 2048}}) {
+    const test::BlockWeight q = test::make_weight(DType::kQ8_0, out, in, uint64_t(out + in));
+    std::vector<uint8_t> packed(size_t(out * dtype_bytes(DType::kQ8_0, in)));
+    repack_q8_0_r16(q.w.data, out, in, packed.data());
+    std::vector<float> a(static_cast<size_t>(in)), b(static_cast<size_t>(in));
+    for (int64_t o = 0; o < out; ++o) {
+      ASSERT_TRUE(dequantize_weight_row(DType::kQ8_0, q.w.data, in, o, a.data()).ok());
+      ASSERT_TRUE(dequantize_weight_row(DType::kQ8_0R16, packed.data(), in, o, b.data()).ok());
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "row " << o;
+    }
+  }
+}
+
+TEST(Q8_0R16, EveryCpuVariantMatchesTheReference) {
+  ThreadPool pool(2);
+  for (const auto& [out, in] :
+       {std::pair<int64_t, int64_t>{16, 64}, {48, 192}, {64, 1408}, {160, 512}}) {
+    const test::BlockWeight bw =
+        test::make_weight(DType::kQ8_0R16, out, in, uint64_t(out * 3 + in));
+    for (int64_t n : {1, 2, 3, 4, 5, 9, 17, 40}) {
+      Rng rng(uint64_t(n * 11 + in));
+      std::vector<float> x(size_t(n * in));
+      for (float& v : x) v = float(rng.normal());
+      if (n > 2) x[5] = 0;
+      if (n > 3) x[size_t(in) + 1] = 40.0f;  // a large value in one block
+      std::vector<double> ref(size_t(n * out));
+      ref::linear(bw.w, n, x.data(), ref.data());
+      for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
+        if (!v.supported()) continue;
+        for (cpu::LinearPath path : {cpu::LinearPath::kAuto, cpu::LinearPath::kBf16}) {
+          std::vector<float> y(size_t(n * out), -1.0f);
+          v.run(bw.w, n, x.data(), y.data(), pool, path);
+          int bad = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const std::vector<float> xi(x.begin() + i * in, x.begin() + (i + 1) * in);
+            for (int64_t o = 0; o < out; ++o) {
+              const double b = test::block_bound(v.name, path, n, DType::kQ8_0R16, xi,
+                                                 bw.rows[size_t(o)], bw.mags[size_t(o)]);
+              const double got = y[size_t(i * out + o)], want = ref[size_t(i * out + o)];
+              if (!(std::fabs(got - want) <= b) && ++bad <= 3)
+                ADD_FAILURE() << v.name << " [" << out << ", " << in << "] n=" << n << " y[" << i
+                              << "][" << o << "] = " << got << ", want " << want << " ± " << b;
+            }
+          }
+          ASSERT_EQ(bad, 0);
+        }
+      }
+    }
+  }
+}
+
+// The repacked weight next to a plain Q8_0 one on the same x: linear_many runs each as linear
+// does (the two quantise x in their own layouts).
+TEST(Q8_0R16, LinearManyEqualsLinear) {
+  ThreadPool pool(2);
+  const int64_t in = 256;
+  const test::BlockWeight a = test::make_weight(DType::kQ8_0R16, 64, in, 1),
+                          b = test::make_weight(DType::kQ8_0, 24, in, 2);
+  for (int64_t n : {1, 4, 20}) {
+    std::vector<float> x(size_t(n * in));
+    Rng rng(5);
+    for (float& v : x) v = float(rng.normal());
+    std::vector<float> ya(size_t(n * 64)), yb(size_t(n * 24)), ma(ya.size()), mb(yb.size());
+    for (DType math : {DType::kF32, DType::kBF16}) {
+      ASSERT_TRUE(linear(a.w, n, x.data(), ya.data(), pool, "cpu", math).ok());
+      ASSERT_TRUE(linear(b.w, n, x.data(), yb.data(), pool, "cpu", math).ok());
+      const LinearJob jobs[] = {{&a.w, n, x.data(), ma.data()}, {&b.w, n, x.data(), mb.data()}};
+      ASSERT_TRUE(linear_many(jobs, pool, "cpu", math).ok());
+      EXPECT_EQ(ya, ma);
+      EXPECT_EQ(yb, mb);
+    }
+  }
+}
+
+TEST(Q8_0R16, RefusesShapesItCannotHold) {
+  uint8_t bytes[16 * 34 * 2] = {};
+  LinearWeight w{DType::kQ8_0R16, bytes, 16, 64};
+  EXPECT_TRUE(validate(w).ok());
+  w.out = 8;  // not whole groups of 16 rows
+  EXPECT_FALSE(validate(w).ok());
+  w.out = 16;
+  w.in = 32;  // not whole units of 64 values
+  const Status s = validate(w);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("Q8_0_R16"), std::string::npos) << s.message();
+}
+
+TEST(Q8_0R16, PreferredOnlyForQ8_0ThatFitsOnAVnniVariant) {
+  bool repacks = false;
+  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
+    if (v.supported()) {
+      repacks = v.repacks_q8_0;
+      break;
+    }
+  EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 1408),
+            repacks ? DType::kQ8_0R16 : DType::kQ8_0);
+  EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 1408, "ref"), DType::kQ8_0);
+  EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 40, 1408), DType::kQ8_0);
+  EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 96), DType::kQ8_0);
+  EXPECT_EQ(linear_preferred_dtype(DType::kQ4_K, 2048, 2048), DType::kQ4_K);
+  EXPECT_EQ(linear_preferred_dtype(DType::kBF16, 2048, 2048), DType::kBF16);
+}
+
+}  // namespace
+}  // namespace mla
