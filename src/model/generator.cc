@@ -37,7 +37,12 @@ Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt,
   MLA_ASSIGN_OR_RETURN(KvCacheStorage cache,
                        KvCacheStorage::allocate(model.cache_shape(blocks, o.page_size)));
   SequenceBlocks seq(&pool_ids, &cache);
-  Sampler sampler(o.sampling);
+  SamplingParams sp = o.sampling;
+  if (sp.min_tokens > 0 && !o.ignore_eos)  // EOS cannot end the reply before min_tokens
+    for (int64_t id : c.eos_token_ids)
+      if (id >= 0 && id < c.vocab_size) sp.min_tokens_blocked.push_back(int32_t(id));
+  Sampler sampler(std::move(sp));
+  sampler.set_prompt(prompt);
   GenerateResult res;
   res.kv_bytes_per_token = cache.record_bytes() * cache.num_layers();
 

@@ -1,9 +1,9 @@
-// Sampler (see sampler.h). Order of operations: logit_bias, drop NaN and -inf, then greedy argmax
-// (temperature 0) or logits / temperature → top-k → softmax over the kept set (FP64, max
-// subtracted) → top-p prefix → one draw. Every ordering uses the total order (logit descending,
-// id ascending), so the kept set and the walk order do not depend on the standard library; the
-// only platform input is libm's exp, which affects a draw only when it lands within an ulp of a
-// bucket edge.
+// Sampler (see sampler.h). Order of operations: min_tokens mask, logit_bias, penalties, drop NaN
+// and -inf, then greedy argmax (temperature 0) or logits / temperature → min_p → top-k → softmax
+// over the kept set (FP64, max subtracted) → top-p prefix → one draw. Every ordering uses the total
+// order (logit descending, id ascending), so the kept set and the walk order do not depend on the
+// standard library; the only platform input is libm's exp, which affects a draw only when it lands
+// within an ulp of a bucket edge.
 #include "model/sampler.h"
 
 #include <fmt/format.h>
@@ -44,6 +44,23 @@ Status validate(const SamplingParams& p, int64_t vocab) {
   if (p.top_k < 0) return invalid_argument(fmt::format("top_k must be >= 0, got {}", p.top_k));
   if (!(p.top_p > 0 && p.top_p <= 1))
     return invalid_argument(fmt::format("top_p must be in (0, 1], got {}", p.top_p));
+  if (!(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0))
+    return invalid_argument(
+        fmt::format("repetition_penalty must be > 0 and finite, got {}", p.repetition_penalty));
+  if (!(p.frequency_penalty >= -2 && p.frequency_penalty <= 2))
+    return invalid_argument(
+        fmt::format("frequency_penalty must be in [-2, 2], got {}", p.frequency_penalty));
+  if (!(p.presence_penalty >= -2 && p.presence_penalty <= 2))
+    return invalid_argument(
+        fmt::format("presence_penalty must be in [-2, 2], got {}", p.presence_penalty));
+  if (!(p.min_p >= 0 && p.min_p <= 1))
+    return invalid_argument(fmt::format("min_p must be in [0, 1], got {}", p.min_p));
+  if (p.min_tokens < 0)
+    return invalid_argument(fmt::format("min_tokens must be >= 0, got {}", p.min_tokens));
+  for (int32_t id : p.min_tokens_blocked)
+    if (id < 0 || id >= vocab)
+      return invalid_argument(
+          fmt::format("min_tokens: blocked token id must be in [0, {}), got {}", vocab, id));
   for (size_t i = 0; i < p.logit_bias.size(); ++i) {
     const auto [id, bias] = p.logit_bias[i];
     if (id < 0 || id >= vocab)
@@ -73,19 +90,77 @@ uint64_t Sampler::next_u64() {  // xoshiro256**
   return result;
 }
 
+void Sampler::set_prompt(std::span<const int32_t> prompt) {
+  prompt_tokens_.assign(prompt.begin(), prompt.end());
+  std::sort(prompt_tokens_.begin(), prompt_tokens_.end());
+  prompt_tokens_.erase(std::unique(prompt_tokens_.begin(), prompt_tokens_.end()),
+                       prompt_tokens_.end());
+}
+
+// In FP32, as the logits are. Order as vLLM's sampler: min_tokens mask, bias, then the penalties.
+void Sampler::adjust(std::span<float> l) const {
+  const int64_t vocab = int64_t(l.size());
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (sampled_ < params_.min_tokens)
+    for (int32_t id : params_.min_tokens_blocked)
+      if (id >= 0 && id < vocab) l[size_t(id)] = -kInf;
+  for (const auto& [id, bias] : params_.logit_bias) l[size_t(id)] += bias;
+  const float rp = params_.repetition_penalty;
+  const auto repeat = [&](int32_t id) {
+    if (id < 0 || id >= vocab) return;
+    float& v = l[size_t(id)];
+    v = v > 0 ? v / rp : v * rp;
+  };
+  if (rp != 1.0f) {
+    // A token in both the prompt and the output is penalised once.
+    for (int32_t id : prompt_tokens_) repeat(id);
+    for (const auto& [id, n] : output_counts_)
+      if (!std::binary_search(prompt_tokens_.begin(), prompt_tokens_.end(), id)) repeat(id);
+  }
+  if (params_.frequency_penalty != 0 || params_.presence_penalty != 0)
+    for (const auto& [id, n] : output_counts_)
+      if (id >= 0 && id < vocab)
+        l[size_t(id)] -= float(n) * params_.frequency_penalty + params_.presence_penalty;
+}
+
+std::vector<float> Sampler::adjusted_logits(std::span<const float> logits) const {
+  std::vector<float> l(logits.begin(), logits.end());
+  adjust(l);
+  return l;
+}
+
 Result<int32_t> Sampler::sample(std::span<const float> logits) {
+  MLA_ASSIGN_OR_RETURN(const int32_t token, pick(logits));
+  ++sampled_;
+  const auto at = std::lower_bound(output_counts_.begin(), output_counts_.end(),
+                                   std::pair<int32_t, int>{token, 0});
+  if (at != output_counts_.end() && at->first == token)
+    ++at->second;
+  else
+    output_counts_.insert(at, {token, 1});
+  return token;
+}
+
+Result<int32_t> Sampler::pick(std::span<const float> logits) {
   const int64_t vocab = int64_t(logits.size());
   MLA_RETURN_IF_ERROR(validate(params_, vocab));
   // One draw per non-greedy call, whatever the logits: the stream position depends only on how
   // many tokens were sampled.
   const double u = params_.temperature > 0 ? double(next_u64() >> 11) * 0x1.0p-53 : 0.0;
 
-  // Candidates: biased logits, without NaN and -inf (probability 0). Bias is added in FP32, as
-  // the logits are; a sum that overflows to -inf removes the token, to +inf makes it certain.
+  // Candidates: adjusted logits, without NaN and -inf (probability 0). Bias and penalties are
+  // applied in FP32, as the logits are; a sum that overflows to -inf removes the token, to +inf
+  // makes it certain.
   std::vector<std::pair<float, int32_t>>& c = scratch_;
   c.resize(size_t(vocab));
   for (int64_t i = 0; i < vocab; ++i) c[size_t(i)] = {logits[size_t(i)], int32_t(i)};
-  for (const auto& [id, bias] : params_.logit_bias) c[size_t(id)].first += bias;
+  const bool plain = params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
+                     params_.frequency_penalty == 0 && params_.presence_penalty == 0 &&
+                     sampled_ >= params_.min_tokens;
+  if (!plain) {
+    const std::vector<float> adjusted = adjusted_logits(logits);
+    for (int64_t i = 0; i < vocab; ++i) c[size_t(i)].first = adjusted[size_t(i)];
+  }
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::erase_if(c, [](const auto& e) { return std::isnan(e.first) || e.first == -kInf; });
   if (c.empty())
@@ -101,6 +176,15 @@ Result<int32_t> Sampler::sample(std::span<const float> logits) {
   if (c[best].first == kInf) {
     std::erase_if(c, [](const auto& e) { return e.first != kInf; });
     for (auto& e : c) e.first = 0;
+  }
+
+  // min_p: p_i ≥ min_p · p_max ⇔ z_i − z_max ≥ log(min_p) with z = logit / temperature (FP64).
+  if (params_.min_p > 0) {
+    const double inv_t = 1.0 / double(params_.temperature);
+    double z_max = -std::numeric_limits<double>::infinity();  // c changed if +inf logits were
+    for (const auto& e : c) z_max = std::max(z_max, double(e.first) * inv_t);
+    const double floor = std::log(double(params_.min_p));
+    std::erase_if(c, [&](const auto& e) { return double(e.first) * inv_t - z_max < floor; });
   }
 
   // Top-k: the k first in (logit desc, id asc) order, kept in that order.

@@ -14,7 +14,9 @@ LiveRequest::LiveRequest(RequestId id, Request r, int64_t max_total, BlockPool* 
     : seq(id, r.prompt, max_total, pool, storage),
       req(std::move(r)),
       sampler(req.sampling),
-      stops(req.stop) {}
+      stops(req.stop) {
+  sampler.set_prompt(req.prompt);
+}
 
 void Inbox::request_cancel(RequestId id) {
   {
@@ -91,6 +93,15 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request request, EventCall
         "request: {} tokens ({} prompt + {} max_tokens) need {} KV pages of {} tokens; the "
         "cache holds {} pages",
         total, prompt, request.max_tokens, need, e.page_size, e.num_blocks));
+  // min_tokens holds back what would end the reply: the EOS ids (unless ignored) and the
+  // request's stop_token_ids (vLLM's meaning; stop strings still end it).
+  if (request.sampling.min_tokens > 0) {
+    std::vector<int32_t>& blocked = request.sampling.min_tokens_blocked;
+    blocked = request.stop_token_ids;
+    if (!request.ignore_eos)
+      for (int64_t id : e.eos_ids)
+        if (id >= 0 && id < e.model.config().vocab_size) blocked.push_back(int32_t(id));
+  }
   const RequestId id = e.next_id.fetch_add(1);
   auto live = std::make_unique<LiveRequest>(id, std::move(request), total, &e.block_pool, &e.cache);
   live->stream = std::make_shared<RequestStream>(id, std::move(callback), e.inbox);

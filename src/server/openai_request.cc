@@ -156,13 +156,8 @@ MaybeError parse_logit_bias(const json& body, int64_t vocab, SamplingParams* s) 
 // Fields we accept, check and do not apply yet (documented in docs/SERVING.md), and count-like
 // extensions other servers take whose negative values are the classic poison request.
 MaybeError check_accepted_extras(const json& body) {
-  std::optional<double> d;
-  for (const char* k : {"presence_penalty", "frequency_penalty"})
-    if (auto e = get_number(body, k, -2.0, 2.0, &d)) return e;
-  if (auto e = get_number(body, "repetition_penalty", 1e-6, 1e6, &d)) return e;
-  if (auto e = get_number(body, "min_p", 0.0, 1.0, &d)) return e;
   std::optional<int64_t> i;
-  for (const char* k : {"n_keep", "n_discard", "n_probs", "min_tokens", "truncate_prompt_tokens"})
+  for (const char* k : {"n_keep", "n_discard", "n_probs", "truncate_prompt_tokens"})
     if (auto e = get_int(body, k, 0, INT32_MAX, &i)) return e;
   if (const json* rf = field(body, "response_format")) {
     const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
@@ -203,6 +198,24 @@ MaybeError parse_sampling(const json& body, const ServedModel& m, CompletionSpec
     std::random_device rd;  // 32 bits per call
     r.sampling.seed = uint64_t(rd()) << 32 | rd();
   }
+  // Penalties, min_p and min_tokens with vLLM's meaning (model/sampler.h).
+  std::optional<double> presence, frequency, repetition, min_p;
+  if (auto e = get_number(body, "presence_penalty", -2.0, 2.0, &presence)) return e;
+  if (auto e = get_number(body, "frequency_penalty", -2.0, 2.0, &frequency)) return e;
+  if (auto e = get_number(body, "repetition_penalty", 0.0, 1e6, &repetition)) return e;
+  if (repetition && *repetition <= 0.0)
+    return bad_request("repetition_penalty", "repetition_penalty must be > 0");
+  if (auto e = get_number(body, "min_p", 0.0, 1.0, &min_p)) return e;
+  r.sampling.presence_penalty = float(presence.value_or(0.0));
+  r.sampling.frequency_penalty = float(frequency.value_or(0.0));
+  r.sampling.repetition_penalty = float(repetition.value_or(1.0));
+  r.sampling.min_p = float(min_p.value_or(0.0));
+  std::optional<int64_t> min_tokens;
+  if (auto e = get_int(body, "min_tokens", 0, INT32_MAX, &min_tokens)) return e;
+  if (min_tokens && out->max_tokens_given && *min_tokens > out->request.max_tokens)
+    return bad_request("min_tokens", fmt::format("min_tokens ({}) must be <= max_tokens ({})",
+                                                 *min_tokens, out->request.max_tokens));
+  r.sampling.min_tokens = int(min_tokens.value_or(0));
   return parse_logit_bias(body, m.vocab, &r.sampling);
 }
 

@@ -104,6 +104,29 @@ class ChatTest(unittest.TestCase):
             self.assertAlmostEqual(t.top_logprobs[0].logprob, t.logprob, places=5)
             self.assertEqual(bytes(t.bytes).decode("utf-8", "replace"), t.token)
 
+    def test_penalties_pick_the_argmax_of_the_penalised_logprobs(self):
+        # vLLM's frequency / presence penalties (docs/SERVING.md "Sampling"), greedy: each chosen
+        # token is the best of the reported top-20 logprobs once the output so far is counted.
+        freq, presence = 1.5, 0.5
+        r = client().chat.completions.create(
+            model=SERVER.model_id, messages=HELLO, max_tokens=24, temperature=0,
+            frequency_penalty=freq, presence_penalty=presence, logprobs=True, top_logprobs=20,
+            extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+        counts, changed = {}, 0
+        for t in r.choices[0].logprobs.content:
+            def penalised(e):
+                c = counts.get(e.token, 0)
+                return e.logprob - (c * freq + presence if c else 0.0)
+            best = max(t.top_logprobs, key=penalised)
+            self.assertEqual(t.token, best.token)
+            changed += best.token != t.top_logprobs[0].token
+            counts[t.token] = counts.get(t.token, 0) + 1
+        self.assertGreater(changed, 0, "the penalties changed no choice: nothing was checked")
+        with self.assertRaises(openai.BadRequestError) as e:
+            client().chat.completions.create(model=SERVER.model_id, messages=HELLO, max_tokens=2,
+                                             extra_body={"min_tokens": 3})
+        self.assertEqual(e.exception.body.get("param"), "min_tokens")
+
     def test_seed_determinism(self):
         def sample(seed):
             return client().chat.completions.create(
