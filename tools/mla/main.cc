@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "commands.h"
+#include "core/env_check.h"
 
 namespace mla::cli {
 std::vector<CommandEntry>& command_table() {
@@ -13,6 +14,10 @@ std::vector<CommandEntry>& command_table() {
 }  // namespace mla::cli
 
 int main(int argc, char** argv) {
+  if (const mla::Status env = mla::check_environment(); !env.ok()) {
+    std::fprintf(stderr, "error: %s\n", env.message().c_str());
+    return 2;
+  }
   CLI::App app{"mla: an inference engine for Multi-head Latent Attention models"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Print help for every subcommand");

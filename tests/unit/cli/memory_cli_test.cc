@@ -99,6 +99,26 @@ TEST_F(MemoryCli, ModelAndPresetTogetherFail) {
   EXPECT_NE(r.out.find("excludes"), std::string::npos) << r.out;
 }
 
+// Any command: a mistyped MLA_ISA or MLA_NUM_THREADS stops the start with the variable and its
+// value named (core/env_check.h), rather than running with the setting silently ignored.
+TEST_F(MemoryCli, BadEnvironmentIsAnError) {
+  for (const auto& [name, value] :
+       {std::pair{"MLA_ISA", "avx9"}, std::pair{"MLA_NUM_THREADS", "two"}}) {
+    const char* outer = std::getenv(name);
+    const std::string saved = outer ? outer : "";
+    setenv(name, value, 1);
+    RunResult r = run("memory --preset v2 --json", true);
+    if (outer)
+      setenv(name, saved.c_str(), 1);
+    else
+      unsetenv(name);
+    EXPECT_EQ(r.exit_code, 2) << name;
+    EXPECT_NE(r.out.find(std::string(name) + " is \"" + value + "\""), std::string::npos) << r.out;
+  }
+  RunResult ok = run("memory --preset v2 --json", true);
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+}
+
 TEST_F(MemoryCli, HugeContextIsAnErrorNotAWrap) {
   RunResult r = run("memory --preset v3 --context 4611686018427387904", true);
   EXPECT_EQ(r.exit_code, 1);
