@@ -7,6 +7,7 @@
 #   bench/gguf_peers.sh FILE.gguf [LLAMA_BENCH [IK_LLAMA_BENCH]]
 # The llama-bench binaries default to the ones bench/peers.sh builds under /work/peers/work.
 # Environment: ROUNDS=2 THREADS=2 PP=512 TG=64 MLA_BIN=build/release/bin/mla
+#   MLA_ARGS (extra `mla bench model` flags, e.g. "--repack off"; split into words)
 #   IK_CONFIGS="-mla 3 -fa 1 -fmoe 1;-mla 3 -fa 1 -fmoe 1 -rtr 1"
 set -euo pipefail
 file=${1:?usage: bench/gguf_peers.sh FILE.gguf [LLAMA_BENCH [IK_LLAMA_BENCH]]}
@@ -14,6 +15,7 @@ llama=${2:-/work/peers/work/build/llama.cpp/bin/llama-bench}
 ik=${3:-/work/peers/work/build/ik_llama.cpp/bin/llama-bench}
 ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-2} PP=${PP:-512} TG=${TG:-64}
 MLA_BIN=${MLA_BIN:-build/release/bin/mla}
+MLA_ARGS=${MLA_ARGS:-}
 IK_CONFIGS=${IK_CONFIGS:-"-mla 3 -fa 1 -fmoe 1;-mla 3 -fa 1 -fmoe 1 -rtr 1"}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -25,7 +27,8 @@ probe() { # $1: output file; the all-threads read bandwidth in GB/s
 for ((r = 1; r <= ROUNDS; r++)); do
   cat "$file" >/dev/null # in the page cache before each engine, untimed
   probe "$out/mla.$r.probe"
-  "$MLA_BIN" bench model -m "$file" --threads "$THREADS" --prompt-len "$PP" --tokens "$TG" \
+  # shellcheck disable=SC2086 # MLA_ARGS: flags, split on purpose
+  "$MLA_BIN" bench model -m "$file" --threads "$THREADS" --prompt-len "$PP" --tokens "$TG" $MLA_ARGS \
     --json >"$out/mla.$r.json" 2>/dev/null
   probe "$out/llama.cpp.$r.probe"
   "$llama" -m "$file" -t "$THREADS" -r 1 -o json -p "$PP" -n "$TG" >"$out/llama.cpp.$r.json" 2>/dev/null

@@ -151,16 +151,18 @@ Result<int32_t> Sampler::pick(std::span<const float> logits) {
   // Candidates: adjusted logits, without NaN and -inf (probability 0). Bias and penalties are
   // applied in FP32, as the logits are; a sum that overflows to -inf removes the token, to +inf
   // makes it certain.
-  std::vector<std::pair<float, int32_t>>& c = scratch_;
-  c.resize(size_t(vocab));
-  for (int64_t i = 0; i < vocab; ++i) c[size_t(i)] = {logits[size_t(i)], int32_t(i)};
   const bool plain = params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
                      params_.frequency_penalty == 0 && params_.presence_penalty == 0 &&
                      sampled_ >= params_.min_tokens;
+  std::span<const float> row = logits;
   if (!plain) {
-    const std::vector<float> adjusted = adjusted_logits(logits);
-    for (int64_t i = 0; i < vocab; ++i) c[size_t(i)].first = adjusted[size_t(i)];
+    adjusted_.assign(logits.begin(), logits.end());
+    adjust(adjusted_);
+    row = adjusted_;
   }
+  std::vector<std::pair<float, int32_t>>& c = scratch_;
+  c.resize(size_t(vocab));
+  for (int64_t i = 0; i < vocab; ++i) c[size_t(i)] = {row[size_t(i)], int32_t(i)};
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::erase_if(c, [](const auto& e) { return std::isnan(e.first) || e.first == -kInf; });
   if (c.empty())

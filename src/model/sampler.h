@@ -65,7 +65,8 @@ class Sampler {
   std::vector<int32_t> prompt_tokens_;                  // sorted, unique (repetition_penalty)
   std::vector<std::pair<int32_t, int>> output_counts_;  // sorted by id: (id, times sampled)
   int64_t sampled_ = 0;
-  uint64_t state_[4];  // xoshiro256** seeded from params.seed by splitmix64
+  uint64_t state_[4];            // xoshiro256** seeded from params.seed by splitmix64
+  std::vector<float> adjusted_;  // [vocab] adjust()'s row, reused per token
   std::vector<std::pair<float, int32_t>> scratch_;  // [vocab] (biased logit, id) candidates
   std::vector<double> weights_;                     // [candidates] unnormalised softmax, FP64
 };

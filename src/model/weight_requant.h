@@ -39,8 +39,8 @@ Result<RequantizedWeight> requantize_weight(const LinearWeight& w, DType to, Thr
 // Memory for weights re-laid at load: one anonymous mapping, 2 MiB aligned and advised for
 // transparent huge pages. A mapped file's weights come in the page cache's large folios without
 // advice, but anonymous memory under THP "madvise" would be 4 KiB pages, and a decode step reads
-// every active weight through the TLB (on Zen 5 the repacked Q8_0 model decoded ~10% slower on
-// 4 KiB pages).
+// every active weight through the TLB (on Zen 5 the repacked Q8_0 model decoded 8% slower on
+// 4 KiB pages: docs/BENCHMARKS.md "Q8_0 repacked at load").
 class WeightArena {
  public:
   WeightArena() = default;

@@ -41,7 +41,7 @@ inline GgmlR16XRow ggml_r16_x_row(const uint8_t* base, int64_t in) {
 inline void ggml_r16_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
   ggml_avx2_quantize_x_row(x, in, dst);
   const GgmlR16XRow r = ggml_r16_x_row(dst, in);
-  int32_t* sums = reinterpret_cast<int32_t*>(dst + ggml_avx2_x_row_bytes(in));
+  int32_t* sums = const_cast<int32_t*>(r.neg_sums);  // dst's own bytes
   for (int64_t b = 0; b < in / 32; ++b) {
     const __m512i q =
         _mm512_cvtepi8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(r.q + 32 * b)));
