@@ -5,7 +5,7 @@
   python3 bench/tokenizer_bench.py BUILD/bin/mla_bench_tokenizer
 
 The corpus is built deterministically from text in this repository (docs, C++ sources, the
-multilingual golden corpus) and the shared spec: English prose, code, CJK and Unicode soup.
+multilingual golden corpus): English prose, code, CJK and Unicode soup.
 """
 import glob
 import json
@@ -21,7 +21,7 @@ V3_JSON = os.path.join(ROOT, "..", "shared", "data", "deepseek-v3-tokenizer", "t
 
 def build_corpus():
     parts = []
-    for pattern in ("docs/**/*.md", "src/**/*.cc", "src/**/*.h", "../shared/spec/*.md"):
+    for pattern in ("docs/**/*.md", "src/**/*.cc", "src/**/*.h"):
         for path in sorted(glob.glob(os.path.join(ROOT, pattern), recursive=True)):
             with open(path, encoding="utf-8", errors="replace", newline="") as f:
                 parts.append(f.read())

@@ -1,8 +1,8 @@
-// F10 (reliability.md §5): a message list (roles, contents, tool calls, names) → the built-in
-// chat formatter of each family. Contents often hold special-token text. Invariants: the control
-// parts do not depend on what messages say (rendering the same structure with placeholder text
-// gives the same control parts), and after encoding, the added-token ids in the prompt are exactly
-// the control parts: text a user typed never becomes a special id.
+// F10 (docs/RELIABILITY.md §Checklist): a message list (roles, contents, tool calls, names) → the
+// built-in chat formatter of each family. Contents often hold special-token text. Invariants: the
+// control parts do not depend on what messages say (rendering the same structure with placeholder
+// text gives the same control parts), and after encoding, the added-token ids in the prompt are
+// exactly the control parts: text a user typed never becomes a special id.
 #include <cstdint>
 #include <set>
 #include <string>

@@ -1,7 +1,7 @@
-// F6 (reliability.md §5): an id sequence → the incremental detokenizer. Ids are 16-bit values
-// from the input, some beyond the vocabulary. Invariants: an unknown id is an error that changes
-// nothing; every push() and finish() output is valid UTF-8 on its own; the held-back tail is at
-// most 3 bytes; the concatenation equals Tokenizer::decode of the accepted ids.
+// F6 (docs/RELIABILITY.md §Checklist): an id sequence → the incremental detokenizer. Ids are 16-bit
+// values from the input, some beyond the vocabulary. Invariants: an unknown id is an error that
+// changes nothing; every push() and finish() output is valid UTF-8 on its own; the held-back tail
+// is at most 3 bytes; the concatenation equals Tokenizer::decode of the accepted ids.
 #include <cstdint>
 #include <string>
 #include <vector>

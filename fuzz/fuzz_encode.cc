@@ -1,7 +1,8 @@
-// F5 (reliability.md §5): the tiny DeepSeek-V3 tokenizer plus arbitrary bytes (at most 64 KiB) →
-// encode → decode. Invariants: valid UTF-8 round-trips exactly (added-token text included, as
-// plain text); invalid UTF-8 is an error, never a crash; ids are in [0, id_limit). scripts/fuzz
-// runs this target under `ulimit -s 1024` so that deep recursion would show as a crash.
+// F5 (docs/RELIABILITY.md §Checklist): the tiny DeepSeek-V3 tokenizer plus arbitrary bytes (at most
+// 64 KiB) → encode → decode. Invariants: valid UTF-8 round-trips exactly (added-token text
+// included, as plain text); invalid UTF-8 is an error, never a crash; ids are in [0, id_limit).
+// scripts/fuzz runs this target under `ulimit -s 1024` so that deep recursion would show as a
+// crash.
 #include <cstdint>
 #include <string_view>
 #include <vector>

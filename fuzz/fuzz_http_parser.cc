@@ -1,14 +1,14 @@
-// F7 (reliability.md §5): raw bytes → cpp-httplib's HTTP/1.1 request parsing, the library
-// `mla serve` uses, behind the server's own pre-routing checks (check_request,
+// F7 (docs/RELIABILITY.md §Checklist): raw bytes → cpp-httplib's HTTP/1.1 request parsing, the
+// library `mla serve` uses, behind the server's own pre-routing checks (check_request,
 // src/server/request_checks.h: header limits, routes and methods, body framing and size, encoding,
-// API key) with a small body cap. The bytes reach Server::process_request (the per-connection
-// entry point) through an in-memory Stream that hands them out in pseudo-random pieces, so
-// requests split at every point are parsed; up to 5 pipelined requests per input (the keep-alive
-// limit), and none after a refused body (the server stops reading that connection). The first
-// input word picks the pieces and whether an API key is required. Invariants: a handler never sees
-// a body over the cap or other than its Content-Length (a compressed body would be inflated by the
-// library: it must be refused first), nor a protected route without the key; every response is a
-// well-formed HTTP/1.1 status line; nothing is read past the input.
+// API key) with a small body cap. The bytes reach Server::process_request (the per-connection entry
+// point) through an in-memory Stream that hands them out in pseudo-random pieces, so requests split
+// at every point are parsed; up to 5 pipelined requests per input (the keep-alive limit), and none
+// after a refused body (the server stops reading that connection). The first input word picks the
+// pieces and whether an API key is required. Invariants: a handler never sees a body over the cap
+// or other than its Content-Length (a compressed body would be inflated by the library: it must be
+// refused first), nor a protected route without the key; every response is a well-formed HTTP/1.1
+// status line; nothing is read past the input.
 #include <httplib.h>
 
 #include <algorithm>

@@ -1,11 +1,11 @@
-// F9 (reliability.md §5): an op script → the paged KV manager (BlockPool, SequenceBlocks with
-// copy-on-write, PrefixCache). Ops: new sequence, append, truncate, fork, release (free or
-// preempt), release twice, prefix-cache hit (acquire), insert. Tokens come from a 3-letter
-// alphabet and the hash may keep only 2 bits, so prefixes and hash collisions are common.
+// F9 (docs/RELIABILITY.md §Checklist): an op script → the paged KV manager (BlockPool,
+// SequenceBlocks with copy-on-write, PrefixCache). Ops: new sequence, append, truncate, fork,
+// release (free or preempt), release twice, prefix-cache hit (acquire), insert. Tokens come from a
+// 3-letter alphabet and the hash may keep only 2 bits, so prefixes and hash collisions are common.
 // Invariants after every op: the pool's own consistency walk passes; free + used + idle == total;
 // each block's refcount equals the number of sequence tables holding it (so refcounts never go
-// negative, nothing is freed twice, and no page is shared without refcount > 1); a sequence's
-// table covers exactly its tokens.
+// negative, nothing is freed twice, and no page is shared without refcount > 1); a sequence's table
+// covers exactly its tokens.
 #include <cstdint>
 #include <map>
 #include <memory>

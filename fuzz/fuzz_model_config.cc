@@ -1,7 +1,7 @@
-// F3 (reliability.md §5): config.json bytes → parse_model_config (which validates) → the KV and
-// page sizing the engine derives from it. Invariants: an accepted config validates again; every
-// derived size that the sizing functions accept is > 0 and consistent with the checked product
-// of its factors; a rejection is a Status, never an abort or a wrapped size.
+// F3 (docs/RELIABILITY.md §Checklist): config.json bytes → parse_model_config (which validates) →
+// the KV and page sizing the engine derives from it. Invariants: an accepted config validates
+// again; every derived size that the sizing functions accept is > 0 and consistent with the checked
+// product of its factors; a rejection is a Status, never an abort or a wrapped size.
 #include <cstdint>
 #include <string>
 

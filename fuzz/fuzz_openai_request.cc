@@ -1,7 +1,7 @@
-// F8 (reliability.md §5): a JSON body → parse_json_object → parse_completion_request for the chat
-// or completions endpoint (first input byte) against the tiny DeepSeek-V3 tokenizer. Invariant:
-// every accepted request satisfies every bound of reliability.md §4 items 39-41 (and passes the
-// engine's own sched::validate), whatever the body; every refusal has a 4xx status.
+// F8 (docs/RELIABILITY.md §Checklist): a JSON body → parse_json_object → parse_completion_request
+// for the chat or completions endpoint (first input byte) against the tiny DeepSeek-V3 tokenizer.
+// Invariant: every accepted request satisfies every bound of docs/RELIABILITY.md §Checklist R39-R41
+// (and passes the engine's own sched::validate), whatever the body; every refusal has a 4xx status.
 #include <cmath>
 #include <cstdint>
 #include <string_view>

@@ -1,5 +1,5 @@
-// F1 (reliability.md §5): bytes → in-memory parse_safetensors, then every view is made and
-// touched. Invariants on success: each tensor's bytes lie inside the data section (ByteView
+// F1 (docs/RELIABILITY.md §Checklist): bytes → in-memory parse_safetensors, then every view is made
+// and touched. Invariants on success: each tensor's bytes lie inside the data section (ByteView
 // exists), size == numel × dtype bits / 8, and the tensors tile the data section exactly.
 #include <cstdint>
 

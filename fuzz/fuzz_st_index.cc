@@ -1,8 +1,8 @@
-// F2 (reliability.md §5): index.json bytes plus a fixed fake model directory → the shard resolver.
-// The directory (made once per process under $TMPDIR) holds two shards, a subdirectory, and
-// symlinks that stay inside, leave the directory, or dangle. Invariants: every resolved shard
-// path, with symlinks resolved, lies inside the directory; the same input gives the same result
-// and message twice (no dependence on state or iteration order).
+// F2 (docs/RELIABILITY.md §Checklist): index.json bytes plus a fixed fake model directory → the
+// shard resolver. The directory (made once per process under $TMPDIR) holds two shards, a
+// subdirectory, and symlinks that stay inside, leave the directory, or dangle. Invariants: every
+// resolved shard path, with symlinks resolved, lies inside the directory; the same input gives the
+// same result and message twice (no dependence on state or iteration order).
 #include <unistd.h>
 
 #include <cstdint>

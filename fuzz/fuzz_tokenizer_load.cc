@@ -1,6 +1,7 @@
-// F4 (reliability.md §5): tokenizer.json bytes (at most 1 MiB) → Tokenizer::from_json, then a
-// fixed string is encoded (as plain text and with added tokens parsed) and decoded. Invariants:
-// every id is in [0, id_limit) and has bytes; decode of those ids succeeds and gives valid UTF-8.
+// F4 (docs/RELIABILITY.md §Checklist): tokenizer.json bytes (at most 1 MiB) → Tokenizer::from_json,
+// then a fixed string is encoded (as plain text and with added tokens parsed) and decoded.
+// Invariants: every id is in [0, id_limit) and has bytes; decode of those ids succeeds and gives
+// valid UTF-8.
 #include <cstdint>
 #include <string_view>
 #include <vector>

@@ -129,7 +129,8 @@ Result<std::vector<PrefillResult>> bench_prefill(const PrefillCase& c, const Mac
   p.out = out.data();
   p.lse = lse.data();
 
-  // FLOPs of spec/mla.md §2 with L = the keys each query sees on average (causal chunk).
+  // FLOPs of docs/kernels/mla_decode.md §Cost of the two paths, with L = the keys each query sees
+  // on average (causal chunk).
   const double L = c.l + (c.m + 1) / 2.0, M = c.m, H = c.h_q;
   const double absorbed = M * 2 * H * (kDn * kR + kR * kDv) + M * L * 2 * H * (2 * kR + kDr);
   const double decompressed =

@@ -1,7 +1,7 @@
 // Measured limits of the machine the engine runs on: FP32 FMA, BF16 dot-product and AMX-BF16
 // tile peaks and memory read bandwidth, on one thread and on all threads. Every kernel figure `mla
-// bench` prints is given as a fraction of these (spec/cpu-kernels.md lists what was seen on this
-// kind).
+// bench` prints is given as a fraction of these (docs/BENCHMARKS.md §The machine lists what was
+// measured on the machines used so far).
 #pragma once
 
 #include "core/aligned_buffer.h"

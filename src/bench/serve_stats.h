@@ -1,8 +1,8 @@
-// The HTTP-free parts of `mla bench serve` (tools/mla/cmd_bench_serve.cc), kept here so they can
-// be unit-tested without a server: the Poisson arrival schedule, Server-Sent-Events framing, the
-// reading of one `/v1/completions` stream chunk, the per-request timeline (TTFT, ITL, E2EL) and
-// the aggregate metrics. Definitions follow vLLM's `vllm bench serve` (serving.md §5.1) so that
-// figures are comparable with it; where they differ it is said below.
+// The HTTP-free parts of `mla bench serve` (tools/mla/cmd_bench_serve.cc), kept here so they can be
+// unit-tested without a server: the Poisson arrival schedule, Server-Sent-Events framing, the
+// reading of one `/v1/completions` stream chunk, the per-request timeline (TTFT, ITL, E2EL) and the
+// aggregate metrics. Definitions follow vLLM's `vllm bench serve` so that figures are comparable
+// with it (docs/SERVING.md, section `mla bench serve`); where they differ it is said below.
 #pragma once
 
 #include <cstdint>

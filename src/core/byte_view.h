@@ -1,6 +1,6 @@
 // ByteView: a read-only window into a buffer that can only be made inside it. The one way from a
-// file image (a mapping, a fuzz input) to the bytes of a tensor (reliability.md §8: "the tensor
-// view constructor takes (base, size, offset, length) and checks containment").
+// file image (a mapping, a fuzz input) to the bytes of a tensor (docs/RELIABILITY.md §Checklist
+// G3: a view made from (base, size, offset, length) that checks it lies inside).
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,8 @@
-// The one set of checked size helpers (reliability.md §8): every size, count or offset derived
-// from a file or a request goes through these instead of raw `*`, `+` or rounding, so that a
-// hostile number gives an error instead of a wrapped, too-small allocation (the GGUF CVE class).
-// Each returns std::nullopt on overflow or a bad argument; callers turn that into a Status that
-// names the file and field. Header-only, constexpr, no allocation.
+// The one set of checked size helpers (docs/RELIABILITY.md §Checklist G1): every size, count or
+// offset derived from a file or a request goes through these instead of raw `*`, `+` or rounding,
+// so that a hostile number gives an error instead of a wrapped, too-small allocation (the GGUF CVE
+// class). Each returns std::nullopt on overflow or a bad argument; callers turn that into a Status
+// that names the file and field. Header-only, constexpr, no allocation.
 #pragma once
 
 #include <concepts>
@@ -14,7 +14,7 @@
 #include <utility>
 
 // Marks a function whose unsigned arithmetic wraps on purpose (hashes, random-number mixers), for
-// the fuzz build's unsigned-overflow checks (reliability.md §6 S2); nothing elsewhere.
+// the fuzz build's unsigned-overflow checks (docs/RELIABILITY.md §Checklist S2); nothing elsewhere.
 #if defined(__clang__)
 #define MLA_WRAPS_ON_PURPOSE __attribute__((no_sanitize("unsigned-integer-overflow")))
 #else

@@ -1,6 +1,7 @@
-// Per-token record formats of the latent KV cache (spec/mla.md §1): names, byte layouts and the
-// reference quantise / dequantise of one row. The kernels read these records (with their own
-// fused dequantisation); the cache writes them. docs/kernels/kv_formats.md explains the choices.
+// Per-token record formats of the latent KV cache (docs/kernels/kv_formats.md): names, byte layouts
+// and the reference quantise / dequantise of one row. The kernels read these records (with their
+// own fused dequantisation); the cache writes them. docs/kernels/kv_formats.md explains the
+// choices.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-// Limits every JSON reader of files applies before parsing (reliability.md §3 item 26): nesting
-// depth, found by a linear scan that needs no parse. nlohmann's parser is iterative, but dump(),
-// comparisons and recursive visitors are not, so a 16 MiB "[[[[..." must be refused up front.
+// Limits every JSON reader of files applies before parsing (docs/RELIABILITY.md §Checklist R26):
+// nesting depth, found by a linear scan that needs no parse. nlohmann's parser is iterative, but
+// dump(), comparisons and recursive visitors are not, so a 16 MiB "[[[[..." must be refused up
+// front.
 #pragma once
 
 #include <cstddef>

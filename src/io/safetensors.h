@@ -1,5 +1,5 @@
-// Safetensors files: a validated, read-only memory-mapped reader and an atomic writer.
-// The format (deepseek-models.md §5.1): u64 little-endian header length N, N bytes of UTF-8 JSON
+// Safetensors files: a validated, read-only memory-mapped reader and an atomic writer. The format
+// (docs/MODELS.md §Safetensors and FP8): u64 little-endian header length N, N bytes of UTF-8 JSON
 // {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {str: str}}, then the data
 // section. Not here: multi-file index.json handling, dtype conversion, config parsing.
 #pragma once

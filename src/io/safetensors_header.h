@@ -20,8 +20,8 @@ struct ParsedSafetensors {
   std::map<std::string, std::string> metadata;
 };
 
-// Checks every rule of reliability.md §1 items 1-15 on the file image bytes[0, size) and returns
-// the tensor table. Reads nothing outside [bytes, bytes + size) and allocates at most in
+// Checks every rule of docs/RELIABILITY.md §Checklist R1-R15 on the file image bytes[0, size) and
+// returns the tensor table. Reads nothing outside [bytes, bytes + size) and allocates at most in
 // proportion to the header actually present. `path` only labels the error messages.
 Result<ParsedSafetensors> parse_safetensors(const std::string& path, const uint8_t* bytes,
                                             uint64_t size);

@@ -15,8 +15,8 @@ struct CompareRule {
   double cos_min = -1.0;  // cosine similarity over the finite elements must be ≥ this
 };
 
-// FlashMLA's rule for BF16-output attention (spec/mla.md §5): 8e-4 abs or 2.01/128 rel per
-// element, cosine difference ≤ 5e-6.
+// FlashMLA's rule for BF16-output attention (docs/kernels/mla_decode.md §Pass rules): 8e-4 abs or
+// 2.01/128 rel per element, cosine difference ≤ 5e-6.
 CompareRule flashmla_out_rule();
 // LSE: 1e-6 abs or 8.01/65536 rel (FP32 logsumexp of BF16-rounded scores).
 CompareRule flashmla_lse_rule();

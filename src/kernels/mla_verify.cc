@@ -327,7 +327,8 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
         cb,
         false};
     po.pass = po.stats.pass && !po.stats.got_all_zero;
-    // LSE, checked on its own (spec/mla.md §5): FlashMLA's 1e-6 abs or 8.01/65536 rel.
+    // LSE, checked on its own (docs/kernels/mla_decode.md §Pass rules): FlashMLA's 1e-6 abs or
+    // 8.01/65536 rel.
     VerifyPair pl{a.name,
                   b.name,
                   "lse",
@@ -352,8 +353,8 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
   for (const auto& d : decompressed) add_pairs(oracle, d, nullptr);
   for (const auto& a : absorbed)
     for (const auto& d : decompressed) add_pairs(a, d, a.bf16_query ? kBf16QueryCost : nullptr);
-  // A quantised cache: each path's error against attention over the BF16 cache of the same
-  // rows, the real cost of the format (reported, as spec/mla.md §5 asks).
+  // A quantised cache: each path's error against attention over the BF16 cache of the same rows,
+  // the real cost of the format (reported, not gated: docs/kernels/mla_decode.md §Pass rules).
   if (cfg.kv_dtype && *cfg.kv_dtype != KvCacheDtype::kBF16) {
     const PathResult bf16_oracle = run_oracle(
         "ref.absorbed.fp64.bf16_cache", make_cache(DType::kBF16), DType::kF64, q_abs64.data());

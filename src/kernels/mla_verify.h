@@ -37,8 +37,8 @@ struct VerifyPair {
   double cos_bound = 0.0;
   bool pass = false;
   // false for rows that report the cost of an input format (a BF16 absorbed query) rather than a
-  // kernel's error; like a quantised cache (spec/mla.md §5) the kernel itself is judged against
-  // the reference run on what it consumes.
+  // kernel's error; like a quantised cache (docs/kernels/mla_decode.md §Pass rules) the kernel
+  // itself is judged against the reference run on what it consumes.
   bool gating = true;
   std::string note;  // what a non-gating row measures
 };

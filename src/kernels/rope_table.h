@@ -1,7 +1,8 @@
-// RoPE on the fast path: cos/sin of every (position, pair) computed once in FP64 on the host
-// (YaRN frequencies and attention factor of kernels/ref's definitions, checked against the spec's
-// worked values) and stored FP32; the rotation itself runs in FP32 (kernels/cpu/rope.cc), as the
-// decoupled RoPE of MLA requires (spec/mla.md §4: low precision here grows with position).
+// RoPE on the fast path: cos/sin of every (position, pair) computed once in FP64 on the host (YaRN
+// frequencies and attention factor of kernels/ref's definitions, checked against the worked values
+// of docs/kernels/rope.md) and stored FP32; the rotation itself runs in FP32 (kernels/cpu/rope.cc),
+// as the decoupled RoPE of MLA requires (docs/kernels/rope.md §Numerics: low precision here grows
+// with position).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Checkpoint: the safetensors files of a Hugging Face model directory, validated and mapped, with
 // one name → (shard, tensor) index. Either `model.safetensors` or `model.safetensors.index.json`
-// plus the shards it lists (spec/reliability.md §1 item 16). Knows nothing about which tensors a
-// model needs: that is ModelWeights (model_weights.h).
+// plus the shards it lists (docs/RELIABILITY.md §Checklist R16). Knows nothing about which tensors
+// a model needs: that is ModelWeights (model_weights.h).
 #pragma once
 
 #include <cstdint>

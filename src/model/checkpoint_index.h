@@ -1,7 +1,7 @@
 // The index side of a sharded checkpoint, apart from the mapping (checkpoint.h) so that it can be
 // tested and fuzzed on its own (fuzz/fuzz_st_index.cc): model.safetensors.index.json text →
 // shard file → tensor names, and each shard name → a path that cannot leave the model directory
-// (reliability.md §1 item 16).
+// (docs/RELIABILITY.md §Checklist R16).
 #pragma once
 
 #include <cstdint>

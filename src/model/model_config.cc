@@ -25,8 +25,8 @@ using Json = nlohmann::json;
 // products of a few of them cannot overflow int64.
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;
-// MiniCPM3-4B's scalings (deepseek-models.md §1.1): the preset's, and a config's when it leaves
-// the keys out (transformers' MiniCPM3Config defaults).
+// MiniCPM3-4B's scalings (docs/MODELS.md §Configs, §MiniCPM3): the preset's, and a config's when it
+// leaves the keys out (transformers' MiniCPM3Config defaults).
 constexpr double kMiniCpmScaleEmb = 12, kMiniCpmScaleDepth = 1.4;
 constexpr int kMiniCpmDimModelBase = 256;
 
@@ -595,10 +595,10 @@ Result<ModelConfig> model_preset(std::string_view name) {
     c.rope_theta = 50000;
     c.max_position_embeddings = 8192;
     c.bos_token_id = 163584;
-    c.eos_token_ids = {163586};  // the Instruct config; the spec marks the base model's "verify"
+    c.eos_token_ids = {163586};  // the Instruct config's; the base model's is unconfirmed
   } else if (name == "minicpm3") {
-    // Dense MLA (deepseek-models.md §1.1, §2.8). The preset gives shapes (sizing, --real-dims);
-    // its LongRoPE factors and scalings come from the checkpoint's own config.json.
+    // Dense MLA (docs/MODELS.md §Configs, §Checkpoint shapes). The preset gives shapes (sizing,
+    // --real-dims); its LongRoPE factors and scalings come from the checkpoint's own config.json.
     c.model_type = "minicpm3";
     c.vocab_size = 73448;
     c.hidden_size = 2560;

@@ -1,6 +1,7 @@
-// ModelConfig: the Hugging Face config.json of a DeepSeek-family MLA model (spec/deepseek-models.md
-// §1), its parser and validator (spec/reliability.md §1 item 17), and built-in presets of the
-// released models. Derived numbers that need more than a line (softmax scale, YaRN) live elsewhere.
+// ModelConfig: the Hugging Face config.json of a DeepSeek-family MLA model (docs/MODELS.md
+// §Configs), its parser and validator (docs/RELIABILITY.md §Checklist R17), and built-in presets of
+// the released models. Derived numbers that need more than a line (softmax scale, YaRN) live
+// elsewhere.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@ namespace mla {
 enum class RopeScalingType {
   kNone,  // plain RoPE: rope_scaling absent or null, or type "default"
   kYarn,
-  kLongrope,  // MiniCPM3: per-pair frequency divisors (deepseek-models.md §2.9 item 5)
+  kLongrope,  // MiniCPM3: per-pair frequency divisors (docs/kernels/rope.md §LongRoPE)
 };
 
 // rope_scaling (or rope_parameters in newer transformers); only read when type is not kNone.
@@ -91,7 +92,7 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // eos_token_id: an int or a list of ints
   bool tie_word_embeddings = false;
 
-  // MiniCPM3's muP-style scalings (deepseek-models.md §2.9; read for model_type "minicpm3" only):
+  // MiniCPM3's muP-style scalings (docs/MODELS.md §MiniCPM3; read for model_type "minicpm3" only):
   // embeddings × scale_emb, each residual branch × scale_depth / sqrt(num_hidden_layers), the
   // final normed hidden state ÷ (hidden_size / dim_model_base) before lm_head. A key absent from
   // config.json takes transformers' default (12, 1.4, 256); JSON null, or 0 here, is a no-op.
@@ -103,11 +104,11 @@ struct ModelConfig {
   bool has_q_lora() const { return q_lora_rank > 0; }
   bool is_moe() const { return n_routed_experts > 0; }
   // MiniCPM3 rotates pairs (i, i + d_r/2) of the checkpoint layout; DeepSeek's layout is
-  // interleaved (deepseek-models.md §3.3).
+  // interleaved (docs/kernels/rope.md §The rotation).
   bool neox_rope() const { return model_type == "minicpm3"; }
   double residual_scale() const;  // 1 without scale_depth
   double logits_divisor() const;  // 1 without dim_model_base
-  // Layer i has an MoE FFN (deepseek-models.md §1.2: the DeepSeek remote-code rule).
+  // Layer i has an MoE FFN (docs/MODELS.md §Derived values: DeepSeek's modeling-code rule).
   bool is_moe_layer(int i) const {
     return is_moe() && i >= first_k_dense_replace && i % moe_layer_freq == 0;
   }
@@ -127,13 +128,13 @@ Result<ModelConfig> parse_model_config(const std::string& json_text,
 // files give not_found; files over 16 MiB are refused (no real config comes near).
 Result<ModelConfig> load_model_config(const std::string& path_to_dir_or_config_json);
 
-// The cross-field checks of reliability.md item 17 that do not need the weights: positive dims,
-// num_experts_per_tok <= n_routed_experts, first_k_dense_replace <= num_hidden_layers, a finite
-// positive rope factor, expert groups that divide the experts, and a BF16 latent KV cache for
-// max_position_embeddings tokens over all layers that fits in int64 bytes.
+// The cross-field checks of docs/RELIABILITY.md §Checklist R17 that do not need the weights:
+// positive dims, num_experts_per_tok <= n_routed_experts, first_k_dense_replace <=
+// num_hidden_layers, a finite positive rope factor, expert groups that divide the experts, and a
+// BF16 latent KV cache for max_position_embeddings tokens over all layers that fits in int64 bytes.
 Status validate_model_config(const ModelConfig& config, const std::string& source_name);
 
-// Built-in configs of the released models, numbers from deepseek-models.md §1.1:
+// Built-in configs of the released models, numbers from docs/MODELS.md §Configs:
 // "v2", "v2-lite", "v3" (also R1), "kimi-k2", "moonlight", "minicpm3". Unknown names give
 // invalid_argument listing these.
 Result<ModelConfig> model_preset(std::string_view name);

@@ -14,11 +14,11 @@ namespace mla {
 // Validation refuses a config for which this is not a finite positive number.
 double longrope_attention(const RopeScalingConfig& y);
 
-// DeepSeek checkpoints rotate interleaved pairs (deepseek-models.md §3.3), MiniCPM3's NeoX pairs
-// (§2.9). max_context: the positions the table serves. LongRoPE takes its long factors when that
-// passes original_max_position_embeddings, at every position; transformers switches per sequence
-// by its current length, so the two agree below that length only with the short factors
-// (MiniCPM3: original = max_position_embeddings, so always the short ones).
+// DeepSeek checkpoints rotate interleaved pairs, MiniCPM3's NeoX pairs (docs/kernels/rope.md §The
+// rotation; docs/MODELS.md §MiniCPM3). max_context: the positions the table serves. LongRoPE takes
+// its long factors when that passes original_max_position_embeddings, at every position;
+// transformers switches per sequence by its current length, so the two agree below that length only
+// with the short factors (MiniCPM3: original = max_position_embeddings, so always the short ones).
 RopeConfig rope_config_of(const ModelConfig& c, int64_t max_context);
 
 }  // namespace mla

@@ -1,9 +1,10 @@
 // Model: a loaded DeepSeek-family checkpoint ready to run, and its forward pass over a batch of
-// token chunks from any number of sequences (deepseek-models.md §2.1, §3, §6, §7). One
-// config-driven code path for every family: q_lora or plain q_proj, absorbed MLA over the paged
-// latent cache (decode tokens of all sequences in one kernel call; prefill chunks by the
-// absorb/decompress threshold), dense or MoE FFN, final norm, lm_head. Activations are FP32;
-// weights stay in their file dtype and are widened inside the weight products (kernels/linear.h).
+// token chunks from any number of sequences (docs/MODELS.md: §Forward pass, §Attention, §MoE
+// routing, §Absorbed attention). One config-driven code path for every family: q_lora or plain
+// q_proj, absorbed MLA over the paged latent cache (decode tokens of all sequences in one kernel
+// call; prefill chunks by the absorb/decompress threshold), dense or MoE FFN, final norm, lm_head.
+// Activations are FP32; weights stay in their file dtype and are widened inside the weight products
+// (kernels/linear.h).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// load_model_weights: config + checkpoint → checked, per-layer ModelWeights (reliability.md §1
-// items 18-19), with unknown tensors rejected and MTP / inv_freq tensors skipped.
+// load_model_weights: config + checkpoint → checked, per-layer ModelWeights (docs/RELIABILITY.md
+// §Checklist R18-R19), with unknown tensors rejected and MTP / inv_freq tensors skipped.
 #include "model/model_weights.h"
 
 #include <fmt/format.h>

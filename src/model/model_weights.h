@@ -20,7 +20,7 @@ namespace mla {
 struct WeightRef {
   const TensorInfo* weight = nullptr;  // [out, in] or [n]: BF16, F16, F32 or F8_E4M3
   // F8_E4M3 weights only: [ceil(out/128), ceil(in/128)] F32; W_real[i][j] = W[i][j] ·
-  // scale_inv[i/128][j/128], a multiplication (deepseek-models.md §5.3).
+  // scale_inv[i/128][j/128], a multiplication (docs/MODELS.md §Safetensors and FP8).
   const TensorInfo* scale_inv = nullptr;
   bool present() const { return weight != nullptr; }
   bool fp8() const { return scale_inv != nullptr; }

@@ -1,4 +1,4 @@
-// Expert selection (deepseek-models.md §6.2, §6.3).
+// Expert selection (docs/MODELS.md §MoE routing).
 #include "model/moe_routing.h"
 
 #include <fmt/format.h>

@@ -1,7 +1,7 @@
-// Expert selection of the DeepSeek-family MoE layers (deepseek-models.md §6), one token at a time,
-// all in FP32 as the reference computes it: V2 softmax scoring with greedy or group-limited-greedy
-// choice, V3 sigmoid scoring with the FP32 correction bias used for choosing only (noaux_tc), and
-// the norm_topk_prob / routed_scaling_factor semantics of each.
+// Expert selection of the DeepSeek-family MoE layers (docs/MODELS.md §MoE routing), one token at a
+// time, all in FP32 as the reference computes it: V2 softmax scoring with greedy or
+// group-limited-greedy choice, V3 sigmoid scoring with the FP32 correction bias used for choosing
+// only (noaux_tc), and the norm_topk_prob / routed_scaling_factor semantics of each.
 #pragma once
 
 #include <cstdint>

@@ -53,7 +53,7 @@ std::vector<uint8_t> to_f32(const std::vector<float>& v) {
 }
 
 // Appends the weight and, when FP8, its block scales: scale = amax(block) / 448, stored as
-// weight_scale_inv because dequantisation multiplies by it (§5.3).
+// weight_scale_inv because dequantisation multiplies by it (docs/MODELS.md §Safetensors and FP8).
 void add_tensor(const ModelConfig& c, const ExpectedTensor& e, bool fp8, uint64_t seed,
                 std::vector<Tensor>* out) {
   Rng rng(seed ^ name_hash(e.name));

@@ -19,7 +19,8 @@ namespace mla {
 enum class TinyWeights {
   kDefault,  // what the real checkpoint uses: FP8 for v3 and kimi-k2, BF16 otherwise
   kBF16,
-  kFP8,  // linear decoder weights F8_E4M3 with F32 128×128 block scales; the rest as in §5.3
+  kFP8,  // linear decoder weights F8_E4M3 with F32 128×128 block scales; the rest as released
+         // (docs/MODELS.md §Safetensors and FP8)
 };
 
 struct TinyCheckpointOptions {

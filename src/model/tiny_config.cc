@@ -1,4 +1,4 @@
-// make-tiny's config.json: one row per family after its real config (deepseek-models.md §1.1),
+// make-tiny's config.json: one row per family after its real config (docs/MODELS.md §Configs),
 // shrunk to tiny dims, written with the family's Hugging Face keys.
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@ using Json = nlohmann::json;
 
 enum class Yarn { kNone, kV2, kV3, kKimi };  // the rope_scaling block of the real config
 
-// Routing and layout of one family, after its real config (deepseek-models.md §1.1), shrunk.
+// Routing and layout of one family, after its real config (docs/MODELS.md §Configs), shrunk.
 struct Family {
   std::string_view name;
   const char* model_type;
@@ -150,9 +150,9 @@ Json common_json(const Family& f, const TinyCheckpointOptions& o) {
   return j;
 }
 
-// MiniCPM3-4B's own keys (deepseek-models.md §1.1, §2.9): no v_head_dim (its modeling code takes
-// hidden_size / num_attention_heads = 48 here, unlike d_n = 16), LongRoPE with short factors away
-// from 1 (the ones used below 32k positions), scale_emb / scale_depth as the real model,
+// MiniCPM3-4B's own keys (docs/MODELS.md §Configs, §MiniCPM3): no v_head_dim (its modeling code
+// takes hidden_size / num_attention_heads = 48 here, unlike d_n = 16), LongRoPE with short factors
+// away from 1 (the ones used below 32k positions), scale_emb / scale_depth as the real model,
 // dim_model_base 32 (logits ÷ 6; the real model ÷ 10).
 Json minicpm3_json(const Family& f, const TinyCheckpointOptions& o) {
   Json j = common_json(f, o);

@@ -69,7 +69,8 @@ struct Added {
   bool special;
 };
 
-// DeepSeek-V3's flags: BOS / EOS / pad special; the chat and tool markers are not (§8.1).
+// DeepSeek-V3's flags: BOS / EOS / pad special; the chat and tool markers are not
+// (docs/TOKENIZER.md §DeepSeek-V3 tokenizer.json).
 constexpr Added kDeepSeekLeading[] = {
     {"<｜begin▁of▁sentence｜>", true}, {"<｜end▁of▁sentence｜>", true}, {"<｜▁pad▁｜>", true}};
 constexpr Added kDeepSeekTrailing[] = {
@@ -96,8 +97,9 @@ constexpr Added kKimiTrailing[] = {{"<|im_end|>", true},
                                    {"<|im_system|>", true},
                                    {"<|im_middle|>", true}};
 
-// Jinja templates of each chat format (spec §8.2), matching tok::render_chat's output for
-// messages without tool calls; detect_chat_format keys on their markers.
+// Jinja templates of each chat format (docs/TOKENIZER.md §Chat formats), matching
+// tok::render_chat's output for messages without tool calls; detect_chat_format keys on their
+// markers.
 constexpr const char* kV3Template =
     "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}"
     "{% endif %}{% set ns = namespace(system_prompt='', first=true) %}"
@@ -212,8 +214,8 @@ std::string tokenizer_json(const Layout& l) {
                 {"byte_fallback", false},
                 {"vocab", std::move(vocab)},
                 {"merges", std::move(merges)}};
-  // DeepSeek-V3's pre-tokenizer (spec §8.1); the \r\n in the patterns are the raw characters,
-  // as in V3's file.
+  // DeepSeek-V3's pre-tokenizer (docs/TOKENIZER.md §DeepSeek-V3 tokenizer.json); the \r\n in the
+  // patterns are the raw characters, as in V3's file.
   Json pre = {{"type", "Sequence"},
               {"pretokenizers",
                {split("\\p{N}{1,3}"), split("[一-龥぀-ゟ゠-ヿ]+"),

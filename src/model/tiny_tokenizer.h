@@ -1,9 +1,9 @@
 // The tokenizer files `mla make-tiny` writes next to config.json, so that text prompts and chat
 // work on tiny models: tokenizer.json in Hugging Face `tokenizers` format, laid out like
-// DeepSeek-V3's (spec/deepseek-models.md §8.1: empty normalizer, the V3 Split pre-tokenizers +
-// ByteLevel, ByteLevel decoder, BPE) with a tiny vocabulary, and tokenizer_config.json (BOS / EOS
-// names, add_bos_token, a chat template of the family's format). Not a trained tokenizer: a few
-// hand-picked English merges over the 256 byte tokens.
+// DeepSeek-V3's (docs/TOKENIZER.md §DeepSeek-V3 tokenizer.json: empty normalizer, the V3 Split
+// pre-tokenizers + ByteLevel, ByteLevel decoder, BPE) with a tiny vocabulary, and
+// tokenizer_config.json (BOS / EOS names, add_bos_token, a chat template of the family's format).
+// Not a trained tokenizer: a few hand-picked English merges over the 256 byte tokens.
 //
 // Ids (all below the tiny vocab_size of 320):
 //   DeepSeek families (v2-lite, v2, v3): 0 <｜begin▁of▁sentence｜> (BOS), 1 <｜end▁of▁sentence｜>

@@ -1,4 +1,5 @@
-// Expected tensor names and shapes per DeepSeek-family config (deepseek-models.md §2.2, §2.5).
+// Expected tensor names and shapes per DeepSeek-family config (docs/MODELS.md §Tensors and
+// §Checkpoint shapes).
 #include "model/weight_layout.h"
 
 #include <fmt/format.h>

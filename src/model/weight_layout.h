@@ -1,6 +1,7 @@
 // The tensors a DeepSeek-family checkpoint must hold for a given ModelConfig: Hugging Face names,
-// exact shapes and roles (deepseek-models.md §2.2, §2.5). Pure arithmetic on the config; the
-// loader checks files against it and make-tiny writes files from it. No file access here.
+// exact shapes and roles (docs/MODELS.md §Tensors, §Checkpoint shapes). Pure arithmetic on the
+// config; the loader checks files against it and make-tiny writes files from it. No file access
+// here.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,8 @@ struct ExpectedTensor {
   // The shape in config terms for error messages, e.g. "[H*(d_n+d_v), r]".
   const char* rule = "";
   // Stored as F8_E4M3 in the released FP8 checkpoints (V3, K2): the decoder's linear weights, but
-  // not the MTP module's eh_proj (§2.5, §5.3). make-tiny --fp8 quantises exactly these.
+  // not the MTP module's eh_proj (docs/MODELS.md §Checkpoint shapes, §Safetensors and FP8).
+  // make-tiny --fp8 quantises exactly these.
   bool fp8_in_release = false;
 };
 
@@ -55,7 +57,8 @@ std::vector<ExpectedTensor> mtp_tensors(const ModelConfig& config);
 // (b0, b1) = quantization.weight_block_size (128×128 when the config has none).
 std::vector<int64_t> fp8_scale_shape(const ModelConfig& config, const std::vector<int64_t>& shape);
 
-// "<weight name>_scale_inv": for "X.weight" the scale is "X.weight_scale_inv" (§5.3).
+// "<weight name>_scale_inv": for "X.weight" the scale is "X.weight_scale_inv" (docs/MODELS.md
+// §Safetensors and FP8).
 std::string fp8_scale_name(std::string_view weight_name);
 
 // The layer index of "model.layers.<i>.…", or nullopt for other names (and for an index with

@@ -1,6 +1,6 @@
-// The engine's metrics (serving.md §6.4: vLLM's names under the prefix `mla:`) and their
-// Prometheus text exposition (format 0.0.4). Counters are never reset: readers take rates over
-// their own windows, as PromQL does.
+// The engine's metrics (docs/SERVING.md §Engine metrics: vLLM's names under the prefix `mla:`) and
+// their Prometheus text exposition (format 0.0.4). Counters are never reset: readers take rates
+// over their own windows, as PromQL does.
 #pragma once
 
 #include <array>

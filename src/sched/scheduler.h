@@ -1,5 +1,5 @@
-// Scheduler: the step policy of continuous batching over one paged KV pool (serving.md §1.1,
-// §1.2, §1.5): a token budget per step, running sequences first (decodes, then unfinished
+// Scheduler: the step policy of continuous batching over one paged KV pool (docs/ARCHITECTURE.md
+// §Serving engine): a token budget per step, running sequences first (decodes, then unfinished
 // prefills), waiting ones fill what is left in chunks; recompute preemption of the most recently
 // admitted sequence when the pool runs out; prefix-cache reuse on admission; pinned prefixes.
 // Decides and reserves cache rows only: running the model and sampling are the engine's. Not

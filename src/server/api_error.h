@@ -1,5 +1,6 @@
 // Errors the HTTP API answers with: a status and OpenAI's envelope
-// {"error": {"message", "type", "param", "code"}} (serving.md §4.3; only the wrapped form).
+// {"error": {"message", "type", "param", "code"}} (docs/SERVING.md §Errors; only the wrapped
+// form).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -2,8 +2,8 @@
 // handler, which runs before the library reads it). cpp-httplib 0.11.4 caps only bodies with a
 // Content-Length (set_payload_max_length): a chunked body, or one with neither header (read to
 // EOF), grows without bound, and a Content-Length such as "B 2" parses as 0, leaving the body's
-// bytes to be read as the next request. Found by fuzz/fuzz_http_parser.cc (reliability.md §4
-// item 35).
+// bytes to be read as the next request. Found by fuzz/fuzz_http_parser.cc (docs/RELIABILITY.md
+// §Checklist R35).
 #pragma once
 
 #include <httplib.h>

@@ -4,7 +4,7 @@
 // on the server's port every `interval` and shuts down (SHUT_RDWR; the library's blocked recv
 // then returns and it closes the connection) any that has waited longer than `header_timeout`
 // for a request's headers (counted from the accept or from the end of its previous response) or
-// longer than `body_timeout` for one request's body (reliability.md §4 item 36, §7 L6).
+// longer than `body_timeout` for one request's body (docs/RELIABILITY.md §Checklist R36, L6).
 // Handlers report the phases by the peer address the library gives them.
 #pragma once
 

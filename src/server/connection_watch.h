@@ -2,8 +2,8 @@
 // tells a handler only its connection's addresses, and writes to a closed socket fail only after
 // the peer's reset: a long prefill (no bytes to write) or a non-streamed request would run to the
 // end for nobody. So the handler finds its socket by those addresses and polls it for the peer's
-// FIN or reset between engine events (reliability.md §8: the HTTP layer observes socket closure
-// for streaming and non-streaming requests).
+// FIN or reset between engine events (docs/RELIABILITY.md §Checklist G5: the HTTP layer watches
+// for socket closure on streamed and non-streamed requests).
 #pragma once
 
 #include <string>

@@ -1,7 +1,7 @@
 // The request side of the OpenAI API: a JSON body of /v1/chat/completions or /v1/completions
-// checked field by field (serving.md §4.1-4.2, reliability.md §4 items 37-43) and turned into the
-// engine's Request plus what the response needs (stream, usage, logprobs style, echo). Every
-// refusal names the field; unknown fields are ignored, never rejected.
+// checked field by field (docs/SERVING.md §Request fields, docs/RELIABILITY.md §Checklist R37-R43)
+// and turned into the engine's Request plus what the response needs (stream, usage, logprobs style,
+// echo). Every refusal names the field; unknown fields are ignored, never rejected.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 // The response side of the OpenAI API: chat.completion / text_completion objects, their stream
 // chunks (chat.completion.chunk, text_completion), usage and both logprobs formats, built from the
-// engine's events (serving.md §4.1-4.2, §4.4).
+// engine's events (docs/SERVING.md §Responses).
 #pragma once
 
 #include <cstdint>

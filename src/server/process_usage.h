@@ -1,5 +1,5 @@
 // What the process holds right now, for /metrics: load tests compare these before and after a
-// run to find leaked sockets and memory growth (reliability.md §7).
+// run to find leaked sockets and memory growth (docs/RELIABILITY.md §Checklist L1-L12).
 #pragma once
 
 #include <cstdint>

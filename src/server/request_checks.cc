@@ -41,8 +41,8 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-// Header limits of reliability.md §4 item 36 (the library itself refuses single lines over 8 KiB
-// with 400 and request lines over 8 KiB with 414).
+// Header limits of docs/RELIABILITY.md §Checklist R36 (the library itself refuses single lines over
+// 8 KiB with 400 and request lines over 8 KiB with 414).
 constexpr size_t kMaxHeaderCount = 100;
 constexpr size_t kMaxHeaderBytes = 16 << 10;
 

@@ -1,9 +1,9 @@
 // The checks every request passes before the library reads its body or a route sees it
-// (reliability.md §4 items 35, 36, 42, 44): header limits, route and method, body framing and
-// size, encoding, the API key, readiness. A request refused here that declared a body is
-// answered with Connection: close, and once the answer is written (body_refused, from the
-// logger) its connection's read side is shut down: the body is never read (a 100 MiB upload
-// costs nothing and cannot be taken for the next request).
+// (docs/RELIABILITY.md §Checklist R35, R36, R42, R44): header limits, route and method, body
+// framing and size, encoding, the API key, readiness. A request refused here that declared a body
+// is answered with Connection: close, and once the answer is written (body_refused, from the
+// logger) its connection's read side is shut down: the body is never read (a 100 MiB upload costs
+// nothing and cannot be taken for the next request).
 #pragma once
 
 #include <httplib.h>

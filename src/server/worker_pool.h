@@ -3,7 +3,7 @@
 // get small stacks (a handler needs little: parsing is depth-capped, the model runs on the
 // engine's threads), so 200+ workers reserve ~200 MiB of address space instead of ~2 GiB and a
 // server under `ulimit -v` still starts; and a thread that cannot be created is a warning, not
-// a terminate() (reliability.md §7 L11).
+// a terminate() (docs/RELIABILITY.md §Checklist L11).
 #pragma once
 
 #include <httplib.h>

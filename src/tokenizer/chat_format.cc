@@ -1,5 +1,5 @@
 // Chat format rendering and recognition (see chat_format.h). The DeepSeek renderings follow
-// spec/deepseek-models.md §8.2; the V3 one is checked against its Jinja template in the tests.
+// docs/TOKENIZER.md §Chat formats; the V3 one is checked against its Jinja template in the tests.
 #include "tokenizer/chat_format.h"
 
 #include <fmt/format.h>
@@ -189,7 +189,7 @@ Result<std::vector<ChatPart>> render_kimi(ChatFormat f, std::span<const ChatMess
   return std::move(out.parts);
 }
 
-// ChatML as MiniCPM3's template writes it (deepseek-models.md §8.2): every turn
+// ChatML as MiniCPM3's template writes it (docs/TOKENIZER.md §Chat formats): every turn
 // <|im_start|>{role}\n{content}<|im_end|>\n, the generation prompt <|im_start|>assistant\n.
 Result<std::vector<ChatPart>> render_chatml(std::span<const ChatMessage> msgs,
                                             const ChatOptions& opts) {

@@ -13,7 +13,8 @@ namespace mla::tok {
 
 using Json = nlohmann::json;
 
-// tokenizer.json above this is refused (reliability.md §3 item 26; DeepSeek-V3's is ~7.8 MB).
+// tokenizer.json above this is refused (docs/RELIABILITY.md §Checklist R26; DeepSeek-V3's is
+// ~7.8 MB).
 inline constexpr uint64_t kMaxTokenizerFileBytes = uint64_t{64} << 20;
 
 // The whole file; invalid_argument when it holds more than max_bytes (never read past the cap).

@@ -90,7 +90,7 @@ Result<LoadedTokenizer> finish_loaded_tokenizer(Tokenizer tok, TokenizerConfig c
   }
   tok.set_bos_eos(ids[0], ids[1]);
   // A recognised chat template must find its control tokens now, not at the first chat request
-  // (reliability.md §3 item 30): render and encode a conversation that uses every role.
+  // (docs/RELIABILITY.md §Checklist R30): render and encode a conversation that uses every role.
   if (!config.chat_template.empty())
     if (Result<ChatFormat> f = detect_chat_format(config.chat_template); f.ok()) {
       const std::vector<ChatMessage> probe = {{"system", std::string("s"), {}, ""},

@@ -293,8 +293,8 @@ Result<Tokenizer> TokenizerBuilder::build(const Json& root) {
       t.id_kind_[id] = 1;
     }
   // An added token may repeat a vocabulary entry (DeepSeek lists BOS, EOS and pad in both), but
-  // not give its id another text: two tokens would share one embedding row (reliability.md §3
-  // item 27).
+  // not give its id another text: two tokens would share one embedding row
+  // (docs/RELIABILITY.md §Checklist R27).
   for (size_t i = 0; i < added.size(); ++i) {
     const AddedToken& a = added[i];
     if (const std::string* text = a.id <= bpe.max_id() ? bpe.id_to_token(a.id) : nullptr;

@@ -392,9 +392,9 @@ def quant_report(in_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# The pass rule of spec/mla.md §5 (FlashMLA's, for BF16 outputs): per element |Δ| ≤ 8e-4 or
-# |Δ|/|ref| ≤ 2.01/128 (two BF16 ulps), cosine over the finite elements ≥ 1 − 5e-6, LSE within
-# 1e-6 or 8.01/65536 relative, and inf/NaN in exactly the same places.
+# The pass rule of docs/kernels/mla_decode.md §Pass rules (FlashMLA's, for BF16 outputs): per
+# element |Δ| ≤ 8e-4 or |Δ|/|ref| ≤ 2.01/128 (two BF16 ulps), cosine over the finite elements
+# ≥ 1 − 5e-6, LSE within 1e-6 or 8.01/65536 relative, and inf/NaN in exactly the same places.
 
 OUT_ATOL, OUT_RTOL, OUT_COS_MIN = 8e-4, 2.01 / 128, 1.0 - 5e-6
 LSE_ATOL, LSE_RTOL = 1e-6, 8.01 / 65536

@@ -1,7 +1,9 @@
-# Quantised KV-cache records (spec/mla.md §1) for the independent numpy oracle of `mla attention`.
+# Quantised KV-cache records (docs/kernels/kv_formats.md) for the independent numpy oracle of
+# `mla attention`.
 #
-# Written from the documented layouts and scale rules (src/core/kv_format.h and spec/mla.md), not
-# from the engine's code, so that goldens made with it check the engine rather than restate it.
+# Written from the documented layouts and scale rules (src/core/kv_format.h and
+# docs/kernels/kv_formats.md), not from the engine's code, so that goldens made with it check the
+# engine rather than restate it.
 #
 # One token's record is [latent | scales | rope | padding]; each section starts at a multiple of
 # its element size (fp32 scales 4, e4m3 scales 1, BF16 rope 2) and the record is padded with zero

@@ -1,4 +1,4 @@
-# The DeepSeek-family forward pass (deepseek-models.md §2-§6) in float64 numpy, and the per-element
+# The DeepSeek-family forward pass (docs/MODELS.md) in float64 numpy, and the per-element
 # FP32 error bound derived from it by Monte Carlo arithmetic: the exact values and tolerances of
 # tests/e2e/model_oracle.py. Also reads make-tiny checkpoints (BF16, F8_E4M3 + weight_scale_inv).
 # Not a runtime: no cache, every call recomputes all rows.
@@ -11,7 +11,8 @@ import struct
 import numpy as np
 
 # ---------------------------------------------------------------------------------------------
-# safetensors reading (BF16 widened exactly, F8_E4M3 decoded per deepseek-models.md §5.2).
+# safetensors reading (BF16 widened exactly, F8_E4M3 decoded per docs/MODELS.md §Safetensors and
+# FP8).
 
 _NP = {"F32": "<f4", "F64": "<f8", "I32": "<i4", "I64": "<i8", "U8": "u1"}
 
@@ -59,7 +60,7 @@ def read_safetensors(path, dtypes=None):
 
 class Checkpoint:
     """A make-tiny directory: config and every weight as the FP32 value all implementations use
-    (BF16 widened exactly; FP8 dequantised as the FP32 product e4m3 · weight_scale_inv, §5.3)."""
+    (BF16 widened exactly; FP8 dequantised as the FP32 product e4m3 · weight_scale_inv)."""
 
     def __init__(self, path):
         self.path = path
@@ -196,7 +197,7 @@ def bf16_round64(x):
 
 
 def longrope(cfg, ys, extra, seq_len):
-    """MiniCPM3's LongRoPE (deepseek-models.md §2.9 item 5; transformers'
+    """MiniCPM3's LongRoPE (docs/kernels/rope.md §LongRoPE; transformers'
     _compute_longrope_parameters): inv_freq / ext, ext the short factors unless the sequence
     passes original_max_position_embeddings; and the cos/sin factor."""
     orig = float(ys.get("original_max_position_embeddings") or cfg["max_position_embeddings"])
@@ -209,8 +210,9 @@ def longrope(cfg, ys, extra, seq_len):
 
 
 def yarn_inv_freq(cfg, seq_len=1):
-    """inv_freq in float64 (deepseek-models.md §4.1), the softmax scale (§3.4), the YaRN m² in it
-    and the factor cos / sin carry (LongRoPE's; 1 for YaRN as released)."""
+    """inv_freq in float64 (docs/kernels/rope.md §Frequencies), the softmax scale (§The two
+    mscales), the YaRN m² in it and the factor cos / sin carry (LongRoPE's; 1 for YaRN as
+    released)."""
     d = int(cfg["qk_rope_head_dim"])
     theta = float(cfg["rope_theta"])
     i = np.arange(0, d // 2, dtype=np.float64)
@@ -244,7 +246,7 @@ def v_head_dim(cfg):
 
 
 class Options:
-    """Reference-drift switches (deepseek-models.md §9 item 13) for the sensitivity report; the
+    """Reference-drift switches (docs/MODELS.md §Reference drift) for the sensitivity report; the
     defaults are what transformers 5.23 and the hub remote code both do."""
 
     def __init__(self, m2=True, group_mask=-math.inf, latent_eps=1e-6, kv_bf16=False, neox=None,
@@ -267,7 +269,7 @@ class Model64:
         self.rng = np.random.default_rng(MC_SEED)
         self.rope_dphi = math.log(float(self.cfg["rope_theta"])) + 8
         self.inv_freq, self.scale, self.rope_att = None, None, 1.0  # set by forward (LongRoPE: by T)
-        self.neox = self.cfg["model_type"] == "minicpm3" if opts.neox is None else opts.neox  # §2.9 item 4
+        self.neox = self.cfg["model_type"] == "minicpm3" if opts.neox is None else opts.neox  # NeoX pairs
         self.flips = {}  # (layer, token) -> copies whose expert choice differs from copy 0
         self.cache = {}
 
@@ -301,7 +303,7 @@ class Model64:
         return self.perturb(y, (gamma(x.shape[-1]) / 2 + 6 * U) * np.abs(y))
 
     def rope(self, x, pos):
-        """Pairs (2i, 2i+1) (DeepSeek's interleaved layout, §3.3) or (i, i + d_r/2) (MiniCPM3)
+        """Pairs (2i, 2i+1) (DeepSeek's interleaved layout) or (i, i + d_r/2) (MiniCPM3)
         rotated by pos·inv_freq[i], cos / sin times rope_att; x [N, T, (H,) d_r]."""
         phi = pos[:, None] * self.inv_freq[None, :]
         if x.ndim == 4:
@@ -395,7 +397,7 @@ class Model64:
         for t in np.nonzero(np.any(chosen[1:] != chosen[:1], axis=(0, 2)))[0]:
             self.flips[(l, int(t))] = int(np.sum(np.any(chosen[1:, t] != chosen[0, t], axis=-1)))
         w = np.take_along_axis(s, sel, axis=-1)
-        if K > 1 and cfg.get("norm_topk_prob"):  # §6.2 / §6.3 step 6
+        if K > 1 and cfg.get("norm_topk_prob"):  # docs/MODELS.md §MoE routing
             w = w / (w.sum(axis=-1, keepdims=True) + 1e-20)
             w = self.perturb(w, (gamma(K) + 3 * U) * w)
             if cfg["scoring_func"] == "sigmoid":  # V3 scales after normalising; V2 does not
@@ -420,8 +422,8 @@ class Model64:
         self.inv_freq, self.scale, m2, self.rope_att = yarn_inv_freq(cfg, T)
         if not self.o.m2:
             self.scale /= m2
-        # MiniCPM3's scalings (§2.9 items 1-3): an absent key takes transformers' default, null
-        # is a no-op; DeepSeek's forward has none.
+        # MiniCPM3's scalings (docs/MODELS.md §MiniCPM3, items 1-3): an absent key takes
+        # transformers' default, null is a no-op; DeepSeek's forward has none.
         mini = cfg["model_type"] == "minicpm3"
         emb = cfg.get("scale_emb", 12) if mini else None
         emb_scale = float(emb) if emb is not None else 1.0

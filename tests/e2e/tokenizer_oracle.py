@@ -25,7 +25,8 @@ V3_DIR = os.path.join(ROOT, "..", "shared", "data", "deepseek-v3-tokenizer")
 V3_JSON = os.path.join(V3_DIR, "tokenizer.json")
 TRAINED = ["tiny_bytelevel.json", "tiny_splits.json"]
 
-# Handwritten cases, one or more per trap named in spec/deepseek-models.md §8-9.
+# Handwritten cases, one or more per trap named in docs/TOKENIZER.md (§DeepSeek-V3
+# tokenizer.json, §Pitfalls).
 HANDWRITTEN = [
     "Hello! 毕老师！1 + 1 = 2", "Hello world", " leading space", "trailing space ", "",
     "a", " ", "  ", "\n", "\n\n\n", "\r\n", "line1\r\nline2\r\n", "\t\tindented\tcode\n",

@@ -64,8 +64,9 @@ double median_seconds(int reps, const std::function<void()>& fn) {
 }
 
 double cos_bound(Intermediates c) {
-  // FP32 intermediates: the seed documents' bar. BF16 query / probabilities: FlashMLA's 5e-6
-  // cosine difference (BF16 rounding of the absorbed query alone costs ~1e-6, spec/mla.md §5).
+  // FP32 intermediates: the 0.999999 bar. BF16 query / probabilities: FlashMLA's 5e-6 cosine
+  // difference (BF16 rounding of the absorbed query alone costs ~1e-6; docs/kernels/mla_decode.md
+  // §Pass rules).
   return c >= Intermediates::kBf16 ? 1.0 - 5e-6 : 1.0 - 1e-6;
 }
 

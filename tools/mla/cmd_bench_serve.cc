@@ -1,6 +1,7 @@
 // `mla bench serve`: a load generator for an OpenAI-compatible server (ours, vLLM, SGLang), with
-// the method of `vllm bench serve` (serving.md §5.1): N requests of random token-id prompts sent
-// at Poisson arrival times (or all at once), at most C in flight, each a streaming
+// the method of `vllm bench serve` (docs/SERVING.md, section `mla bench serve`): N requests of
+// random token-id prompts sent at Poisson arrival times (or all at once), at most C in flight, each
+// a streaming
 // `/v1/completions` with ignore_eos so output lengths are exact; every SSE chunk is timed as it
 // arrives. Prints vLLM's result table, or one JSON object with --json. Progress goes to stderr.
 // The statistics and the stream parsing live in src/bench/serve_stats (unit-tested).
@@ -63,7 +64,8 @@ std::unique_ptr<httplib::Client> make_client(const std::string& origin, double t
                                              bool keep_alive = true) {
   auto c = std::make_unique<httplib::Client>(origin);
   c->set_connection_timeout(10);
-  // Long prefills leave a stream silent; generous like llama.cpp's 600 s (serving.md §4.4).
+  // Long prefills leave a stream silent; generous like llama.cpp's 600 s (docs/SERVING.md, section
+  // `mla bench serve`).
   c->set_read_timeout(time_t(timeout_s));
   c->set_write_timeout(time_t(timeout_s));
   c->set_keep_alive(keep_alive);

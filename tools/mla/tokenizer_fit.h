@@ -9,8 +9,8 @@
 
 namespace mla::cli {
 
-// Every id the tokenizer can produce needs an embedding row (reliability.md §3 item 27); fewer
-// ids than rows is normal (V3 pads 128,815 ids to 129,280 rows). The error names
+// Every id the tokenizer can produce needs an embedding row (docs/RELIABILITY.md §Checklist R27);
+// fewer ids than rows is normal (V3 pads 128,815 ids to 129,280 rows). The error names
 // MODEL_DIR/tokenizer.json, the largest id and the rows.
 Status check_tokenizer_fits(const tok::Tokenizer& t, int64_t vocab_rows,
                             const std::string& model_dir);

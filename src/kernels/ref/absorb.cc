@@ -1,5 +1,5 @@
 // Reference weight absorption for MLA: the query into the latent space (W_UK^T q_nope) and the
-// latent output back to v_head_dim (W_UV o_lat), in FP64 (deepseek-models.md §7).
+// latent output back to v_head_dim (W_UV o_lat), in FP64 (docs/MODELS.md §Absorbed attention).
 #include <cstdint>
 
 #include "kernels/ref/mla_ref.h"

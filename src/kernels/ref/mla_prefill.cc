@@ -1,5 +1,6 @@
 // Reference decompressed MLA attention for one sequence's chunk: up-projects K and V of every head
-// from the cached latent in FP64, then a plain softmax. The naive form of deepseek-models.md §3.
+// from the cached latent in FP64, then a plain softmax. The naive form of docs/MODELS.md
+// §Attention.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

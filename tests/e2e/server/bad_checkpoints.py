@@ -1,6 +1,6 @@
 """Checkpoint surgery for the fault tests: safetensors read and rewrite, the oversized model of
-L11, and the broken checkpoints of L12 (reliability.md §1.1–17), each made from a valid
-`mla make-tiny` checkpoint."""
+L11, and the broken checkpoints of L12 (docs/RELIABILITY.md §Checklist R1-R17), each made from a
+valid `mla make-tiny` checkpoint."""
 import errno
 import gzip
 import json

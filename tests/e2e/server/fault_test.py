@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Fault tests of `mla serve` (reliability.md §7, L6-L8 and L10-L12) on loopback against the real
-binary: slowloris, big and broken bodies, a protocol fuzz over sockets, graceful shutdown with
-and without drain, a memory ceiling (RLIMIT_AS, as `ulimit -v`), and broken checkpoints at
-startup (§1 files generated from `mla make-tiny` models). Every test has a bounded request count
-and wall time.
+"""Fault tests of `mla serve` (docs/RELIABILITY.md §Checklist, L6-L8 and L10-L12) on loopback
+against the real binary: slowloris, big and broken bodies, a protocol fuzz over sockets, graceful
+shutdown with and without drain, a memory ceiling (RLIMIT_AS, as `ulimit -v`), and broken
+checkpoints at startup (R1-R20 files generated from `mla make-tiny` models). Every test has a
+bounded request count and wall time.
 
-Sizes: a CI size by default, the full §7 sizes with MLA_LOAD_FULL=1. Each test prints one
+Sizes: a CI size by default, the full checklist sizes with MLA_LOAD_FULL=1. Each test prints one
 `RESULT Lx:` line with what it measured (docs/RELIABILITY.md collects them).
 
 Usage: fault_test.py MLA_BINARY MODEL_DIR
@@ -78,7 +78,7 @@ class RssSampler:
 class L6Slowloris(unittest.TestCase):
     """200 connections sending one header byte per second, on a server whose connection threads
     are fewer than 200 (--max-queue 16: 16 + 160 = 176 threads; `mla serve` has no
-    max_connections flag, its thread count plays that part, as 128 does in §7). A normal client is
+    max_connections flag, its thread count plays that part, as 128 does in L6). A normal client is
     served within 1 s throughout; the server closes the slow connections at the 10 s header
     timeout (by 12 s, allowing 2 s of scheduling slack); open fds return to the baseline."""
 
@@ -304,8 +304,8 @@ class L7BigAndBrokenBodies(unittest.TestCase):
 
 class L8ProtocolFuzz(unittest.TestCase):
     """10,000 (CI: 1,500) mutated requests over 4 connections at a time, from our mutator seeded
-    with the §4 catalogue and valid requests. Every answer is a well-formed 2xx/4xx response or a
-    close; the server stays alive; afterwards a reduced L1 passes and nothing is left held."""
+    with the R35-R46 catalogue and valid requests. Every answer is a well-formed 2xx/4xx response
+    or a close; the server stays alive; afterwards a reduced L1 passes and nothing is left held."""
 
     def test_l8_protocol_fuzz(self):
         mml = 128
@@ -753,7 +753,7 @@ class L11MemoryCeiling(unittest.TestCase):
 # --- L12 -----------------------------------------------------------------------------------------
 
 class L12BadModelAtStartup(unittest.TestCase):
-    """Every §1 file class, generated from a `mla make-tiny --family v3` model (FP8, two shards
+    """Every R1-R20 file class, generated from a `mla make-tiny --family v3` model (FP8, two shards
     with an index): `mla serve` exits != 0 within 1 s (from the start of the process), prints
     exactly one `error:` line naming the file, field or value, and is not killed by a signal (no
     crash, no core dump)."""
@@ -815,5 +815,5 @@ class L12BadModelAtStartup(unittest.TestCase):
 
 if __name__ == "__main__":
     if FULL:
-        log("MLA_LOAD_FULL=1: the full reliability.md §7 sizes")
+        log("MLA_LOAD_FULL=1: the full sizes of docs/RELIABILITY.md §Checklist")
     unittest.main(argv=[sys.argv[0]] + sys.argv[3:], verbosity=2)

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Load tests of `mla serve` (reliability.md §7, L1-L5 and L9) on loopback against the real
-binary: steady load, soak, overload, KV exhaustion with preemption, a disconnect storm, and
-poison requests under load. Every test has a bounded request count and wall time.
+"""Load tests of `mla serve` (docs/RELIABILITY.md §Checklist, L1-L5 and L9) on loopback against
+the real binary: steady load, soak, overload, KV exhaustion with preemption, a disconnect storm,
+and poison requests under load. Every test has a bounded request count and wall time.
 
 Sizes: by default a CI size (this file and fault_test.py together in about 4 minutes on 2
-cores); MLA_LOAD_FULL=1 runs the full §7 sizes. Each test prints one `RESULT Lx:` line with what
-it measured (docs/RELIABILITY.md collects them).
+cores); MLA_LOAD_FULL=1 runs the full checklist sizes. Each test prints one `RESULT Lx:` line with
+what it measured (docs/RELIABILITY.md collects them).
 
 Usage: load_test.py MLA_BINARY MODEL_DIR
 """
@@ -158,7 +158,7 @@ class L3Overload(unittest.TestCase):
     fast, admitted requests all finish with 200, and their p99 is at most 3 x the p99 of the L1
     load (8 clients on the same server and request mix, measured first as the reference).
 
-    The bound on the rejection time: reliability.md says 100 ms. The 429 is answered before the
+    The bound on the rejection time: L3 says 100 ms. The 429 is answered before the
     body is parsed into an engine request, from a connection thread of its own, but on this
     2-core CI machine the engine's compute threads (as many as cores) and 64 fresh connections
     compete for the CPU, so the time also holds the scheduling delay of the machine. The test
@@ -426,7 +426,7 @@ class L5DisconnectStorm(unittest.TestCase):
 
 
 class L9PoisonUnderLoad(unittest.TestCase):
-    """L1 (CI: 8 x 24 requests) while every §4 bad request is sent once per second. Each bad
+    """L1 (CI: 8 x 24 requests) while every R35-R46 bad request is sent once per second. Each bad
     request gets its 4xx with an OpenAI error envelope; the L1 criteria still hold."""
 
     def test_l9_poison_under_load(self):
@@ -487,5 +487,5 @@ class L9PoisonUnderLoad(unittest.TestCase):
 
 if __name__ == "__main__":
     if FULL:
-        log("MLA_LOAD_FULL=1: the full reliability.md §7 sizes")
+        log("MLA_LOAD_FULL=1: the full sizes of docs/RELIABILITY.md §Checklist")
     unittest.main(argv=[sys.argv[0]] + sys.argv[3:], verbosity=2)

@@ -1,9 +1,9 @@
-"""Shared pieces of the load and fault tests (reliability.md §7, load_test.py and fault_test.py):
-the two sizes (CI by default, the full §7 sizes with MLA_LOAD_FULL=1), a reproducible greedy
-workload and its single-request baseline, a threaded client pool, a single-threaded raw-socket
-client whose timestamps are not disturbed by the GIL (burst and closed-loop), the leak check
-(KV blocks, fds, RSS), the §4 bad-request catalogue (poison requests of L9, seeds of L8) and the
-raw HTTP request mutator of L8.
+"""Shared pieces of the load and fault tests (docs/RELIABILITY.md §Checklist L1-L12, load_test.py
+and fault_test.py): the two sizes (CI by default, the full checklist sizes with MLA_LOAD_FULL=1),
+a reproducible greedy workload and its single-request baseline, a threaded client pool, a
+single-threaded raw-socket client whose timestamps are not disturbed by the GIL (burst and
+closed-loop), the leak check (KV blocks, fds, RSS), the R35-R46 bad-request catalogue (poison
+requests of L9, seeds of L8) and the raw HTTP request mutator of L8.
 
 Everything here is Python standard library.
 """
@@ -22,7 +22,8 @@ FULL = os.environ.get("MLA_LOAD_FULL") == "1"
 
 
 def scaled(ci, full):
-    """The CI size by default, the full reliability.md §7 size with MLA_LOAD_FULL=1."""
+    """The CI size by default, the full size of docs/RELIABILITY.md §Checklist with
+    MLA_LOAD_FULL=1."""
     return full if FULL else ci
 
 
@@ -454,11 +455,12 @@ def run_exchanges(exchanges, timeout):
     return exchanges
 
 
-# --- the §4 bad requests -----------------------------------------------------------------------
+# --- the R35-R46 bad requests -------------------------------------------------------------------
 
 class Bad:
-    """A bad request of reliability.md §4 and the statuses that may answer it. `raw` requests are
-    sent as bytes over a socket (framing and header classes); the others as JSON."""
+    """A bad request of docs/RELIABILITY.md §Checklist R35-R46 and the statuses that may answer
+    it. `raw` requests are sent as bytes over a socket (framing and header classes); the others as
+    JSON."""
 
     def __init__(self, name, expect, method="POST", path="/v1/chat/completions", body=None,
                  headers=None, raw=None):
@@ -472,7 +474,7 @@ class Bad:
 
 
 def bad_requests(model_id, max_model_len):
-    """The §4 catalogue (items 35-43, 46 without the auth and queue items, which need their own
+    """The R35-R46 catalogue (R35-R43, R46 without the auth and queue items, which need their own
     server flags): every entry must get one of its statuses and an OpenAI error envelope."""
     M = model_id
     msgs = [{"role": "user", "content": "hi"}]
@@ -497,7 +499,7 @@ def bad_requests(model_id, max_model_len):
     out.append(Bad("TE and CL", {400}, raw=(
         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
         b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n")))
-    # Chunked bodies: 400 (§4) or 411 (mla serve refuses every body without a plain
+    # Chunked bodies: 400 (R35) or 411 (mla serve refuses every body without a plain
     # Content-Length before reading it, docs/SERVING.md).
     out.append(Bad("negative chunk size", {400, 411}, raw=(
         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
@@ -698,9 +700,9 @@ def _bounded(body):
 
 
 class Mutator:
-    """Mutated raw HTTP requests from seeds (the §4 catalogue plus valid requests). Half keep the
-    HTTP framing and mutate the JSON body (Content-Length fixed up); half mutate the bytes or the
-    request line and headers (then the client half-closes after sending, so that a request left
+    """Mutated raw HTTP requests from seeds (the R35-R46 catalogue plus valid requests). Half keep
+    the HTTP framing and mutate the JSON body (Content-Length fixed up); half mutate the bytes or
+    the request line and headers (then the client half-closes after sending, so that a request left
     incomplete ends at once instead of at the 10 s read timeout)."""
 
     def __init__(self, seeds, seed):
@@ -711,7 +713,7 @@ class Mutator:
         """(bytes, half_close)."""
         rng = self.rng
         seed = rng.choice(self.seeds)
-        if isinstance(seed, bytes):  # a raw seed (framing and header classes of §4)
+        if isinstance(seed, bytes):  # a raw seed (framing and header classes, R35-R36)
             method = path = headers = None
             body = seed
         else:

@@ -1,5 +1,5 @@
-// mla_decode cases: FlashMLA's test grid (spec/mla.md §5) thinned to a work budget, plus
-// awkward shapes. Every non-reference variant is checked against the FP64 reference.
+// mla_decode cases: FlashMLA's test grid (docs/kernels/mla_decode.md §Pass rules) thinned to a work
+// budget, plus awkward shapes. Every non-reference variant is checked against the FP64 reference.
 #include <fmt/format.h>
 
 #include <cmath>

@@ -23,7 +23,7 @@ TEST(CacheCapacity, PageSizeIsAPowerOfTwoUpTo256) {
 }
 
 TEST(CacheCapacity, PageBytesAtDeepSeekDims) {
-  // spec/mla.md §1: a 64-token BF16 page is 73,728 bytes.
+  // docs/kernels/kv_formats.md §Memory per token: a 64-token BF16 page is 73,728 bytes.
   EXPECT_EQ(*kv_page_bytes(kv_bytes_per_token(KvCacheDtype::kBF16, 512, 64), 64), 73728);
   EXPECT_EQ(*kv_page_bytes(656, 64), 656 * 64);
   EXPECT_EQ(*kv_page_bytes(416, 64), 416 * 64);

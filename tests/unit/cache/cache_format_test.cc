@@ -1,5 +1,6 @@
 // Tests of the KV cache record formats and the memory estimate: the golden numbers of
-// spec/mla.md §1 (sizes per token-layer and the V2 example), layouts, and overflow handling.
+// docs/kernels/kv_formats.md §Memory per token (sizes per token-layer and the V2 example), layouts,
+// and overflow handling.
 #include "cache/cache_format.h"
 
 #include <gtest/gtest.h>
@@ -88,7 +89,7 @@ TEST(CacheFormat, NamesRoundTrip) {
   EXPECT_NE(bad.status().message().find("fp8_e4m3"), std::string::npos);
 }
 
-// spec/mla.md §1: DeepSeek-V2, 60 layers, context 65,536, batch 16.
+// docs/kernels/kv_formats.md §Memory per token: DeepSeek-V2, 60 layers, context 65,536, batch 16.
 KvMemoryQuery v2_example() {
   KvMemoryQuery q;
   q.dims = {.num_layers = 60,

@@ -126,7 +126,7 @@ void write_safetensors(const std::string& path, const std::vector<RawTensor>& te
   for (const RawTensor& t : tensors) f << t.bytes;
 }
 
-// ---- the pass rule of spec/mla.md §5 ------------------------------------------------------
+// ---- the pass rule of docs/kernels/mla_decode.md §Pass rules -------------------------------
 // Per element |Δ| ≤ 8e-4 or |Δ| ≤ 2.01/128·|ref| (two BF16 ulps, FlashMLA's rule for BF16
 // outputs); cosine over the finite elements ≥ 1 − 5e-6; LSE within 1e-6 or 8.01/65536 relative;
 // inf/NaN in exactly the same places (empty rows: out 0, lse +inf).
@@ -498,11 +498,12 @@ TEST_F(AttentionCli, GpuBackendFails) {
 }
 
 // ---- quantised caches (kv_dtype fp8_e4m3 / int8 / nvfp4) ------------------------------------
-// Records written by hand from the documented layout (spec/mla.md §1, core/kv_format.h), not by
-// the engine's quantiser: [latent | scales | rope | padding], each section aligned to its element
-// size, the record padded to 16 bytes. The problem is Problem::valid()'s with d_v = r = 5 (odd:
-// nvfp4's last byte holds one code) and d_r = 3, so fp8/int8 records are 5 + 3 pad + 4 + 6 → 32
-// bytes and nvfp4 ones 3 + 1 + 6 → 16. Each record's values are exact products code · scale.
+// Records written by hand from the documented layout (docs/kernels/kv_formats.md,
+// core/kv_format.h), not by the engine's quantiser: [latent | scales | rope | padding], each
+// section aligned to its element size, the record padded to 16 bytes. The problem is
+// Problem::valid()'s with d_v = r = 5 (odd: nvfp4's last byte holds one code) and d_r = 3, so
+// fp8/int8 records are 5 + 3 pad + 4 + 6 → 32 bytes and nvfp4 ones 3 + 1 + 6 → 16. Each record's
+// values are exact products code · scale.
 
 struct QuantFormat {
   const char* name;

@@ -1,6 +1,7 @@
-// Runs the built `mla memory` binary: the V2 example of spec/mla.md §1 as JSON and as a table, and
-// the error paths (bad flag, missing --model file, --model with --preset) exit non-zero with a
-// message. Skipped when the binary has not been built (the test does not build it).
+// Runs the built `mla memory` binary: the V2 example of docs/kernels/kv_formats.md §Memory per
+// token as JSON and as a table, and the error paths (bad flag, missing --model file, --model with
+// --preset) exit non-zero with a message. Skipped when the binary has not been built (the test does
+// not build it).
 #include <gtest/gtest.h>
 
 #include <cstdio>

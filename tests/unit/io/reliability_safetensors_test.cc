@@ -1,8 +1,9 @@
-// reliability.md §1 items 1-15, the cases safetensors_reject_test.cc and safetensors_test.cc leave
-// out: boundary values of the header length, invalid UTF-8 and non-JSON inside values, keys that
-// are duplicates only once their escapes are decoded, containment (not just partial overlap),
-// offsets past 2^64, sub-byte sizes, and truncation at every tensor boundary. Each bad file must
-// fail at open() with one line naming the file, the tensor or field, and the value.
+// docs/RELIABILITY.md §Checklist R1-R15, the cases safetensors_reject_test.cc and
+// safetensors_test.cc leave out: boundary values of the header length, invalid UTF-8 and non-JSON
+// inside values, keys that are duplicates only once their escapes are decoded, containment (not
+// just partial overlap), offsets past 2^64, sub-byte sizes, and truncation at every tensor
+// boundary. Each bad file must fail at open() with one line naming the file, the tensor or field,
+// and the value.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// Bad safetensors files (reliability.md §1 items 1-15), each built byte by byte: open() must fail
-// with a one-line message naming the file and the offending tensor or field.
+// Bad safetensors files (docs/RELIABILITY.md §Checklist R1-R15), each built byte by byte: open()
+// must fail with a one-line message naming the file and the offending tensor or field.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 

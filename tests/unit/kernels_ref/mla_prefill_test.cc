@@ -1,5 +1,6 @@
 // Tests of ref::mla_prefill (decompressed), ref::absorb_query / unabsorb_output, and the
-// equivalence of the absorbed decode and the decompressed prefill (deepseek-models.md §7).
+// equivalence of the absorbed decode and the decompressed prefill (docs/MODELS.md §Absorbed
+// attention).
 #include <gtest/gtest.h>
 
 #include <algorithm>

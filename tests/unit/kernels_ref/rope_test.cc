@@ -1,5 +1,6 @@
-// Tests of the reference RoPE / YaRN: worked values from deepseek-models.md §3.4 and §4, and the
-// rotation's algebraic properties (layout permutation, norm, identity at 0, relative positions).
+// Tests of the reference RoPE / YaRN: worked values from docs/kernels/rope.md (§The two mscales,
+// §Worked values), and the rotation's algebraic properties (layout permutation, norm, identity at
+// 0, relative positions).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -146,7 +147,7 @@ TEST(RopeInvFreq, LongropeDividesEachPair) {
 }
 
 TEST(RopeMscale, WorkedValues) {
-  // m values of §3.4, printed to 10 significant digits.
+  // m values of docs/kernels/rope.md §The two mscales, printed to 10 significant digits.
   EXPECT_NEAR(yarn_get_mscale(40, 0.707), 1.260803777, kTenDigitRel);
   EXPECT_NEAR(yarn_get_mscale(40, 1.0), 1.368887945, kTenDigitRel);
   EXPECT_NEAR(yarn_get_mscale(32, 1.0), 1.346573590, kTenDigitRel);
@@ -156,7 +157,8 @@ TEST(RopeMscale, WorkedValues) {
 }
 
 TEST(RopeMscale, SoftmaxScaleTable) {
-  // §3.4 prints the scales to 9 decimals: |error| <= 5e-10, plus ~1e-16 from FP64.
+  // docs/kernels/rope.md §The two mscales prints the scales to 9 decimals: |error| <= 5e-10, plus
+  // ~1e-16 from FP64.
   constexpr double kNineDecimals = 5e-10 + 1e-15;
   EXPECT_NEAR(mla_softmax_scale(192, v2_config().scaling), 0.114721387, kNineDecimals);
   EXPECT_NEAR(mla_softmax_scale(192, v3_config().scaling), 0.135233779, kNineDecimals);
@@ -195,7 +197,8 @@ const int64_t kPositions[] = {0, 1, 2, 7, 63, 4095, 4096, 32768, 163839, 1000000
 constexpr int kNumPositions = sizeof(kPositions) / sizeof(kPositions[0]);
 
 TEST(RopeApply, InterleavedEqualsNeoxOnDeinterleaved) {
-  // §3.3: NeoX applied to x' = [x0, x2, ..., x1, x3, ...] gives y'[j] = y[2j], y'[d/2+j] = y[2j+1].
+  // docs/kernels/rope.md §The rotation: NeoX applied to x' = [x0, x2, ..., x1, x3, ...] gives
+  // y'[j] = y[2j], y'[d/2+j] = y[2j+1].
   // The reference does the same FP64 operations on the same operands for both layouts, so the
   // results agree exactly, not just within rounding.
   Rng rng(11);

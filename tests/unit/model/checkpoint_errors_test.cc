@@ -1,6 +1,6 @@
-// Corrupt and inconsistent checkpoints (reliability.md §1 items 16, 18, 19): each is refused with
-// one error line naming the file and tensor, never a crash. Every case starts from a valid
-// make-tiny checkpoint and breaks exactly one thing.
+// Corrupt and inconsistent checkpoints (docs/RELIABILITY.md §Checklist R16, R18, R19): each is
+// refused with one error line naming the file and tensor, never a crash. Every case starts from a
+// valid make-tiny checkpoint and breaks exactly one thing.
 #include <gtest/gtest.h>
 
 #include <algorithm>

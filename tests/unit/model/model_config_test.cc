@@ -1,6 +1,6 @@
-// Tests of ModelConfig: presets against deepseek-models.md §1.1, parsing of realistic config.json
-// texts (V2-Lite, V3, Kimi-K2, Kimi-K2.5 nesting), and every bad-config case of reliability.md
-// item 17 (one error naming the file, the field and the value).
+// Tests of ModelConfig: presets against docs/MODELS.md §Configs, parsing of realistic config.json
+// texts (V2-Lite, V3, Kimi-K2, Kimi-K2.5 nesting), and every bad-config case of
+// docs/RELIABILITY.md §Checklist R17 (one error naming the file, the field and the value).
 #include "model/model_config.h"
 #include "model/model_rope.h"
 
@@ -359,7 +359,7 @@ TEST(ParseModelConfig, DenseModelNeedsNoMoeFields) {
   EXPECT_FALSE(c.is_moe_layer(5));
 }
 
-// ---- reliability.md §1 item 17 ----
+// ---- docs/RELIABILITY.md §Checklist R17 ----
 
 // Applies `mutate` to the V2-Lite config and expects an error of `code` whose message names the
 // file and contains every string of `needles`.
@@ -565,8 +565,8 @@ TEST_F(LoadModelConfig, ErrorsNameThePath) {
   EXPECT_FALSE(load_model_config((dir_ / "empty.json").string()).ok());
 }
 
-// MiniCPM3-4B's config.json as deepseek-models.md §1.1 / §2.9 describe it: no v_head_dim, no MoE
-// keys, LongRoPE, and its three scalings.
+// MiniCPM3-4B's config.json as docs/MODELS.md §Configs / §MiniCPM3 describe it: no v_head_dim, no
+// MoE keys, LongRoPE, and its three scalings.
 TEST(ModelConfig, MiniCpm3) {
   Json j = {{"architectures", {"MiniCPM3ForCausalLM"}},
             {"model_type", "minicpm3"},

@@ -1,4 +1,4 @@
-// Expert selection against hand-computed goldens (deepseek-models.md §6, §10 "routing goldens").
+// Expert selection against hand-computed goldens (docs/MODELS.md §MoE routing, §Routing tests).
 #include "model/moe_routing.h"
 
 #include <gtest/gtest.h>

@@ -1,10 +1,10 @@
-// reliability.md §1 items 15-20 on whole model directories, the cases checkpoint_errors_test.cc
-// and model_config_test.cc leave out: bad shard names reported with their value, dangling and
-// non-file shards, config errors read from the directory (and reported before any shard is
-// opened), vocab_size against embed_tokens / lm_head rows, every MLA projection and expert weight
-// with a wrong shape or missing, FP8 scale grids against weight_block_size, NaN / Inf weights
-// loading, and a tokenizer with ids past the model's embedding rows. Every case starts from a
-// valid make-tiny checkpoint and breaks one thing.
+// docs/RELIABILITY.md §Checklist R15-R20 on whole model directories, the cases
+// checkpoint_errors_test.cc and model_config_test.cc leave out: bad shard names reported with their
+// value, dangling and non-file shards, config errors read from the directory (and reported before
+// any shard is opened), vocab_size against embed_tokens / lm_head rows, every MLA projection and
+// expert weight with a wrong shape or missing, FP8 scale grids against weight_block_size, NaN / Inf
+// weights loading, and a tokenizer with ids past the model's embedding rows. Every case starts from
+// a valid make-tiny checkpoint and breaks one thing.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 

@@ -41,7 +41,7 @@ TEST_P(TinyLoads, LoadsCleanly) {
   const bool fp8 = p.weights == TinyWeights::kFP8 || (p.weights == TinyWeights::kDefault &&
                                                       (p.family == "v3" || p.family == "kimi-k2"));
   EXPECT_EQ(c.quantization.quant_method == QuantMethod::kFp8, fp8);
-  EXPECT_EQ(w->embed_tokens.weight->dtype, DType::kBF16);  // never FP8 (§5.3)
+  EXPECT_EQ(w->embed_tokens.weight->dtype, DType::kBF16);  // never FP8 (docs/MODELS.md)
   EXPECT_EQ(w->lm_head.weight->name, "lm_head.weight");
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const LayerWeights& l = w->layers[size_t(i)];
@@ -193,7 +193,7 @@ TEST(TinyCheckpoint, Fp8DequantisesToTheBf16Weights) {
     for (int64_t j = 0; j < cols; ++j) {
       float s;
       std::memcpy(&s, wq.scale_inv->data + 4 * ((i / 128) * 2 + j / 128), 4);
-      const double real = double(element(*wq.weight, i * cols + j)) * s;  // multiply (§5.3)
+      const double real = double(element(*wq.weight, i * cols + j)) * s;  // multiply, not divide
       const double ref = element(wb, i * cols + j);
       // e4m3 keeps 3 mantissa bits: |error| <= 2^-4 |x| for normals, 2^-10 s for subnormals;
       // BF16 adds 2^-9 |x|.

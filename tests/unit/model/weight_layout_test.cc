@@ -1,5 +1,5 @@
 // Tests of the expected-tensor table against the released checkpoints' numbers, written out by
-// hand from deepseek-models.md §2.3-2.6 (independent of the code that derives them).
+// hand from docs/MODELS.md §Checkpoint shapes (independent of the code that derives them).
 #include "model/weight_layout.h"
 
 #include <gtest/gtest.h>
@@ -37,15 +37,15 @@ TEST(WeightLayout, V3ShapesAndScaleGrids) {
   EXPECT_EQ(m.at("model.layers.60.mlp.shared_experts.gate_proj.weight"), (Shape{2048, 7168}));
   EXPECT_EQ(m.at("lm_head.weight"), (Shape{129280, 7168}));
   EXPECT_EQ(m.count("model.layers.61.input_layernorm.weight"), 0u);  // MTP is not listed
-  // §2.5's scale column, including the ragged 576 rows → 5.
+  // The scale shapes of docs/MODELS.md §Checkpoint shapes, including the ragged 576 rows → 5.
   EXPECT_EQ(fp8_scale_shape(c, {576, 7168}), (Shape{5, 56}));
   EXPECT_EQ(fp8_scale_shape(c, {24576, 1536}), (Shape{192, 12}));
   EXPECT_EQ(fp8_scale_shape(c, {7168, 16384}), (Shape{56, 128}));
   EXPECT_EQ(fp8_scale_shape(c, {576, 300}), (Shape{5, 3}));
 }
 
-// The R1 checkpoint holds 91,991 tensors (§2.5): the expected ones, the MTP module, and one
-// scale per FP8 weight.
+// The R1 checkpoint holds 91,991 tensors (docs/MODELS.md §Checkpoint shapes): the expected ones,
+// the MTP module, and one scale per FP8 weight.
 TEST(WeightLayout, V3TensorCountMatchesTheReleasedCheckpoint) {
   const ModelConfig c = model_preset("v3").value();
   const std::vector<ExpectedTensor> main = expected_tensors(c), mtp = mtp_tensors(c);

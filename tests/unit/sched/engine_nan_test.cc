@@ -1,6 +1,6 @@
-// reliability.md §1 item 20: NaN weights are valid in a checkpoint and load; a request whose
-// logits turn NaN ends with an error ("numerical error"), and the requests batched with it are
-// untouched. The poison is one embedding row, so only a prompt containing that token meets it.
+// docs/RELIABILITY.md §Checklist R20: NaN weights are valid in a checkpoint and load; a request
+// whose logits turn NaN ends with an error ("numerical error"), and the requests batched with it
+// are untouched. The poison is one embedding row, so only a prompt containing that token meets it.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,7 +1,7 @@
 // The HTTP layer with its threads, in one process so that ThreadSanitizer sees all of them
-// (reliability.md §6 S3): connection workers, the engine thread, cancellation by a client that
-// hangs up, and shutdown with and without drain. A tiny V3 checkpoint is served on a free
-// loopback port and driven with httplib's client.
+// (docs/RELIABILITY.md §Checklist S3): connection workers, the engine thread, cancellation by a
+// client that hangs up, and shutdown with and without drain. A tiny V3 checkpoint is served on a
+// free loopback port and driven with httplib's client.
 #include <gtest/gtest.h>
 #include <httplib.h>
 

@@ -1,6 +1,6 @@
 // Chat formats: the DeepSeek-V3 rendering equals its shipped Jinja template rendered by jinja2
 // (text) and Hugging Face `tokenizers` (ids), golden from tests/e2e/tokenizer_oracle.py; the
-// other formats equal the examples of spec/deepseek-models.md §8.2; recognition by template
+// other formats equal the examples of docs/TOKENIZER.md §Chat formats; recognition by template
 // content; exactly one BOS; typed control-token text stays plain.
 #include <gtest/gtest.h>
 

@@ -94,7 +94,7 @@ TEST(TokenizerGolden, TrainedSplitBehavioursMatchHuggingFace) {
 
 TEST(TokenizerGolden, DeepSeekV3KnownIds) {
   MLA_NEED_V3(t);
-  // The third-party example of spec/deepseek-models.md §8.1, confirmed by the oracle.
+  // The worked example of docs/TOKENIZER.md §DeepSeek-V3 tokenizer.json, confirmed by the oracle.
   Result<std::vector<int32_t>> ids = t->encode("Hello! 毕老师！1 + 1 = 2");
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(*ids, (std::vector<int32_t>{19923, 3, 223, 5464, 5008, 1175, 19, 940, 223, 19, 438, 223,

@@ -1,10 +1,10 @@
-// reliability.md §3 items 26-33, the cases load_errors_test.cc, long_input_test.cc, golden_test.cc
-// and chat_format_test.cc leave out: the 64 MiB file cap and deep nesting read from files, added
-// tokens colliding with vocab ids, merges whose concatenation no entry holds, every one of the 256
-// byte tokens missing in turn, unknown post-processors, a chat template naming an absent control
-// token, typed special-token text on a small tokenizer, pathological text on a small stack (NUL
-// bytes, lone surrogates, invalid UTF-8 at the end of 1 MiB), ids outside [0, vocab) in decode and
-// in the streaming decoder, and streamed chunks that are always whole UTF-8.
+// docs/RELIABILITY.md §Checklist R26-R33, the cases load_errors_test.cc, long_input_test.cc,
+// golden_test.cc and chat_format_test.cc leave out: the 64 MiB file cap and deep nesting read from
+// files, added tokens colliding with vocab ids, merges whose concatenation no entry holds, every
+// one of the 256 byte tokens missing in turn, unknown post-processors, a chat template naming an
+// absent control token, typed special-token text on a small tokenizer, pathological text on a small
+// stack (NUL bytes, lone surrogates, invalid UTF-8 at the end of 1 MiB), ids outside [0, vocab) in
+// decode and in the streaming decoder, and streamed chunks that are always whole UTF-8.
 #include <gtest/gtest.h>
 #include <pthread.h>
 
@@ -104,7 +104,7 @@ void on_small_stack(const std::function<void()>& fn) {
 
 // ---- item 26: file size and nesting ----
 
-constexpr uint64_t kCap = uint64_t{64} << 20;  // the spec's 64 MiB
+constexpr uint64_t kCap = uint64_t{64} << 20;  // R26's 64 MiB
 
 TEST(ReliabilityTokenizer, Item26FileOverTheCapIsRefusedNamingThePath) {
   test::TempDir dir("mla_tok");
