@@ -40,10 +40,16 @@ mla_install_pip() {
   echo "warning: pip install failed; live oracle checks will be skipped"
 }
 
-# mla_build PRESET: configure (a no-op when nothing changed) and build with 2 jobs; ccache keeps rebuilds fast.
+# mla_build PRESET [TARGET...]: configure (a no-op when nothing changed) and build everything, or
+# only the targets named, with 2 jobs; ccache keeps rebuilds fast.
 mla_build() {
   local preset="$1"
+  shift
   cd "$MLA_ROOT"
   cmake --preset "$preset" >/dev/null
-  cmake --build --preset "$preset" -- --no-print-directory
+  if (($#)); then
+    cmake --build --preset "$preset" --target "$@" -- --no-print-directory
+  else
+    cmake --build --preset "$preset" -- --no-print-directory
+  fi
 }

@@ -12,7 +12,7 @@
 # Three implementations meet here:
 #   HF    transformers' native DeepseekV2ForCausalLM / DeepseekV3ForCausalLM in FP32 (the golden);
 #   mla   the engine, FP32 activations, BF16 latent KV cache;
-#   FP64  a numpy model of the same maths (deepseek-models.md §2-§6) in float64, which also derives
+#   FP64  a numpy model of the same maths (docs/MODELS.md) in float64, which also derives
 #         the per-element FP32 error bound by Monte Carlo arithmetic (model_fp64.py: the derivation).
 # Each FP32 implementation must lie within the bound of the FP64 values, so two of them may differ
 # by twice the bound. The HF goldens are checked against the FP64 model when made and
@@ -23,6 +23,7 @@
 # shipped) and "kv_bf16" (the same code with the latent after kv_a_layernorm and the rotated k_pe
 # rounded to BF16 before they enter HF's cache, which is what the engine stores). `mla generate`
 # runs with --kv-dtype f32 against "fp32" when the engine offers it, and with bf16 against "kv_bf16".
+import hashlib
 import json
 import math
 import os
@@ -56,12 +57,39 @@ N_NEW = 32
 
 
 class Case:
-    def __init__(self, name, family, seed, weights=None):
+    """A make-tiny checkpoint (family, seed, weights), or a committed one (directory, relative to the
+    repository, with a prompt text that the engine's tokenizer turns into ids after BOS)."""
+
+    def __init__(self, name, family=None, seed=None, weights=None, directory=None, prompt_text=None):
         self.name, self.family, self.seed, self.weights = name, family, seed, weights
+        self.directory, self.prompt_text = directory, prompt_text
 
     def make_tiny_args(self):
         a = ["--family", self.family, "--seed", str(self.seed)]
         return a + ([f"--{self.weights}"] if self.weights else [])
+
+    def source(self):
+        """What made the checkpoint, recorded in the golden: the make-tiny arguments, or the
+        directory and a digest of its weights (a retrained model needs a new golden)."""
+        if self.directory is None:
+            return " ".join(self.make_tiny_args())
+        with open(os.path.join(ROOT, self.directory, "model.safetensors"), "rb") as f:
+            return f"{self.directory} sha256:{hashlib.sha256(f.read()).hexdigest()[:16]}"
+
+    def checkpoint(self, mla, tmp):
+        if self.directory is not None:
+            return os.path.join(ROOT, self.directory)
+        out = os.path.join(tmp, "ckpt")
+        run_make_tiny(mla, self, out)
+        return out
+
+    def prompt(self, mla):
+        if self.prompt_text is None:
+            return PROMPT
+        tok = os.path.join(self.checkpoint(mla, None), "tokenizer.json")
+        r = subprocess.run([mla, "tokenize", "--tokenizer", tok, "--text", self.prompt_text, "--json"],
+                           capture_output=True, text=True, check=True)
+        return [0] + json.loads(r.stdout)["ids"]  # BOS is id 0 in the bundled tokenizer
 
 
 # Seeds: of a scan over 1..24, those whose 32 greedy steps all have FP64 top-2 margins of at least
@@ -75,6 +103,9 @@ CASES = [
     Case("kimi-k2", "kimi-k2", 18),  # FP8
     Case("moonlight", "moonlight", 3),
     Case("minicpm3", "minicpm3", 1),  # dense, NeoX RoPE with LongRoPE factors, muP scalings
+    # The bundled default model (trained, scripts/train_bundled_model.py): real text, real routing.
+    Case("tiny-kjv", directory="models/tiny-kjv",
+         prompt_text="And God said unto Moses, Speak unto the children of Israel, that they"),
 ]
 VARIANTS = ("fp32", "kv_bf16")
 
@@ -330,7 +361,7 @@ def reference_for(ck):
 
 
 def drift_notes(ck):
-    """What of deepseek-models.md §9 item 13 (reference drift) this checkpoint touches."""
+    """What of the reference drift (docs/MODELS.md §Reference drift) this checkpoint touches."""
     c, notes = ck.config, []
     if c["model_type"] == "minicpm3":
         return minicpm3_notes(c)
@@ -365,7 +396,7 @@ def drift_notes(ck):
 
 
 def minicpm3_notes(c):
-    """deepseek-models.md §2.9 for MiniCPM3: what transformers' native class does that the hub
+    """docs/MODELS.md §MiniCPM3: what transformers' native class does that the hub
     remote code may do differently."""
     notes = ["NeoX (rotate-half) RoPE on the checkpoint layout, no interleave permutation (both)",
              f"longrope: short factors below original_max_position_embeddings "
@@ -407,14 +438,14 @@ def sensitivity(ck, seq, base, kv_bf16):
 
 def golden_case(case, mla, torch, transformers):
     with tempfile.TemporaryDirectory(prefix="mla-oracle-") as tmp:
-        run_make_tiny(mla, case, os.path.join(tmp, "ckpt"))
-        ck = Checkpoint(os.path.join(tmp, "ckpt"))
+        ck = Checkpoint(case.checkpoint(mla, tmp))
+        prompt = case.prompt(mla)
         runner = HfRunner(ck, tmp)
-        T = len(PROMPT)
-        tensors, info = [("tokens", "I32", np.array(PROMPT, np.int32))], {}
+        T = len(prompt)
+        tensors, info = [("tokens", "I32", np.array(prompt, np.int32))], {}
         for var in VARIANTS:
-            res = runner.run(PROMPT, N_NEW, kv_bf16=(var == "kv_bf16"))
-            ex = Exact(ck, PROMPT + res["generated"][:-1].tolist(), var == "kv_bf16")
+            res = runner.run(prompt, N_NEW, kv_bf16=(var == "kv_bf16"))
+            ex = Exact(ck, prompt + res["generated"][:-1].tolist(), var == "kv_bf16")
             e, b, ok = within(res["logits"], ex.logits, ex.bound)
             eh = [within(h[:T], x[:T], hb[:T]) for h, x, hb in zip(res["hidden"], ex.hidden, ex.hbound)]
             ei = within(res["incremental"], res["logits"][T:], 2 * ex.bound[T:])
@@ -434,13 +465,13 @@ def golden_case(case, mla, torch, transformers):
                          "hf_incremental_vs_oneshot_max_abs": ei[0],
                          "greedy_min_margin_over_bound": round(float(min(margins)), 2),
                          "routing_near_ties": [list(k) for k in sorted(ex.flips)],
-                         "sensitivity": sensitivity(ck, PROMPT + res["generated"][:-1].tolist(), ex, var == "kv_bf16")}
+                         "sensitivity": sensitivity(ck, prompt + res["generated"][:-1].tolist(), ex, var == "kv_bf16")}
             tensors.append((f"{var}.generated", "I32", res["generated"]))
             tensors.append((f"{var}.logits", "F32", res["logits"]))
             tensors += [(f"{var}.hidden.{l}", "F32", h[:T]) for l, h in enumerate(res["hidden"])]
         meta = {
             "case": case.name,
-            "make_tiny_args": " ".join(case.make_tiny_args()),
+            "make_tiny_args": case.source(),
             "reference": reference_for(ck),
             "weights": ("FP8 E4M3 dequantised to FP32 as fp32(e4m3 * weight_scale_inv): BF16/FP32-dequantised "
                         "reference, not the FP8 GEMM path") if ck.fp8 else "BF16, widened exactly to FP32",
@@ -451,7 +482,7 @@ def golden_case(case, mla, torch, transformers):
                     "hidden.{l}: residual stream after decoder layer l, prompt rows",
             "depends_on": json.dumps(drift_notes(ck)),
             "checks": json.dumps(info),
-            "prompt": ",".join(map(str, PROMPT)), "n_new": str(N_NEW),
+            "prompt": ",".join(map(str, prompt)), "n_new": str(N_NEW),
             "transformers": transformers.__version__, "torch": torch.__version__,
             "numpy": np.__version__, "python": platform.python_version(),
         }
@@ -514,13 +545,13 @@ def check_case(case, mla, golden_dir, hf, have_generate):
         rep.add(f"golden {path} missing", ok=False)
         return rep
     prompt, gold, meta = load_golden(path)
-    if meta.get("make_tiny_args") != " ".join(case.make_tiny_args()):
-        rep.add("golden made with other make-tiny args", ok=False, note=meta.get("make_tiny_args", ""))
+    if meta.get("make_tiny_args") != case.source():
+        rep.add("golden made from another checkpoint (regenerate: model_oracle.py golden)", ok=False,
+                note=meta.get("make_tiny_args", ""))
     T = len(prompt)
     with tempfile.TemporaryDirectory(prefix="mla-oracle-") as tmp:
-        ckdir = os.path.join(tmp, "ckpt")
         try:
-            run_make_tiny(mla, case, ckdir)
+            ckdir = case.checkpoint(mla, tmp)
         except RuntimeError as e:
             rep.add("make-tiny failed", ok=False, note=str(e)[-200:])
             return rep

@@ -45,6 +45,7 @@ struct GenerateCliOptions {
   int64_t max_context = 0;
   bool ignore_eos = false;
   bool json = false;
+  bool special = false;
   std::string dump_dir;
 };
 
@@ -155,7 +156,11 @@ int run_generate(const GenerateCliOptions& o) {
 
   ThreadPool pool(o.threads > 0 ? o.threads : default_thread_pool().num_threads());
   std::unique_ptr<tok::StreamDecoder> stream;
-  if (tk) stream = std::make_unique<tok::StreamDecoder>(tk->tokenizer);
+  // Special tokens (BOS, EOS, a chat format's markers) are dropped from the text, as the server
+  // drops them, unless --special asks for them.
+  if (tk)
+    stream = std::make_unique<tok::StreamDecoder>(tk->tokenizer,
+                                                  tok::DecodeOptions{.skip_special = !o.special});
   auto on_token = [&](int32_t id) {
     if (o.json) return;
     if (stream) {
@@ -168,7 +173,10 @@ int run_generate(const GenerateCliOptions& o) {
   };
   auto r = generate(**model, prompt, go, pool, on_token);
   if (!r.ok()) return fail(r.status());
-  if (!o.json) fmt::print("\n");
+  if (!o.json) {
+    fmt::print("\n");
+    std::fflush(stdout);  // before the figures on stderr
+  }
   if (!o.dump_dir.empty())
     if (Status s = dump_activations(o.dump_dir, prompt, *r, c); !s.ok()) return fail(s);
 
@@ -219,9 +227,10 @@ int run_generate(const GenerateCliOptions& o) {
 void register_generate(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<GenerateCliOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate tokens with a model directory");
+  o->model = kBundledModelDir;
   cmd->add_option("-m,--model", o->model,
-                  "Model directory (config.json + safetensors) or .gguf file")
-      ->required();
+                  "Model directory (config.json + safetensors) or .gguf file (default: the "
+                  "bundled models/tiny-kjv)");
   CLI::Option* p = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (needs tokenizer.json)");
   CLI::Option* t = cmd->add_option("--tokens", o->tokens, "Prompt as comma-separated token ids");
   p->excludes(t);
@@ -251,6 +260,7 @@ void register_generate(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the EOS token");
   cmd->add_flag("--json", o->json, "Print the result and figures as JSON");
+  cmd->add_flag("--special", o->special, "Print special tokens (BOS, EOS, chat markers) too");
   cmd->add_option("--dump-activations", o->dump_dir,
                   "Write DIR/activations.safetensors: hidden.{layer} and logits of the prompt, "
                   "generated ids, decode_logits");

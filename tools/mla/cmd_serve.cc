@@ -205,9 +205,10 @@ int run_serve(ServeCliOptions o) {
 void register_serve(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<ServeCliOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server on a model directory");
+  o->model = kBundledModelDir;
   cmd->add_option("-m,--model", o->model,
-                  "Model directory (config.json + safetensors) or .gguf file")
-      ->required();
+                  "Model directory (config.json + safetensors) or .gguf file (default: the "
+                  "bundled models/tiny-kjv)");
   cmd->add_option("--host", o->http.host, "Address to listen on (default loopback)");
   cmd->add_option("--port", o->http.port, "Port (0: any free one; the log says which)");
   cmd->add_option("--api-key", o->http.api_key, "Require Authorization: Bearer KEY");
@@ -238,6 +239,10 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--prefill-threshold", o->prefill_threshold,
                   "Absorbed/decompressed crossover (default: tuned, else 256)");
   cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "Larger request bodies get 413");
+  cmd->add_option("--read-timeout", o->http.read_timeout_s,
+                  "Seconds a request's headers, and then its body, may take to arrive (default "
+                  "10); slower connections are closed")
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                   "Seconds in-flight requests may run after SIGTERM")
       ->check(CLI::NonNegativeNumber);

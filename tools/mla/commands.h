@@ -18,6 +18,10 @@ struct CommandEntry {
 
 std::vector<CommandEntry>& command_table();
 
+// The model generate and serve run without -m: the trained tiny DeepSeek-V3 model committed at
+// models/tiny-kjv (scripts/train_bundled_model.py); its path is fixed at build time.
+inline constexpr const char* kBundledModelDir = MLA_BUNDLED_MODEL_DIR;
+
 struct CommandRegistrar {
   CommandRegistrar(const char* name, RegisterFn fn) { command_table().push_back({name, fn}); }
 };

@@ -13,7 +13,8 @@ import time
 
 
 class MlaServer:
-    """`mla serve -m MODEL --port 0 ARGS...`; the port is read from its "listening on" line."""
+    """`mla serve -m MODEL --port 0 ARGS...` (model None: no -m, the bundled default); the port
+    is read from its "listening on" line."""
 
     def __init__(self, binary, model, *args, ready_timeout=60.0):
         self.binary, self.model = binary, model
@@ -25,7 +26,8 @@ class MlaServer:
             args = ("--matmul-dtype", "f32", *args)
         if "--attention-dtype" not in args:
             args = ("--attention-dtype", "f32", *args)
-        self.proc = subprocess.Popen([binary, "serve", "-m", model, "--port", "0", *args],
+        model_args = ["-m", model] if model is not None else []
+        self.proc = subprocess.Popen([binary, "serve", *model_args, "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log = []
         self.port = None
