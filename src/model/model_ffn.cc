@@ -1,6 +1,6 @@
 // The FFN of a decoder layer: dense SwiGLU, or MoE (router in FP32 whatever the matmul dtype,
 // experts run only on the tokens routed to them, grouped by expert, shared experts on every token)
-// — deepseek-models.md §6.
+// — docs/MODELS.md §MoE routing.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -58,8 +58,13 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
   float* g = grown(g_buf, h_size);
   float* u = grown(u_buf, h_size);
   float* y = grown(y_buf, y_size);
-  std::vector<LinearJob> jobs;
-  std::vector<size_t> x_of(runs.size());  // where each gathered run's rows start in xe
+  static thread_local std::vector<LinearJob> jobs_buf;
+  static thread_local std::vector<size_t> x_of_buf;
+  // Local references: a lambda run on a worker would name the worker's own thread_locals.
+  std::vector<LinearJob>& jobs = jobs_buf;
+  std::vector<size_t>& x_of = x_of_buf;  // where each gathered run's rows start in xe
+  jobs.clear();
+  x_of.assign(runs.size(), 0);
   size_t x_at = 0, h_at = 0;
   for (size_t k = 0; k < runs.size(); ++k) {
     const SwigluRun& r = runs[k];
@@ -129,25 +134,37 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
 
   const MoeRouting& r = m.routing;
   const int E = r.num_experts, K = r.top_k;
-  std::vector<float> logits(size_t(n) * E), scratch(2 * size_t(E));
+  // Routing buffers, kept between layers and calls (the engine thread's; the workers never see
+  // them), so that a decode step allocates nothing here once warm.
+  static thread_local std::vector<float> logits, scratch, weight;
+  static thread_local std::vector<int32_t> chosen;
+  static thread_local std::vector<std::vector<int64_t>> tokens_of;
+  static thread_local std::vector<std::vector<float>> weights_of;
+  static thread_local std::vector<SwigluRun> runs;
+  logits.resize(size_t(n) * E);
+  scratch.resize(2 * size_t(E));
   MLA_RETURN_IF_ERROR(linear(L.router, n, x, logits.data(), pool, be));
-  std::vector<int32_t> chosen(size_t(n) * K);
-  std::vector<float> weight(size_t(n) * K);
+  chosen.resize(size_t(n) * K);
+  weight.resize(size_t(n) * K);
   for (int64_t t = 0; t < n; ++t)
     route_token(r, std::span<const float>(&logits[size_t(t) * E], size_t(E)), L.router_bias,
                 scratch, &chosen[size_t(t) * K], &weight[size_t(t) * K]);
 
   // Tokens of each expert, in ascending expert order, then the shared experts on every token;
   // run in groups of at most kSwigluGroupBytes (a larger run alone).
-  std::vector<std::vector<int64_t>> tokens_of(static_cast<size_t>(E));
-  std::vector<std::vector<float>> weights_of(static_cast<size_t>(E));
+  tokens_of.resize(size_t(E));
+  weights_of.resize(size_t(E));
+  for (int e = 0; e < E; ++e) {
+    tokens_of[size_t(e)].clear();
+    weights_of[size_t(e)].clear();
+  }
   for (int64_t t = 0; t < n; ++t)
     for (int k = 0; k < K; ++k) {
       const int32_t e = chosen[size_t(t * K + k)];
       tokens_of[size_t(e)].push_back(t);
       weights_of[size_t(e)].push_back(weight[size_t(t * K + k)]);
     }
-  std::vector<SwigluRun> runs;
+  runs.clear();
   for (int e = 0; e < E; ++e)
     if (!tokens_of[size_t(e)].empty())
       runs.push_back({&L.experts[size_t(e)], int64_t(tokens_of[size_t(e)].size()),

@@ -30,7 +30,7 @@ struct TokenPlace {
   int64_t pos = 0;
 };
 
-Status check_batch(const Model::Impl& m, const ForwardBatch& b, int page_size) {
+Status check_batch(const Model::Impl& m, const ForwardBatch& b, int page_size, int32_t num_blocks) {
   const ModelConfig& c = m.weights.config;
   int64_t total = 0;
   for (size_t s = 0; s < b.seqs.size(); ++s) {
@@ -47,6 +47,12 @@ Status check_batch(const Model::Impl& m, const ForwardBatch& b, int page_size) {
       return invalid_argument(fmt::format(
           "forward: sequence {}'s block table ({} pages of {}) does not cover {} tokens", s,
           q.block_table.size(), page_size, end));
+    // The pages the forward pass writes and reads: rows are addressed without further checks.
+    for (int64_t p = 0; p < (end + page_size - 1) / page_size; ++p)
+      if (q.block_table[size_t(p)] < 0 || q.block_table[size_t(p)] >= num_blocks)
+        return invalid_argument(fmt::format(
+            "forward: sequence {}'s block table entry {} is page {}, outside the cache's {} pages",
+            s, p, q.block_table[size_t(p)], num_blocks));
     total += q.n_tokens;
   }
   if (total != int64_t(b.tokens.size()))
@@ -68,16 +74,25 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
   const int H = c.num_attention_heads, d_qk = c.d_qk(), d_v = c.v_head_dim;
   const DType kv_dtype = kv_cache_latent_dtype(m.options.kv_dtype);
   const float gscale = kNvfp4DefaultGlobalScale;
+  // The decode batch's gathered block tables, lengths, queries and outputs, and the lse rows:
+  // kept between layers and calls (this runs on the engine thread only), so a decode step
+  // allocates nothing here.
+  static thread_local std::vector<int> decode;
+  static thread_local std::vector<int32_t> table, seqlens;
+  static thread_local AlignedBuffer<float> qd_buf, od_buf, lse_buf;
   // Decode tokens (chunks of one) of every sequence go through one batched kernel call.
-  std::vector<int> decode;
+  decode.clear();
   for (size_t s = 0; s < b.seqs.size(); ++s)
     if (b.seqs[s].n_tokens == 1) decode.push_back(int(s));
   if (!decode.empty()) {
     size_t max_blocks = 0;
     for (int s : decode) max_blocks = std::max(max_blocks, b.seqs[s].block_table.size());
     const size_t n = decode.size();
-    std::vector<int32_t> table(n * max_blocks, 0), seqlens(n);
-    std::vector<float> qd(n * H * d_qk), od(n * H * d_v), lse(n * H);
+    table.assign(n * max_blocks, 0);
+    seqlens.resize(n);
+    float* qd = grown(qd_buf, n * H * d_qk);
+    float* od = grown(od_buf, n * H * d_v);
+    float* lse = grown(lse_buf, n * H);
     for (size_t i = 0; i < n; ++i) {
       const ForwardSeq& sq = b.seqs[decode[i]];
       std::copy(sq.block_table.begin(), sq.block_table.end(), table.begin() + i * max_blocks);
@@ -88,7 +103,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     MlaDecodeBatchParams p;
     p.b = int(n);
     p.d_r = c.qk_rope_head_dim;
-    p.q = qd.data();
+    p.q = qd;
     p.kv_dtype = kv_dtype;
     p.kv_global_scale = gscale;
     p.kv_cache = cache.layer_base(layer);
@@ -100,8 +115,8 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     p.w = &L.absorbed;
     p.softmax_scale = m.softmax_scale;
     p.absorbed_q_dtype = m.options.attention_q_dtype;
-    p.out = od.data();
-    p.lse = lse.data();
+    p.out = od;
+    p.lse = lse;
     MLA_RETURN_IF_ERROR(mla_decode_batch(p, pool, m.options.backend));
     for (size_t i = 0; i < n; ++i)
       std::memcpy(out + first_token[decode[i]] * H * d_v, &od[i * H * d_v],
@@ -111,7 +126,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
   for (size_t s = 0; s < b.seqs.size(); ++s) {
     const ForwardSeq& sq = b.seqs[s];
     if (sq.n_tokens == 1) continue;
-    std::vector<float> lse(size_t(H) * sq.n_tokens);
+    float* lse = grown(lse_buf, size_t(H) * sq.n_tokens);
     MlaAttentionParams p;
     p.s_q = sq.n_tokens;
     p.d_r = c.qk_rope_head_dim;
@@ -129,7 +144,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     p.prefill_absorption_threshold = m.options.prefill_absorption_threshold;
     p.absorbed_q_dtype = m.options.attention_q_dtype;
     p.out = out + first_token[s] * H * d_v;
-    p.lse = lse.data();
+    p.lse = lse;
     MLA_ASSIGN_OR_RETURN(MlaPath path, mla_attention(p, pool, m.options.backend));
     if (layer == 0)
       ++(path == MlaPath::kAbsorbed ? stats->absorbed_chunks : stats->decompressed_chunks);
@@ -209,7 +224,7 @@ Result<ForwardStats> Model::forward(const ForwardBatch& b, KvCacheStorage& cache
       cache.record_bytes() !=
           kv_bytes_per_token(m.options.kv_dtype, c.kv_lora_rank, c.qk_rope_head_dim))
     return invalid_argument("forward: the KV cache was not made for this model (cache_shape)");
-  MLA_RETURN_IF_ERROR(check_batch(m, b, cache.page_size()));
+  MLA_RETURN_IF_ERROR(check_batch(m, b, cache.page_size(), cache.num_blocks()));
   const int64_t T = int64_t(b.tokens.size());
   const int D = c.hidden_size;
   std::vector<TokenPlace> place;

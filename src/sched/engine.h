@@ -41,6 +41,9 @@ struct EngineOptions {
   PrefixCacheOptions prefix_cache;
   // Called on the engine thread after every step that ran (tests, tracing); must not block.
   std::function<void(const StepInfo&)> on_step;
+  // Called before each forward pass (fault tests): an error fails the step's chunks exactly as
+  // an error of the forward pass would.
+  std::function<Status(const StepPlan&)> before_forward;
 };
 
 using PrefixId = uint64_t;

@@ -79,9 +79,12 @@ struct Engine::Impl {
   // logits: the row token was sampled from ([vocab]), for the request's logprobs.
   void on_token(LiveRequest& r, int32_t token, std::span<const float> logits, Clock::time_point now,
                 EngineMetrics* m);
-  // Ends r with a final event (any reason), releasing its blocks; r is destroyed.
+  // Ends r with a final event (any reason), releasing its blocks; r is destroyed. A pin job gets
+  // a status of `pin_code` with the error instead (resource_exhausted: it did not fit or the
+  // engine is stopping; a failed forward pass passes its own code).
   void finish(LiveRequest& r, FinishReason why, std::string error, RequestEvent event,
-              Clock::time_point now, EngineMetrics* m);
+              Clock::time_point now, EngineMetrics* m,
+              StatusCode pin_code = StatusCode::kResourceExhausted);
   Usage usage_of(const LiveRequest& r) const;
 
   Model& model;

@@ -32,14 +32,13 @@ Usage Engine::Impl::usage_of(const LiveRequest& r) const {
 }
 
 void Engine::Impl::finish(LiveRequest& r, FinishReason why, std::string error, RequestEvent ev,
-                          Clock::time_point now, EngineMetrics* m) {
+                          Clock::time_point now, EngineMetrics* m, StatusCode pin_code) {
   scheduler.finish(&r.seq);
   const RequestId id = r.seq.id;
   if (r.pin_done) {
     pin_results.emplace_back(
         std::move(*r.pin_done),
-        Status(StatusCode::kResourceExhausted,
-               fmt::format("pin_prefix: {}", error.empty() ? "cancelled" : error)));
+        Status(pin_code, fmt::format("pin_prefix: {}", error.empty() ? "cancelled" : error)));
   } else {
     ev.finish = why;
     ev.error = std::move(error);
@@ -130,13 +129,16 @@ void Engine::Impl::step() {
 
   ForwardStats fs;
   if (!plan.chunks.empty()) {
-    Result<ForwardStats> st = model.forward(batch, cache, *pool, logits);
+    Status injected = options.before_forward ? options.before_forward(plan) : Status();
+    Result<ForwardStats> st =
+        injected.ok() ? model.forward(batch, cache, *pool, logits) : Result<ForwardStats>(injected);
     now = Clock::now();
     // forward rejects only batches the scheduler should never build: fail this step's requests
     // (their rows are not registered with the prefix cache) and keep serving the others.
     if (!st.ok()) {
       for (const ScheduledChunk& c : plan.chunks)
-        finish(*live.at(c.seq->id), FinishReason::kError, st.status().message(), {}, now, &m);
+        finish(*live.at(c.seq->id), FinishReason::kError, st.status().message(), {}, now, &m,
+               st.status().code());
       commit(m);
       return;
     }
@@ -174,14 +176,14 @@ void Engine::Impl::step() {
     }
     const std::span<const float> row(logits.data() + int64_t(i) * vocab, size_t(vocab));
     // NaN logits (NaN or Inf weights are valid in a checkpoint) fail this request alone
-    // (reliability.md §1 item 20); the others in the batch carry on.
+    // (docs/RELIABILITY.md §Checklist R20); the others in the batch carry on.
     if (std::any_of(row.begin(), row.end(), [](float v) { return std::isnan(v); })) {
       finish(r, FinishReason::kError, "numerical error: the logits contain NaN", {}, now, &m);
       continue;
     }
     Result<int32_t> token = r.sampler.sample(row);
     if (!token.ok()) {
-      finish(r, FinishReason::kError, token.status().message(), {}, now, &m);
+      finish(r, FinishReason::kError, token.status().message(), {}, now, &m, token.status().code());
       continue;
     }
     on_token(r, *token, row, now, &m);

@@ -134,7 +134,7 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
       sched::RequestOutput o;
       o.add(e);
       a.job->cancel_all();
-      // The status is sent already: one error event, then the end (serving.md §4.3).
+      // The status is sent already: one error event, then the end (docs/SERVING.md §Errors).
       return send(error_json(engine_error(o))) && sink.write(kDone.data(), kDone.size());
     }
     ChunkContent c;
@@ -170,21 +170,21 @@ void handle_completion(const std::shared_ptr<HttpServer::State>& state, Endpoint
     return send_error(res, *e);
 
   const int64_t limit = st.backend.engine->scheduler_options().max_num_seqs + st.options.max_queue;
-  if (st.in_flight.load() + int64_t(spec->prompts.size()) > limit) {
+  Admitted a;
+  a.job = std::make_shared<CompletionJob>();
+  a.tracking = st.admit(a.job, int64_t(spec->prompts.size()), limit);
+  if (!a.tracking) {
     ApiError e;
     e.status = 429;
     e.type = "rate_limit_error";
     e.code = "queue_full";
     e.message = fmt::format(
-        "the server is at capacity ({} requests running or queued); retry "
+        "the server is at capacity ({} sequences running or queued; this request has {}); retry "
         "later",
-        limit);
+        limit, spec->prompts.size());
     res.set_header("Retry-After", "1");
     return send_error(res, e);
   }
-  Admitted a;
-  a.job = std::make_shared<CompletionJob>();
-  a.tracking = st.track(a.job);
   if (auto e = submit_all(st, *spec, a.job)) return send_error(res, *e);
   a.fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   const tok::Tokenizer* tk =

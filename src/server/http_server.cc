@@ -37,7 +37,12 @@ httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib
 
 }  // namespace
 
-std::shared_ptr<void> HttpServer::State::track(const std::shared_ptr<CompletionJob>& job) {
+std::shared_ptr<void> HttpServer::State::admit(const std::shared_ptr<CompletionJob>& job,
+                                               int64_t seqs, int64_t limit) {
+  int64_t held = admitted_seqs.load();
+  do {
+    if (held + seqs > limit) return nullptr;
+  } while (!admitted_seqs.compare_exchange_weak(held, held + seqs));
   uint64_t id;
   {
     std::lock_guard lock(jobs_mu);
@@ -45,12 +50,14 @@ std::shared_ptr<void> HttpServer::State::track(const std::shared_ptr<CompletionJ
     jobs.emplace(id, job);
   }
   in_flight.fetch_add(1);
-  return std::shared_ptr<void>(nullptr, [this, id](void*) {
+  // A non-null pointer with a no-op target: the deleter runs when the last copy goes.
+  return std::shared_ptr<void>(this, [this, id, seqs](void*) {
     {
       std::lock_guard lock(jobs_mu);
       jobs.erase(id);
     }
     in_flight.fetch_sub(1);
+    admitted_seqs.fetch_sub(seqs);
   });
 }
 
@@ -77,7 +84,7 @@ HttpServer::HttpServer(ServerOptions options)
   st.http.set_tcp_nodelay(true);
   const int threads = o.http_threads > 0 ? o.http_threads : o.max_queue + 160;
   // When every worker is taken, connections still waiting for their headers (slow clients,
-  // idle keep-alives) give way to the new one (reliability.md §7 L6).
+  // idle keep-alives) give way to the new one (docs/RELIABILITY.md §Checklist L6).
   st.http.new_task_queue = [threads, &st] {
     return new WorkerPool(
         size_t(threads),
@@ -139,7 +146,7 @@ Result<int> HttpServer::bind() {
   ConnectionDeadlines::Options d;
   d.port = port;
   d.header_timeout = std::chrono::seconds(st.options.read_timeout_s);
-  d.body_timeout = 3 * d.header_timeout;
+  d.body_timeout = d.header_timeout;  // counted again from the end of the headers
   d.queued = &st.queued_connections;
   st.deadlines = std::make_unique<ConnectionDeadlines>(d);
   return port;

@@ -24,7 +24,7 @@ struct ServerOptions {
   size_t max_body_bytes = size_t(4) << 20;  // larger bodies: 413 before they are read
   int max_queue = 64;         // requests admitted beyond the engine's running slots before 429
   int http_threads = 0;       // connection threads; 0: max_queue + 160
-  int read_timeout_s = 10;    // a request's headers and body must arrive within this
+  int read_timeout_s = 10;    // a request's headers must arrive within this, and then its body
   bool log_requests = false;  // one line per request on stderr (else only errors)
 };
 

@@ -59,7 +59,8 @@ struct HttpServer::State {
   std::atomic<bool> ready{false};
   std::atomic<bool> draining{false};
 
-  std::atomic<int64_t> in_flight{0};  // admitted completion requests
+  std::atomic<int64_t> in_flight{0};      // admitted completion requests
+  std::atomic<int64_t> admitted_seqs{0};  // their engine sequences (one per prompt): the 429 limit
   std::mutex jobs_mu;
   std::map<uint64_t, std::weak_ptr<CompletionJob>> jobs;  // live jobs, for shutdown
   uint64_t next_job = 0;
@@ -67,8 +68,12 @@ struct HttpServer::State {
   std::mutex counts_mu;
   std::map<int, int64_t> responses_by_status;  // for /metrics
 
-  // Registers a job until the returned token is destroyed; counts it in in_flight.
-  std::shared_ptr<void> track(const std::shared_ptr<CompletionJob>& job);
+  // Admits a job of `seqs` engine sequences when the sequences already admitted plus these stay
+  // within `limit`. The check and the count are one atomic step, so two requests cannot both take
+  // the last free slot. Returns null when full; else a token that, until destroyed, keeps the job
+  // registered (for shutdown) and counted in in_flight and admitted_seqs.
+  std::shared_ptr<void> admit(const std::shared_ptr<CompletionJob>& job, int64_t seqs,
+                              int64_t limit);
   void cancel_all_jobs();
 };
 

@@ -16,7 +16,7 @@ template <class V>
 struct DecodeTileF32 {
   static constexpr int W = V::kWidth;
   static constexpr int kRowBlock = kDecodeRowBlock;
-  AlignedBuffer<float> qT, kr;
+  AlignedBuffer<float> qT, kr, qrow;  // qrow: one query row widened, [d_qk]
   int d_qk = 0, d_v = 0, dv_pad = 0, kr_stride = 0, ld = 0;
 
   int d_v_pad() const { return dv_pad; }
@@ -31,6 +31,7 @@ struct DecodeTileF32 {
     kr_stride = stride;
     ensure_scratch(qT, size_t(d_qk) * rows_pad(kDecodeRowBlock));
     ensure_scratch(kr, size_t(kTile) * kr_stride);
+    ensure_scratch(qrow, size_t(d_qk));
   }
 
   void prepare_q(const MlaDecodeParams& p, int b, int r0, int R) {
@@ -38,10 +39,10 @@ struct DecodeTileF32 {
     const int eb = p.q_dtype == DType::kF32 ? 4 : 2;
     const uint8_t* src =
         static_cast<const uint8_t*>(p.q) + (int64_t(b) * p.s_q * p.h_q + r0) * d_qk * eb;
-    std::vector<float> row(d_qk);
+    float* row = qrow.data();
     std::fill(qT.data(), qT.data() + size_t(d_qk) * ld, 0.0f);
     for (int i = 0; i < R; ++i) {
-      load_f32(p.q_dtype, src + int64_t(i) * d_qk * eb, d_qk, row.data());
+      load_f32(p.q_dtype, src + int64_t(i) * d_qk * eb, d_qk, row);
       for (int c = 0; c < d_qk; ++c) qT[int64_t(c) * ld + i] = row[c];
     }
   }

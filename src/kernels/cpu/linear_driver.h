@@ -389,18 +389,35 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     int64_t r0, r1;
   };
   const int threads = pool.num_threads();
-  // Path kBf16 only (empty otherwise: a decode pass allocates nothing here): per job, its index
-  // into panel_at, -1 for FP32 products. The panels live in one per-thread buffer kept between
-  // calls (as large as the largest pass so far: a prefill chunk's x in BF16): fresh buffers
-  // per call cost ~3% of a prefill in page faults.
-  std::vector<int32_t> panel_of;
-  std::vector<size_t> panel_at;  // word offset of each panel in panel_store
+  // The pass's plan, kept between calls on the calling thread so that a pass allocates nothing
+  // once warm; the names below are local references, since a lambda run on a worker would name
+  // the worker's own thread_locals.
+  struct Plan {
+    std::vector<int32_t> panel_of;
+    std::vector<size_t> panel_at, owner;
+    std::vector<std::pair<int32_t, int64_t>> tiles;
+    std::vector<int64_t> xq_at;
+    std::vector<uint8_t> xq_gemm;
+    std::vector<std::pair<size_t, int64_t>> rows;
+    std::vector<Item> items, pieces;
+  };
+  static thread_local Plan plan_store;
+  Plan& plan = plan_store;
+  // Path kBf16 only (empty otherwise): per job, its index into panel_at, -1 for FP32 products.
+  // The panels live in one per-thread buffer kept between calls (as large as the largest pass
+  // so far: a prefill chunk's x in BF16): fresh buffers per call cost ~3% of a prefill in page
+  // faults.
+  std::vector<int32_t>& panel_of = plan.panel_of;
+  std::vector<size_t>& panel_at = plan.panel_at;  // word offset of each panel in panel_store
+  panel_of.clear();
+  panel_at.clear();
   static thread_local AlignedBuffer<uint32_t> panel_store;
   uint32_t* store = nullptr;  // the caller's panel_store (a lambda on a worker names its own)
   if constexpr (requires { L::kBf16Gemm; }) {
     if (path == LinearPath::kBf16) {
       panel_of.assign(jobs.size(), -1);
-      std::vector<size_t> owner;  // the job whose x each panel holds
+      std::vector<size_t>& owner = plan.owner;  // the job whose x each panel holds
+      owner.clear();
       size_t panel_end = 0;
       for (size_t j = 0; j < jobs.size(); ++j) {
         const LinearJob& job = jobs[j];
@@ -419,7 +436,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       }
       if (panel_store.size() < panel_end) panel_store = AlignedBuffer<uint32_t>(panel_end);
       store = panel_store.data();
-      std::vector<std::pair<int32_t, int64_t>> tiles;  // (panel, tile)
+      std::vector<std::pair<int32_t, int64_t>>& tiles = plan.tiles;  // (panel, tile)
+      tiles.clear();
       for (size_t p = 0; p < owner.size(); ++p)
         for (int64_t t = 0; t * L::kGemmTileRows < jobs[owner[p]].n; ++t)
           tiles.push_back({int32_t(p), t});
@@ -435,13 +453,16 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   // (L::ggml_x_layout: the GEMV's per weight block size, 32 or 256 values, or the int8 GEMM's for
   // path kBf16 above kLinWidenMinRows rows) sharing it. Empty when no job takes the path (nothing
   // is allocated).
-  std::vector<int64_t> xq_at;    // per job: byte offset into xq_store, -1 for other products
-  std::vector<uint8_t> xq_gemm;  // per job: runs on the int8 GEMM
+  std::vector<int64_t>& xq_at = plan.xq_at;      // per job: byte offset into xq_store, -1: other
+  std::vector<uint8_t>& xq_gemm = plan.xq_gemm;  // per job: runs on the int8 GEMM
+  xq_at.clear();
+  xq_gemm.clear();
   static thread_local AlignedBuffer<uint8_t> xq_store;
   uint8_t* xq = nullptr;
   if constexpr (requires { L::kGgmlInt; }) {
     int64_t end = 0;
-    std::vector<std::pair<size_t, int64_t>> rows;  // (job, row) to quantise
+    std::vector<std::pair<size_t, int64_t>>& rows = plan.rows;  // (job, row) to quantise
+    rows.clear();
     for (size_t j = 0; j < jobs.size(); ++j) {
       const LinearJob& job = jobs[j];
       if (job.n == 0 || !L::ggml_takes(job.w->dtype)) continue;
@@ -474,7 +495,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       });
     }
   }
-  std::vector<Item> items;
+  std::vector<Item>& items = plan.items;
+  items.clear();
   bool decode = true;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const LinearJob& job = jobs[j];
@@ -490,7 +512,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   }
   if (decode && threads > 1) {
     const size_t tail = std::min(items.size(), size_t(threads));
-    std::vector<Item> pieces;
+    std::vector<Item>& pieces = plan.pieces;
+    pieces.clear();
     for (size_t i = items.size() - tail; i < items.size(); ++i) {
       const Item it = items[i];
       const int64_t unit = lin_row_unit(*jobs[size_t(it.job)].w, 8);

@@ -58,9 +58,12 @@ struct DecodeSplit {
 // Aims for ~4 items per thread of equal (tiles × rows) so that a lone long sequence is split
 // across threads by key range and many short ones are spread by sequence.
 // Key ranges are whole steps of step_tiles tiles where that does not leave a thread idle.
-inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads, int row_block,
-                               int step_tiles) {
-  DecodeSplit d;
+// d's vectors keep their capacity between calls.
+inline void plan_decode(const MlaDecodeParams& p, int threads, int row_block, int step_tiles,
+                        DecodeSplit* out) {
+  DecodeSplit& d = *out;
+  d.num_items = 0;
+  d.part_rows = 0;
   const int rows = p.s_q * p.h_q;
   d.row_blocks = (rows + row_block - 1) / row_block;
   int64_t total_tiles = 0;
@@ -82,7 +85,6 @@ inline DecodeSplit plan_decode(const MlaDecodeParams& p, int threads, int row_bl
     if (d.splits[b] > 1) d.part_rows += int64_t(d.splits[b]) * rows;
     d.num_items += int64_t(d.splits[b]) * d.row_blocks;
   }
-  return d;
 }
 
 // Keys a Tile policy takes per step: Tile::kKeys (a multiple of kTile) when it says, else kTile.
@@ -100,10 +102,23 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
   if (p.b == 0) return;
   const int rows = p.s_q * p.h_q;
   constexpr int kRowBlock = Tile::kRowBlock, kKeys = tile_keys<Tile>();
-  const DecodeSplit plan = plan_decode(p, pool.num_threads(), kRowBlock, kKeys / kTile);
-  std::vector<float> part_o(size_t(plan.part_rows) * p.d_v), part_lse(plan.part_rows);
+  // The plan and the key-range partials, kept between calls on the calling thread (local
+  // references: a lambda run on a worker would name the worker's own thread_locals).
+  struct Buffers {
+    DecodeSplit plan;
+    AlignedBuffer<float> part_o, part_lse;
+    std::vector<int64_t> first_item;
+    std::vector<int> split_batches;
+  };
+  static thread_local Buffers buffers;
+  Buffers& bufs = buffers;
+  const DecodeSplit& plan = bufs.plan;
+  plan_decode(p, pool.num_threads(), kRowBlock, kKeys / kTile, &bufs.plan);
+  float* part_o = ensure_scratch(bufs.part_o, size_t(plan.part_rows) * p.d_v);
+  float* part_lse = ensure_scratch(bufs.part_lse, size_t(plan.part_rows));
   // item → (b, split, row block): prefix sums over b.
-  std::vector<int64_t> first_item(p.b + 1, 0);
+  std::vector<int64_t>& first_item = bufs.first_item;
+  first_item.assign(size_t(p.b) + 1, 0);
   for (int b = 0; b < p.b; ++b)
     first_item[b + 1] = first_item[b] + int64_t(plan.splits[b]) * plan.row_blocks;
 
@@ -172,20 +187,21 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
       }
     } else {
       const int64_t base = plan.part_off[b] + int64_t(split) * rows + r0;
-      finish_rows(R, p.d_v, st, part_o.data() + base * p.d_v, p.d_v, part_lse.data() + base);
+      finish_rows(R, p.d_v, st, part_o + base * p.d_v, p.d_v, part_lse + base);
     }
   });
 
   if (plan.part_rows == 0) return;
   // Merge the key-range partials of split sequences: lse = ln Σ e^lse_k, out = Σ e^(lse_k − lse)
   // o_k.
-  std::vector<int> split_batches;
+  std::vector<int>& split_batches = bufs.split_batches;
+  split_batches.clear();
   for (int b = 0; b < p.b; ++b)
     if (plan.splits[b] > 1) split_batches.push_back(b);
   pool.parallel_for(int64_t(split_batches.size()) * rows, [&](int64_t item, int) {
     const int b = split_batches[item / rows], r = int(item % rows);
     const int ns = plan.splits[b];
-    const float* lse_k = part_lse.data() + plan.part_off[b] + r;  // stride rows
+    const float* lse_k = part_lse + plan.part_off[b] + r;  // stride rows
     float mx = kNegInf;
     bool nan = false;  // a NaN partial makes the row NaN, as it would without the split
     for (int k = 0; k < ns; ++k) {
@@ -213,7 +229,7 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
     for (int k = 0; k < ns; ++k) {
       const float w = std::exp(lse_k[int64_t(k) * rows] - total);
       if (w == 0.0f) continue;
-      const float* o_k = part_o.data() + (plan.part_off[b] + int64_t(k) * rows + r) * p.d_v;
+      const float* o_k = part_o + (plan.part_off[b] + int64_t(k) * rows + r) * p.d_v;
       for (int c = 0; c < p.d_v; ++c) out[c] += w * o_k[c];
     }
     lse = total;

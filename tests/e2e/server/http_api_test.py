@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`mla serve` over raw HTTP (Python standard library only): the SSE framing byte for byte, the
-status and OpenAI error envelope of each bad request class (reliability.md §4), /health,
+status and OpenAI error envelope of each bad request class (docs/RELIABILITY.md §Checklist R35-R46), /health,
 /metrics, /tokenize, /detokenize, 429 with Retry-After when the queue is full, and SIGTERM: drain
 in-flight streams and exit 0, or with no drain time end them with an error event and [DONE].
 After every bad request the server still serves.
@@ -222,7 +222,7 @@ class BadRequestTest(unittest.TestCase):
         self.assertEqual(SERVER.request("GET", "/health")[0], 200)
 
     def test_header_limits(self):
-        # reliability.md §4 item 36: > 100 headers or a header block > 16 KiB: 431; a request
+        # docs/RELIABILITY.md §Checklist R36: > 100 headers or a header block > 16 KiB: 431; a request
         # line > 8 KiB: 414. The server keeps serving.
         many = b"".join(b"X-H%d: y\r\n" % i for i in range(101))
         out = raw_exchange(SERVER.port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
@@ -270,8 +270,8 @@ def wait_in_flight(server, n, timeout=30):
         time.sleep(0.01)
 
 
-def stream_in_thread(server, max_tokens, out):
-    body = {"model": server.model_id, "prompt": "Go", "max_tokens": max_tokens, "stream": True,
+def stream_in_thread(server, max_tokens, out, prompt="Go"):
+    body = {"model": server.model_id, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
             "ignore_eos": True, "temperature": 0}
     out.append(server.request("POST", "/v1/completions", body, timeout=120))
 
@@ -308,6 +308,30 @@ class SlowClientTest(unittest.TestCase):
         self.assertGreaterEqual(min(closed.values()), 9.5)
         self.assertLess(max(closed.values()), 14.0)
         self.assertGreaterEqual(SERVER.metrics()["mla:http_connections_timed_out"], len(socks))
+
+
+    def test_a_slow_body_is_cut_at_the_read_timeout(self):
+        # --read-timeout 2: the headers come at once, then the body one byte every 0.25 s (no
+        # single read times out); the connection is closed about 2 s after the headers.
+        s = MlaServer(BINARY, MODEL, "--read-timeout", "2")
+        try:
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+            c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1000\r\n\r\n")
+            start, closed = time.time(), None
+            while closed is None and time.time() - start < 15:
+                try:
+                    c.sendall(b" ")
+                except OSError:
+                    closed = time.time() - start
+                time.sleep(0.25)
+            c.close()
+            self.assertIsNotNone(closed, "a body trickling for 15 s was never cut")
+            # 2 s, plus the watchdog's look (0.25 s) and a write or two to notice the reset.
+            self.assertGreaterEqual(closed, 1.9)
+            self.assertLess(closed, 3.5)
+        finally:
+            self.assertEqual(s.stop(), 0)
 
 
 class WarmPrefixTest(unittest.TestCase):
@@ -362,6 +386,27 @@ class QueueAndShutdownTest(unittest.TestCase):
             self.assertEqual(json.loads(raw)["error"]["type"], "rate_limit_error")
             t.join()
             self.assertEqual(out[0][0], 200)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_queue_limit_counts_every_prompt_of_a_request(self):
+        # Two slots, no queue: one request with two prompts holds both, so a third prompt in a
+        # second request is over the limit (the limit counts engine sequences, not requests).
+        s = MlaServer(BINARY, MODEL, "--max-num-seqs", "2", "--max-queue", "0")
+        try:
+            out = []
+            t = threading.Thread(target=stream_in_thread, args=(s, 3000, out, ["Go", "On"]))
+            t.start()
+            wait_in_flight(s, 1)
+            status, _, raw = s.request("POST", "/v1/completions", {"model": s.model_id, "prompt": "x"})
+            self.assertEqual(status, 429, raw)
+            self.assertIn("this request has 1", json.loads(raw)["error"]["message"])
+            t.join()
+            self.assertEqual(out[0][0], 200)
+            # Freed when answered: the same request is admitted now.
+            status, _, raw = s.request("POST", "/v1/completions",
+                                       {"model": s.model_id, "prompt": ["x", "y"], "max_tokens": 2})
+            self.assertEqual(status, 200, raw)
         finally:
             self.assertEqual(s.stop(), 0)
 

@@ -326,6 +326,34 @@ TEST_P(ForwardTest, BadBatchesAreRefused) {
   EXPECT_FALSE(generate(*m, std::vector<int32_t>{}, GenerateOptions{}, pool_).ok());
 }
 
+TEST_P(ForwardTest, BlockTableEntriesOutsideTheCacheAreRefused) {
+  // The rows a forward pass writes are addressed through the block table without further checks:
+  // an entry past the pool (or negative) must be refused before anything is written.
+  auto m = load();
+  ASSERT_TRUE(m);
+  auto cache = KvCacheStorage::allocate(m->cache_shape(4, 8));
+  ASSERT_TRUE(cache.ok());
+  const std::vector<int32_t> toks = prompt(12);
+  std::vector<float> logits;
+  for (const int32_t bad : {4, -1, 1 << 20}) {
+    const std::vector<int32_t> table = {0, bad};  // the second page holds tokens 8..11
+    ForwardBatch b;
+    b.tokens = toks;
+    b.seqs.push_back({table, 0, int(toks.size())});
+    auto st = m->forward(b, *cache, pool_, logits);
+    ASSERT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.status().message().find("entry 1 is page " + std::to_string(bad)),
+              std::string::npos)
+        << st.status().message();
+  }
+  const std::vector<int32_t> good = {0, 3};
+  ForwardBatch b;
+  b.tokens = toks;
+  b.seqs.push_back({good, 0, int(toks.size())});
+  EXPECT_TRUE(m->forward(b, *cache, pool_, logits).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, ForwardTest,
                          ::testing::Values("v2-lite", "v2", "v3", "kimi-k2", "moonlight",
                                            "minicpm3"),

@@ -142,6 +142,27 @@ TEST_F(EngineTest, PinnedPrefixSurvivesPressureUntilUnpinned) {
   EXPECT_EQ(e->pin_prefix(make_prompt(8, 1)).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(EngineTest, APinJobWhoseForwardFailsReportsThatError) {
+  // The forward pass of the pin job fails (injected): pin_prefix returns that error and its code,
+  // not resource_exhausted, which means "does not fit"; the engine serves on, nothing held.
+  EngineOptions o;
+  o.num_blocks = 12;
+  std::atomic<bool> fail{true};
+  o.before_forward = [&](const StepPlan&) {
+    return fail.load() ? Status(StatusCode::kIoError, "injected forward failure") : Status();
+  };
+  auto e = start(o);
+  Result<PrefixId> pin = e->pin_prefix(make_prompt(32, 4));
+  ASSERT_FALSE(pin.ok());
+  EXPECT_EQ(pin.status().code(), StatusCode::kIoError) << pin.status().to_string();
+  EXPECT_NE(pin.status().message().find("injected forward failure"), std::string::npos);
+  EXPECT_EQ(e->metrics().num_pinned_prefixes, 0);
+  EXPECT_EQ(e->cache_stats().pages_used, 0);
+  fail = false;
+  EXPECT_TRUE(e->pin_prefix(make_prompt(32, 4)).ok());
+  EXPECT_EQ(run(*e, greedy(make_prompt(20, 5), 4)).finish, FinishReason::kLength);
+}
+
 TEST_F(EngineTest, CancelWhileWaitingOrRunningFreesTheBlocks) {
   EngineOptions o;
   o.scheduler.max_num_seqs = 1;  // the second request waits behind the first
