@@ -6,8 +6,8 @@
 #include <mutex>
 
 #include "model/model_config.h"
-#include "model/tiny_checkpoint.h"
-#include "model/tiny_tokenizer.h"
+#include "tiny/tiny_checkpoint.h"
+#include "tiny/tiny_tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace mla::fuzz {

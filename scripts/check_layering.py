@@ -21,6 +21,8 @@ BELOW = {
     "server": {"core", "io", "cache", "model", "sched", "tokenizer"},
     "bench": {"core", "kernels"},
     "api": {"core", "io", "cache", "model", "sched", "tokenizer"},
+    "probe": {"core"},
+    "tiny": {"core", "io", "model", "tokenizer"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 

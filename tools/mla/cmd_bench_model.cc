@@ -17,7 +17,6 @@
 #include "bench/machine_probe.h"
 #include "bench/serve_stats.h"
 #include "commands.h"
-#include "io/tune_file.h"
 #include "model/generator.h"
 #include "runtime_flags.h"
 
@@ -28,9 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchModelOptions {
   std::string model;
-  std::string matmul_dtype = "bf16";
-  std::string lm_head_dtype;
-  std::string repack = "on";
+  RuntimeFlags rt;  // only --matmul-dtype, --lm-head-dtype and --repack are flags here
   int tokens = 64, segment = 4, warmup = 4, prompt_len = 16, threads = 0, sweeps = 3;
   int prefill_warmup = 1;
   bool json = false;
@@ -48,13 +45,12 @@ double median(const std::vector<double>& v) {
 }
 
 int run_bench_model(const BenchModelOptions& o) {
-  RuntimeOptions ro;
-  ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
-  ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
-  ro.repack_weights = o.repack != "off";
-  ro.prefill_absorption_threshold = tuned_prefill_absorption_threshold(ro.attention_q_dtype)
-                                        .value_or(kDefaultPrefillAbsorptionThreshold);
-  auto model = Model::load(o.model, ro);
+  Result<RuntimeOptions> ro = runtime_options(o.rt);
+  if (!ro.ok()) {
+    fmt::print(stderr, "error: {}\n", ro.status().message());
+    return 1;
+  }
+  auto model = Model::load(o.model, *ro);
   if (!model.ok()) {
     fmt::print(stderr, "error: {}\n", model.status().message());
     return 1;
@@ -126,7 +122,7 @@ int run_bench_model(const BenchModelOptions& o) {
   double peak_gflops = 0;
   for (int i = 0; i < 3; ++i) {
     const bench::MachineRates peak = bench::measure_machine(pool, true).all;
-    peak_gflops = std::max(peak_gflops, o.matmul_dtype == "bf16" && peak.bf16_dot_gflops > 0
+    peak_gflops = std::max(peak_gflops, o.rt.matmul_dtype == "bf16" && peak.bf16_dot_gflops > 0
                                             ? peak.bf16_dot_gflops
                                             : peak.fp32_fma_gflops);
   }
@@ -136,7 +132,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["threads"] = pool.num_threads();
     j["active_weight_bytes_per_token"] = int64_t(weight_bytes);
     j["prompt_tokens"] = o.prompt_len;
-    j["matmul_dtype"] = o.matmul_dtype;
+    j["matmul_dtype"] = o.rt.matmul_dtype;
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     const Model::RepackStats rs = (*model)->repack_stats();
     j["repacked_weights"] = rs.weights;
@@ -172,7 +168,7 @@ int run_bench_model(const BenchModelOptions& o) {
       "weights read per decode token: {:.1f} MB; {} threads; prefill {} tokens: {:.1f} "
       "tokens/s, {:.1f} GFLOP/s = {:.3f} of the {:.1f} GFLOP/s {} peak\n",
       weight_bytes / 1e6, pool.num_threads(), o.prompt_len, prefill_tps, prefill_gflops,
-      prefill_fraction, peak_gflops, o.matmul_dtype == "bf16" ? "BF16 dot" : "FP32 FMA");
+      prefill_fraction, peak_gflops, o.rt.matmul_dtype == "bf16" ? "BF16 dot" : "FP32 FMA");
   fmt::print("{:>8} {:>10} {:>14} {:>12} {:>9}\n", "segment", "tokens/s", "effective GB/s",
              "probe GB/s", "fraction");
   for (size_t i = 0; i < segments.size(); ++i)
@@ -201,9 +197,9 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0, 100));
   cmd->add_option("--warmup", o->warmup, "Decode steps before the first segment (default 4)")
       ->check(CLI::Range(0, 1 << 20));
-  add_matmul_dtype_flag(cmd, &o->matmul_dtype);
-  add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
-  add_repack_flag(cmd, &o->repack);
+  add_matmul_dtype_flag(cmd, &o->rt.matmul_dtype);
+  add_lm_head_dtype_flag(cmd, &o->rt.lm_head_dtype);
+  add_repack_flag(cmd, &o->rt.repack);
   cmd->add_option("--prompt-len", o->prompt_len, "Prompt tokens, ids 1 .. N (default 16)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--sweeps", o->sweeps, "256 MiB reads per probe, median (default 3)")

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "commands.h"
-#include "io/tune_file.h"
 #include "runtime_flags.h"
 #include "sched/engine.h"
 
@@ -28,11 +27,10 @@ struct OfflineOptions {
   std::string model;
   int num_prompts = 64, input_len = 128, output_len = 32, prefix_len = 0;
   int max_num_seqs = 128, max_num_batched_tokens = 2048, long_prefill_token_threshold = 0;
-  int page_size = 64, threads = 0, prefill_threshold = -1;
+  int page_size = 64, threads = 0;
   int64_t num_blocks = 0;
   double kv_cache_gib = 1.0;
-  std::string kv_dtype = "bf16", backend = "cpu", attention_dtype = "bf16", matmul_dtype = "bf16",
-              lm_head_dtype, repack = "on";
+  RuntimeFlags rt;
   uint64_t seed = 0;
   bool json = false;
 };
@@ -75,21 +73,10 @@ struct Timeline {
 };
 
 int run_offline(const OfflineOptions& o) {
-  auto kv = parse_kv_cache_dtype(o.kv_dtype);
-  if (!kv.ok()) return fail(kv.status());
-  RuntimeOptions ro;
-  ro.backend = o.backend;
-  ro.kv_dtype = *kv;
-  ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
-  ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
-  ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
-  ro.repack_weights = o.repack != "off";
-  ro.prefill_absorption_threshold = o.prefill_threshold >= 0
-                                        ? o.prefill_threshold
-                                        : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
-                                              .value_or(kDefaultPrefillAbsorptionThreshold);
+  Result<RuntimeOptions> ro = runtime_options(o.rt);
+  if (!ro.ok()) return fail(ro.status());
   fmt::print(stderr, "loading {}...\n", o.model);
-  auto model = Model::load(o.model, ro);
+  auto model = Model::load(o.model, *ro);
   if (!model.ok()) return fail(model.status());
   const int64_t vocab = (*model)->config().vocab_size;
 
@@ -219,15 +206,8 @@ void register_bench_offline(CLI::App* bench, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-cache-gib", o->kv_cache_gib, "KV cache size when --num-blocks is 0")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache format: bf16, fp8_e4m3, int8, nvfp4");
-  add_attention_dtype_flag(cmd, &o->attention_dtype);
-  add_matmul_dtype_flag(cmd, &o->matmul_dtype);
-  add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
-  add_repack_flag(cmd, &o->repack);
+  add_runtime_flags(cmd, &o->rt);
   cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)");
-  cmd->add_option("--backend", o->backend, "cpu or ref");
-  cmd->add_option("--prefill-threshold", o->prefill_threshold,
-                  "Prefill chunks up to this length take the absorbed path (default: tuned)");
   cmd->add_option("--seed", o->seed, "Seed of the random prompts");
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
   cmd->callback([o, exit_code] { *exit_code = run_offline(*o); });

@@ -14,7 +14,6 @@
 
 #include "commands.h"
 #include "io/safetensors.h"
-#include "io/tune_file.h"
 #include "model/generator.h"
 #include "runtime_flags.h"
 #include "tokenizer/stream_decoder.h"
@@ -33,16 +32,9 @@ struct GenerateCliOptions {
   int top_k = 0;
   float top_p = 1.0f;
   uint64_t seed = 0;
-  std::string kv_dtype = "bf16";
-  std::string attention_dtype = "bf16";
-  std::string matmul_dtype = "bf16";
-  std::string lm_head_dtype;
-  std::string repack = "on";
+  RuntimeFlags rt;  // rt.max_context: --max-context
   int threads = 0;
-  std::string backend = "cpu";
-  int prefill_threshold = -1;  // -1: the tuned value, else the default
   int prefill_chunk = 2048;
-  int64_t max_context = 0;
   bool ignore_eos = false;
   bool json = false;
   bool special = false;
@@ -103,21 +95,9 @@ Status dump_activations(const std::string& dir, std::span<const int32_t> prompt,
 }
 
 int run_generate(const GenerateCliOptions& o) {
-  auto kv = parse_kv_cache_dtype(o.kv_dtype);
-  if (!kv.ok()) return fail(kv.status());
-  RuntimeOptions ro;
-  ro.backend = o.backend;
-  ro.kv_dtype = *kv;
-  ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
-  ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
-  ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
-  ro.repack_weights = o.repack != "off";
-  ro.max_context = o.max_context;
-  ro.prefill_absorption_threshold = o.prefill_threshold >= 0
-                                        ? o.prefill_threshold
-                                        : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
-                                              .value_or(kDefaultPrefillAbsorptionThreshold);
-  auto model = Model::load(o.model, ro);
+  Result<RuntimeOptions> ro = runtime_options(o.rt);
+  if (!ro.ok()) return fail(ro.status());
+  auto model = Model::load(o.model, *ro);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& c = (*model)->config();
 
@@ -194,8 +174,8 @@ int run_generate(const GenerateCliOptions& o) {
     j["decode_tokens_per_s"] = decode_tps;
     j["kv_bytes_used"] = r->kv_bytes_used;
     j["kv_bytes_per_token"] = r->kv_bytes_per_token;
-    j["attention_dtype"] = o.attention_dtype;
-    j["matmul_dtype"] = o.matmul_dtype;
+    j["attention_dtype"] = o.rt.attention_dtype;
+    j["matmul_dtype"] = o.rt.matmul_dtype;
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     j["active_weight_bytes_per_token"] = (*model)->active_weight_bytes_per_token();
     j["decode_steps"] = r->decode_steps;
@@ -220,7 +200,7 @@ int run_generate(const GenerateCliOptions& o) {
   fmt::print(stderr, "weights read per decode token: {:.1f} MB (active, file dtypes)\n",
              double((*model)->active_weight_bytes_per_token()) / 1e6);
   fmt::print(stderr, "KV cache: {} bytes held ({} B per token over {} layers, {})\n",
-             r->kv_bytes_used, r->kv_bytes_per_token, c.num_hidden_layers, o.kv_dtype);
+             r->kv_bytes_used, r->kv_bytes_per_token, c.num_hidden_layers, o.rt.kv_dtype);
   return 0;
 }
 
@@ -240,22 +220,12 @@ void register_generate(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = all)");
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass (1 = all)");
   cmd->add_option("--seed", o->seed, "Sampling seed (default 0)");
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16, fp8_e4m3, int8, nvfp4");
-  add_attention_dtype_flag(cmd, &o->attention_dtype);
-  add_matmul_dtype_flag(cmd, &o->matmul_dtype);
-  add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
-  add_repack_flag(cmd, &o->repack);
+  add_runtime_flags(cmd, &o->rt);
   cmd->add_option("--threads", o->threads, "Threads (default: MLA_NUM_THREADS or all)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--backend", o->backend, "cpu (default) or ref (the reference kernels)")
-      ->check(CLI::IsMember({"cpu", "ref"}));
-  cmd->add_option("--prefill-threshold", o->prefill_threshold,
-                  "Chunks of at most this many tokens take the absorbed path (default: mla tune's "
-                  "measurement, else 256)")
-      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per forward pass")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-context", o->max_context,
+  cmd->add_option("--max-context", o->rt.max_context,
                   "Longest sequence to support (default: the config's, at most 32768)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the EOS token");

@@ -1,4 +1,4 @@
-// `mla make-tiny`: writes a tiny random checkpoint of one DeepSeek family (model/tiny_checkpoint)
+// `mla make-tiny`: writes a tiny random checkpoint of one DeepSeek family (tiny/tiny_checkpoint)
 // and loads it back with the real loader before reporting success.
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 
 #include "commands.h"
 #include "model/model_weights.h"
-#include "model/tiny_checkpoint.h"
+#include "tiny/tiny_checkpoint.h"
 
 namespace mla::cli {
 namespace {

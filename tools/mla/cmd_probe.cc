@@ -1,7 +1,7 @@
 // `mla probe`: checks an OpenAI-compatible endpoint (ours or another) from the three settings a
 // client has, base URL, key and model id: one greedy chat (or completions) request, then the
 // reply and its latency, or a diagnosis of what is wrong and what to change, with an exit code
-// per diagnosis (server/probe_diagnosis.h). On a 404 it asks GET /v1/models to tell an unknown
+// per diagnosis (probe/probe_diagnosis.h). On a 404 it asks GET /v1/models to tell an unknown
 // model from a wrong path. --compare then checks the endpoint's greedy tokens against the local
 // runtime on the same model (cmd_probe_compare.cc). The key is never printed.
 #include <fmt/format.h>
@@ -22,8 +22,8 @@ namespace mla::cli {
 namespace {
 
 using nlohmann::ordered_json;
-using server::probe::Diagnosis;
-using server::probe::Observed;
+using probe::Diagnosis;
+using probe::Observed;
 
 // Greedy prompts of --compare when no --prompt is given: prose, code and a chat-style question,
 // so that more than one region of the vocabulary is exercised.
@@ -44,7 +44,7 @@ struct ProbeOptions {
 // included (httplib's Client; no HTTP of our own).
 class Prober {
  public:
-  Prober(const server::probe::BaseUrl& base, double timeout_s, const std::string& key)
+  Prober(const probe::BaseUrl& base, double timeout_s, const std::string& key)
       : base_(base), cli_(base.origin), timeout_s_(timeout_s) {
     const auto ms = [](double s) { return std::chrono::milliseconds(int64_t(s * 1000)); };
     cli_.set_connection_timeout(ms(timeout_s < 10 ? timeout_s : 10));
@@ -90,7 +90,7 @@ class Prober {
     return rc == 0;
   }
 
-  server::probe::BaseUrl base_;
+  probe::BaseUrl base_;
   httplib::Client cli_;
   httplib::Headers headers_;
   double timeout_s_;
@@ -107,7 +107,7 @@ ordered_json compare_json(const std::vector<PromptComparison>& results) {
     if (!p.error.empty()) {
       j["error"] = p.error;
     } else {
-      const server::probe::Agreement& g = p.agreement;
+      const probe::Agreement& g = p.agreement;
       j["agreed"] = g.agreed;
       j["total"] = g.total;
       j["full"] = g.full;
@@ -136,7 +136,7 @@ Diagnosis print_compare(const ProbeOptions& o, const std::vector<PromptCompariso
       if (!o.json) fmt::print("  {}: the endpoint failed: {}\n", quoted(p.prompt), p.error);
       continue;
     }
-    const server::probe::Agreement& g = p.agreement;
+    const probe::Agreement& g = p.agreement;
     agreed += g.agreed;
     total += g.total;
     if (!g.full && d == Diagnosis::kOk) d = Diagnosis::kMismatch;
@@ -151,17 +151,17 @@ Diagnosis print_compare(const ProbeOptions& o, const std::vector<PromptCompariso
     fmt::print("\n");
   }
   if (!o.json)
-    fmt::print("{}: {}/{} tokens agree over {} prompts\n", server::probe::diagnosis_name(d), agreed,
-               total, results.size());
+    fmt::print("{}: {}/{} tokens agree over {} prompts\n", probe::diagnosis_name(d), agreed, total,
+               results.size());
   return d;
 }
 
 int run_probe(const ProbeOptions& o) {
   const auto local_error = [&](const std::string& msg) {
     fmt::print(stderr, "mla probe: {}\n", msg);
-    return server::probe::exit_code(Diagnosis::kLocalError);
+    return probe::exit_code(Diagnosis::kLocalError);
   };
-  Result<server::probe::BaseUrl> base = server::probe::parse_base_url(o.base_url);
+  Result<probe::BaseUrl> base = probe::parse_base_url(o.base_url);
   if (!base.ok()) return local_error(base.status().message());
 
   // The key comes from the environment, never the command line (it would show in `ps`); like
@@ -174,11 +174,11 @@ int run_probe(const ProbeOptions& o) {
     env = "OPENAI_API_KEY";
     value = std::getenv(env.c_str());
   }
-  server::probe::ProbeRequest req;
+  probe::ProbeRequest req;
   req.base = *base;
   req.model = o.model;
   req.route = o.completions ? "/v1/completions" : "/v1/chat/completions";
-  req.key = server::probe::describe_key(env, value);
+  req.key = probe::describe_key(env, value);
   req.key.fallback_from = fallback_from;
   const std::string key = req.key.sendable() ? std::string(value) : std::string();
 
@@ -200,17 +200,16 @@ int run_probe(const ProbeOptions& o) {
     obs = prober.send(req.route, body.dump());
   }
   // A 404 is either the model or the path: the list of models tells which.
-  server::probe::ModelList models, root_models;
+  probe::ModelList models, root_models;
   if (obs.status == 404) {
     const Observed m = prober.send("/v1/models", "");
-    models = server::probe::parse_model_list(m.status, m.body);
-    if (const server::probe::BaseUrl root = server::probe::suggested_base(*base);
-        root.prefix != base->prefix) {
+    models = probe::parse_model_list(m.status, m.body);
+    if (const probe::BaseUrl root = probe::suggested_base(*base); root.prefix != base->prefix) {
       const Observed r = Prober(root, o.timeout_s, key).send("/v1/models", "");
-      root_models = server::probe::parse_model_list(r.status, r.body);
+      root_models = probe::parse_model_list(r.status, r.body);
     }
   }
-  const server::probe::Report rep = server::probe::diagnose(req, obs, models, root_models, key);
+  const probe::Report rep = probe::diagnose(req, obs, models, root_models, key);
 
   Diagnosis d = rep.diagnosis;
   ordered_json compare;
@@ -227,7 +226,7 @@ int run_probe(const ProbeOptions& o) {
     Result<std::vector<PromptComparison>> results =
         compare_with_local(s, [&](const std::string& route, const std::string& body) {
           Observed r = prober.send(route, body);
-          r.body = server::probe::redact(std::move(r.body), key);  // quoted when it fails
+          r.body = probe::redact(std::move(r.body), key);  // quoted when it fails
           return r;
         });
     if (!results.ok()) return local_error("--compare: " + results.status().message());
@@ -238,8 +237,8 @@ int run_probe(const ProbeOptions& o) {
   if (o.json) {
     ordered_json j = {
         {"ok", d == Diagnosis::kOk},
-        {"diagnosis", server::probe::diagnosis_name(d)},
-        {"exit_code", server::probe::exit_code(d)},
+        {"diagnosis", probe::diagnosis_name(d)},
+        {"exit_code", probe::exit_code(d)},
         {"status", obs.status ? ordered_json(obs.status) : ordered_json(nullptr)},
         {"latency_ms", obs.status ? ordered_json(obs.latency_ms) : ordered_json(nullptr)},
         {"reply",
@@ -256,12 +255,12 @@ int run_probe(const ProbeOptions& o) {
     if (rep.diagnosis == Diagnosis::kOk) {
       fmt::print("ok: {}\nreply: {}\n", rep.summary, quoted(rep.reply));
     } else {
-      fmt::print("{}: {}\n", server::probe::diagnosis_name(rep.diagnosis), rep.summary);
+      fmt::print("{}: {}\n", probe::diagnosis_name(rep.diagnosis), rep.summary);
       for (const std::string& line : rep.details) fmt::print("  - {}\n", line);
       if (o.compare) fmt::print("  (--compare was not run: the endpoint has to answer first)\n");
     }
   }
-  return server::probe::exit_code(d);
+  return probe::exit_code(d);
 }
 
 void register_probe(CLI::App& app, int* exit_code) {

@@ -6,23 +6,21 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "io/tune_file.h"
 #include "model/generator.h"
 #include "probe_local.h"
+#include "runtime_flags.h"
 #include "tokenizer/tokenizer_config.h"
 #include "tokenizer_fit.h"
 
 namespace mla::cli {
 
-using server::probe::EndpointTokens;
+using probe::EndpointTokens;
 
 Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
                                                          const PostJson& post) {
   // The runtime options of `mla serve` and `mla generate` left at their defaults, so a server
   // started without flags computes what this does.
-  RuntimeOptions ro;
-  ro.prefill_absorption_threshold = tuned_prefill_absorption_threshold(ro.attention_q_dtype)
-                                        .value_or(kDefaultPrefillAbsorptionThreshold);
+  MLA_ASSIGN_OR_RETURN(RuntimeOptions ro, runtime_options(RuntimeFlags{}));
   fmt::print(stderr, "loading the local model {}...\n", s.model_dir);
   MLA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(s.model_dir, ro));
   MLA_ASSIGN_OR_RETURN(tok::LoadedTokenizer tk, tok::load_tokenizer_dir(s.model_dir));
@@ -48,14 +46,14 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
                                  {"ignore_eos", true},
                                  {"logprobs", 1},
                                  {"return_tokens_as_token_ids", true}};
-    const server::probe::Observed o = post("/v1/completions", body.dump());
+    const probe::Observed o = post("/v1/completions", body.dump());
     std::optional<EndpointTokens> e;
     if (o.status == 0) {
       pc.error = "no answer: " + o.transport_error;
     } else if (o.status != 200) {
-      pc.error = fmt::format("HTTP {}: {}", o.status, server::probe::excerpt(o.body, 300));
+      pc.error = fmt::format("HTTP {}: {}", o.status, probe::excerpt(o.body, 300));
     } else {
-      Result<EndpointTokens> parsed = server::probe::parse_completion_tokens(o.body);
+      Result<EndpointTokens> parsed = probe::parse_completion_tokens(o.body);
       if (parsed.ok())
         e = std::move(*parsed);
       else
@@ -73,7 +71,7 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
         const std::string* b = tk.tokenizer.token_bytes(id);
         bytes.push_back(b ? *b : std::string());
       }
-      pc.agreement = server::probe::compare_tokens(r.generated, bytes, *e);
+      pc.agreement = probe::compare_tokens(r.generated, bytes, *e);
       pc.endpoint_finish = e->finish_reason;
     }
     out.push_back(std::move(pc));

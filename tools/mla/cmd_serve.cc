@@ -16,7 +16,6 @@
 
 #include "cache/cache_capacity.h"
 #include "commands.h"
-#include "io/tune_file.h"
 #include "runtime_flags.h"
 #include "server/http_server.h"
 #include "server/openai_prompt.h"
@@ -36,15 +35,8 @@ struct ServeCliOptions {
   int page_size = kDefaultPageSize;
   double kv_cache_gib = 1.0;
   uint64_t kv_cache_bytes = 0;  // when given, instead of kv_cache_gib
-  std::string kv_dtype = "bf16";
-  std::string attention_dtype = "bf16";
-  std::string matmul_dtype = "bf16";
-  std::string lm_head_dtype;
-  std::string repack = "on";
-  int64_t max_model_len = 0;
+  RuntimeFlags rt;              // rt.max_context: --max-model-len
   int threads = 0;
-  std::string backend = "cpu";
-  int prefill_threshold = -1;
   double shutdown_timeout_s = 30;
   std::string warm_prefix;
 };
@@ -118,8 +110,9 @@ int run_serve(ServeCliOptions o) {
     if (!key.ok()) return fail(key.status());
     o.http.api_key = *key;
   }
-  auto kv = parse_kv_cache_dtype(o.kv_dtype);
-  if (!kv.ok()) return fail(kv.status());
+  // Flag errors before the port is taken.
+  Result<RuntimeOptions> ro = runtime_options(o.rt);
+  if (!ro.ok()) return fail(ro.status());
 
   // One connection worker per request that may run or wait, and 64 more for idle keep-alive
   // and slow connections (shed when all are taken).
@@ -133,19 +126,7 @@ int run_serve(ServeCliOptions o) {
   http.start();
   fmt::print(stderr, "listening on http://{}:{}\n", o.http.host, *port);
 
-  RuntimeOptions ro;
-  ro.backend = o.backend;
-  ro.kv_dtype = *kv;
-  ro.attention_q_dtype = f32_or_bf16(o.attention_dtype);
-  ro.matmul_dtype = f32_or_bf16(o.matmul_dtype);
-  ro.lm_head_dtype = lm_head_dtype_of(o.lm_head_dtype);
-  ro.repack_weights = o.repack != "off";
-  ro.max_context = o.max_model_len;
-  ro.prefill_absorption_threshold = o.prefill_threshold >= 0
-                                        ? o.prefill_threshold
-                                        : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
-                                              .value_or(kDefaultPrefillAbsorptionThreshold);
-  auto model = Model::load(o.model, ro);
+  auto model = Model::load(o.model, *ro);
   if (!model.ok()) return fail(model.status());
   std::unique_ptr<tok::LoadedTokenizer> tk;
   if (std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json")) {
@@ -228,16 +209,9 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache size in bytes")
       ->check(CLI::PositiveNumber)
       ->excludes(gib);
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache format: bf16, fp8_e4m3, int8, nvfp4");
-  add_attention_dtype_flag(cmd, &o->attention_dtype);
-  add_matmul_dtype_flag(cmd, &o->matmul_dtype);
-  add_lm_head_dtype_flag(cmd, &o->lm_head_dtype);
-  add_repack_flag(cmd, &o->repack);
-  cmd->add_option("--max-model-len", o->max_model_len, "Context length (default: the model's)");
+  add_runtime_flags(cmd, &o->rt);
+  cmd->add_option("--max-model-len", o->rt.max_context, "Context length (default: the model's)");
   cmd->add_option("--threads", o->threads, "Compute threads (default: MLA_NUM_THREADS or all)");
-  cmd->add_option("--backend", o->backend, "cpu or ref");
-  cmd->add_option("--prefill-threshold", o->prefill_threshold,
-                  "Absorbed/decompressed crossover (default: tuned, else 256)");
   cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "Larger request bodies get 413");
   cmd->add_option("--read-timeout", o->http.read_timeout_s,
                   "Seconds a request's headers, and then its body, may take to arrive (default "

@@ -7,14 +7,13 @@
 #include <vector>
 
 #include "mla/status.h"
-#include "server/probe_compare.h"
-#include "server/probe_diagnosis.h"
+#include "probe/probe_compare.h"
+#include "probe/probe_diagnosis.h"
 
 namespace mla::cli {
 
 // POSTs a JSON body to a route ("/v1/completions") under the probed base URL, with its key.
-using PostJson =
-    std::function<server::probe::Observed(const std::string& route, const std::string& body)>;
+using PostJson = std::function<probe::Observed(const std::string& route, const std::string& body)>;
 
 struct CompareSetup {
   std::string model_dir;  // the local model: the same checkpoint the endpoint should serve
@@ -26,7 +25,7 @@ struct CompareSetup {
 struct PromptComparison {
   std::string prompt;
   size_t prompt_tokens = 0;
-  server::probe::Agreement agreement;
+  probe::Agreement agreement;
   std::string endpoint_finish;  // the endpoint's finish_reason
   std::string error;            // the endpoint's answer could not be compared (agreement unset)
 };

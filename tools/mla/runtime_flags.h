@@ -2,10 +2,13 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <optional>
 #include <string>
 
 #include "core/dtype.h"
+#include "mla/status.h"
+#include "model/model_runtime.h"
 
 namespace mla::cli {
 
@@ -53,6 +56,27 @@ inline void add_repack_flag(CLI::App* cmd, std::string* value) {
                   "or off")
       ->check(CLI::IsMember({"on", "off"}));
 }
+
+// How a model runs, as the commands' flags spell it: the one place the CLI turns flags into
+// RuntimeOptions (runtime_options below), for generate, serve, bench offline, bench model and
+// probe --compare. Defaults are RuntimeOptions' own.
+struct RuntimeFlags {
+  std::string backend = "cpu";
+  std::string kv_dtype = "bf16";
+  std::string attention_dtype = "bf16";
+  std::string matmul_dtype = "bf16";
+  std::string lm_head_dtype;  // empty: the checkpoint's
+  std::string repack = "on";
+  int prefill_threshold = -1;  // -1: mla tune's measurement, else the default
+  int64_t max_context = 0;     // 0: the config's (each command names its own flag)
+};
+
+// --kv-dtype, --attention-dtype, --matmul-dtype, --lm-head-dtype, --repack, --backend and
+// --prefill-threshold.
+void add_runtime_flags(CLI::App* cmd, RuntimeFlags* f);
+
+// invalid_argument naming the value for an unknown --kv-dtype.
+Result<RuntimeOptions> runtime_options(const RuntimeFlags& f);
 
 // The flag's spelling of a stored weight dtype, for --json: "bf16", "fp8", "int8", "f16", "f32".
 inline std::string weight_dtype_flag_name(DType t) {

@@ -16,8 +16,8 @@
 
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "model/tiny_checkpoint.h"
 #include "temp_dir.h"
+#include "tiny/tiny_checkpoint.h"
 
 namespace mla::testing_model {
 

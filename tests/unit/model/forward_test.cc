@@ -9,8 +9,8 @@
 #include "cache/sequence_blocks.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "model/generator.h"
-#include "model/tiny_checkpoint.h"
 #include "temp_dir.h"
+#include "tiny/tiny_checkpoint.h"
 
 namespace mla {
 namespace {

@@ -14,8 +14,8 @@
 #include "model/generator.h"
 #include "model/gguf_checkpoint.h"
 #include "model/gguf_export.h"
-#include "model/tiny_checkpoint.h"
 #include "temp_dir.h"
+#include "tiny/tiny_checkpoint.h"
 #include "tokenizer/tokenizer_config.h"
 
 namespace mla {

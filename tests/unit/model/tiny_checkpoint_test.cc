@@ -1,6 +1,6 @@
 // Tests of make-tiny (write_tiny_checkpoint): every family, BF16 and FP8, one and two files, loads
 // with load_model_weights; configs carry the family's keys; FP8 scales dequantise correctly.
-#include "model/tiny_checkpoint.h"
+#include "tiny/tiny_checkpoint.h"
 
 #include <gtest/gtest.h>
 

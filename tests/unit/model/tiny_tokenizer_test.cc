@@ -1,8 +1,8 @@
-// make-tiny's tokenizer (model/tiny_tokenizer): for every family the written files load with the
+// make-tiny's tokenizer (tiny/tiny_tokenizer): for every family the written files load with the
 // project's tokenizer, round-trip arbitrary UTF-8, put BOS / EOS at the config's ids, keep every
 // id below vocab_size, and carry a chat template that detect_chat_format recognises; the
 // structure matches DeepSeek-V3's tokenizer.json where both have the same part.
-#include "model/tiny_tokenizer.h"
+#include "tiny/tiny_tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 
 #include "checkpoint_test_util.h"
 #include "core/rng.h"
-#include "model/tiny_checkpoint.h"
+#include "tiny/tiny_checkpoint.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer_config.h"
 

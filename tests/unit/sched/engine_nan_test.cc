@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "io/safetensors.h"
-#include "model/tiny_checkpoint.h"
 #include "sched/engine.h"
 #include "temp_dir.h"
+#include "tiny/tiny_checkpoint.h"
 
 namespace mla::sched {
 namespace {

@@ -12,9 +12,9 @@
 
 #include "bpe_tokenizer_json.h"
 #include "model/generator.h"
-#include "model/tiny_checkpoint.h"
 #include "sched/engine.h"
 #include "temp_dir.h"
+#include "tiny/tiny_checkpoint.h"
 
 namespace mla::sched::test_util {
 

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "model/tiny_checkpoint.h"
 #include "sched/engine.h"
 #include "server/http_server.h"
 #include "temp_dir.h"
+#include "tiny/tiny_checkpoint.h"
 
 namespace mla::server {
 namespace {

@@ -1,7 +1,7 @@
 // write_tiny_checkpoint: config.json (tiny_config.cc) → ModelConfig → expected tensors (the same
 // table the loader checks) → random BF16 / block-FP8 data → safetensors shards + index.json;
 // tokenizer.json and tokenizer_config.json from tiny_tokenizer.cc.
-#include "model/tiny_checkpoint.h"
+#include "tiny/tiny_checkpoint.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -16,8 +16,8 @@
 #include "core/rng.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "model/tiny_tokenizer.h"
 #include "model/weight_layout.h"
+#include "tiny/tiny_tokenizer.h"
 
 namespace mla {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "mla/status.h"
 
-namespace mla::server::probe {
+namespace mla::probe {
 
 struct BaseUrl {
   std::string origin;  // "http://host:port" for httplib's Client
@@ -53,4 +53,4 @@ std::string excerpt(std::string_view text, size_t limit);
 // text with every occurrence of secret replaced by "***" (secret empty: unchanged).
 std::string redact(std::string text, std::string_view secret);
 
-}  // namespace mla::server::probe
+}  // namespace mla::probe

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "server/probe_compare.h"
-#include "server/probe_diagnosis.h"
+#include "probe/probe_compare.h"
+#include "probe/probe_diagnosis.h"
 
 namespace {
 
-using namespace mla::server::probe;
+using namespace mla::probe;
 
 constexpr const char* kKey = "sk-secret-0123456789";
 

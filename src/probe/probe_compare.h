@@ -2,7 +2,7 @@
 // position by position. Token ids when the endpoint names them ("token_id:N", vLLM's
 // return_tokens_as_token_ids), else the token texts of its legacy logprobs, else only its text.
 // No HTTP and no model here (tools/mla/cmd_probe_compare.cc has both); unit-tested in
-// tests/unit/server/probe_diagnosis_test.cc.
+// tests/unit/probe/probe_diagnosis_test.cc.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +14,7 @@
 
 #include "mla/status.h"
 
-namespace mla::server::probe {
+namespace mla::probe {
 
 // choices[0] of a /v1/completions answer.
 struct EndpointTokens {
@@ -46,4 +46,4 @@ Agreement compare_tokens(std::span<const int32_t> local_ids,
 // what our server (and nlohmann's replace mode) sends for a token that is part of a character.
 std::string as_json_text(std::string_view bytes);
 
-}  // namespace mla::server::probe
+}  // namespace mla::probe

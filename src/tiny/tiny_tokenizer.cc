@@ -1,6 +1,6 @@
 // tiny_tokenizer_files: the id layout and chat templates of tiny_tokenizer.h, written with
 // nlohmann's ordered JSON so that keys come in the order Hugging Face writes them.
-#include "model/tiny_tokenizer.h"
+#include "tiny/tiny_tokenizer.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <span>
 
 #include "core/check.h"
-#include "model/tiny_checkpoint.h"
+#include "tiny/tiny_checkpoint.h"
 
 namespace mla {
 namespace {

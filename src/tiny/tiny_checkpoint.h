@@ -55,7 +55,7 @@ struct TinyCheckpointInfo {
 };
 
 // Creates `out_dir` if needed and writes config.json, tokenizer.json and tokenizer_config.json
-// (model/tiny_tokenizer.h) plus the weights there (each file replaced atomically). Removes a
+// (tiny/tiny_tokenizer.h) plus the weights there (each file replaced atomically). Removes a
 // model.safetensors or index.json of the other layout left in `out_dir`, so the directory is
 // never ambiguous. Weights: linear and router N(0, 1/fan_in), embed_tokens N(0, 1), norms
 // 1 + N(0, 0.01), router bias N(0, 0.01) in F32; each tensor from its own stream seeded by

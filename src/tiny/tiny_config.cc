@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "model/tiny_checkpoint.h"
 #include "model/weight_layout.h"
+#include "tiny/tiny_checkpoint.h"
 
 namespace mla {
 namespace {

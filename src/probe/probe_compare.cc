@@ -1,13 +1,13 @@
-#include "server/probe_compare.h"
+#include "probe/probe_compare.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "server/probe_diagnosis.h"
+#include "probe/probe_diagnosis.h"
 
-namespace mla::server::probe {
+namespace mla::probe {
 namespace {
 
 using nlohmann::json;
@@ -106,4 +106,4 @@ Agreement compare_tokens(std::span<const int32_t> local_ids,
   return a;
 }
 
-}  // namespace mla::server::probe
+}  // namespace mla::probe

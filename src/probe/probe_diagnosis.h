@@ -1,7 +1,7 @@
 // The HTTP-free half of `mla probe`: what one chat/completions answer (or its absence) says about
 // the three settings a client has (base URL, key, model id; parsed in probe_settings.h). The
 // command (tools/mla/cmd_probe.cc) does the requests; this decides, so every diagnosis is
-// unit-tested (tests/unit/server/probe_diagnosis_test.cc).
+// unit-tested (tests/unit/probe/probe_diagnosis_test.cc).
 #pragma once
 
 #include <cstddef>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "mla/status.h"
-#include "server/probe_settings.h"
+#include "probe/probe_settings.h"
 
-namespace mla::server::probe {
+namespace mla::probe {
 
 // One per outcome; the value is the exit code of `mla probe` (docs/SERVING.md lists them).
 enum class Diagnosis : int {
@@ -78,4 +78,4 @@ struct Report {
 Report diagnose(const ProbeRequest& req, const Observed& o, const ModelList& models,
                 const ModelList& root_models, std::string_view key_value);
 
-}  // namespace mla::server::probe
+}  // namespace mla::probe

@@ -1,4 +1,4 @@
-#include "server/probe_diagnosis.h"
+#include "probe/probe_diagnosis.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
-namespace mla::server::probe {
+namespace mla::probe {
 namespace {
 
 using nlohmann::json;
@@ -361,4 +361,4 @@ Report diagnose(const ProbeRequest& req, const Observed& o, const ModelList& mod
   return r;
 }
 
-}  // namespace mla::server::probe
+}  // namespace mla::probe

@@ -1,11 +1,11 @@
-#include "server/probe_settings.h"
+#include "probe/probe_settings.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
 
-namespace mla::server::probe {
+namespace mla::probe {
 namespace {
 
 std::string lower(std::string_view s) {
@@ -132,4 +132,4 @@ std::string redact(std::string text, std::string_view secret) {
   return text;
 }
 
-}  // namespace mla::server::probe
+}  // namespace mla::probe

@@ -1,0 +1,40 @@
+// The runtime flags of the model-running commands, and the RuntimeOptions they make.
+#include "runtime_flags.h"
+
+#include "core/kv_format.h"
+#include "io/tune_file.h"
+
+namespace mla::cli {
+
+void add_runtime_flags(CLI::App* cmd, RuntimeFlags* f) {
+  cmd->add_option("--kv-dtype", f->kv_dtype, "KV cache records: bf16, fp8_e4m3, int8, nvfp4");
+  add_attention_dtype_flag(cmd, &f->attention_dtype);
+  add_matmul_dtype_flag(cmd, &f->matmul_dtype);
+  add_lm_head_dtype_flag(cmd, &f->lm_head_dtype);
+  add_repack_flag(cmd, &f->repack);
+  cmd->add_option("--backend", f->backend, "cpu (default) or ref (the reference kernels)")
+      ->check(CLI::IsMember({"cpu", "ref"}));
+  cmd->add_option("--prefill-threshold", f->prefill_threshold,
+                  "Prefill chunks of at most this many tokens take the absorbed path (default: "
+                  "mla tune's measurement, else 256)")
+      ->check(CLI::Range(0, 1 << 30));
+}
+
+Result<RuntimeOptions> runtime_options(const RuntimeFlags& f) {
+  MLA_ASSIGN_OR_RETURN(KvCacheDtype kv, parse_kv_cache_dtype(f.kv_dtype));
+  RuntimeOptions ro;
+  ro.backend = f.backend;
+  ro.kv_dtype = kv;
+  ro.attention_q_dtype = f32_or_bf16(f.attention_dtype);
+  ro.matmul_dtype = f32_or_bf16(f.matmul_dtype);
+  ro.lm_head_dtype = lm_head_dtype_of(f.lm_head_dtype);
+  ro.repack_weights = f.repack != "off";
+  ro.max_context = f.max_context;
+  ro.prefill_absorption_threshold = f.prefill_threshold >= 0
+                                        ? f.prefill_threshold
+                                        : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
+                                              .value_or(kDefaultPrefillAbsorptionThreshold);
+  return ro;
+}
+
+}  // namespace mla::cli
