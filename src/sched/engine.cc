@@ -75,8 +75,9 @@ Engine::~Engine() {
   impl_->thread.join();
 }
 
-Result<std::shared_ptr<RequestStream>> Engine::submit(Request request, EventCallback callback) {
-  Impl& e = *impl_;
+Result<std::unique_ptr<LiveRequest>> Engine::Impl::make_request(Request request,
+                                                                EventCallback callback) {
+  Impl& e = *this;
   MLA_RETURN_IF_ERROR(validate(request, e.model.config().vocab_size));
   if (!request.stop.empty() && !e.tokenizer)
     return invalid_argument("request: stop strings need an engine with a tokenizer");
@@ -107,15 +108,50 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request request, EventCall
   live->stream = std::make_shared<RequestStream>(id, std::move(callback), e.inbox);
   if (e.tokenizer) live->decoder.emplace(*e.tokenizer, tok::DecodeOptions{.skip_special = true});
   live->arrival = Clock::now();
-  std::shared_ptr<RequestStream> stream = live->stream;
+  return live;
+}
+
+Status Engine::Impl::enqueue(std::unique_ptr<LiveRequest> r, int64_t streams) {
   {
-    std::lock_guard lock(e.inbox->mu);
-    if (e.inbox->stopping) return Status(StatusCode::kResourceExhausted, "the engine is stopping");
-    e.inbox->submitted.push_back(std::move(live));
-    ++e.inbox->outstanding;
+    std::lock_guard lock(inbox->mu);
+    if (inbox->stopping) return Status(StatusCode::kResourceExhausted, "the engine is stopping");
+    inbox->submitted.push_back(std::move(r));
+    inbox->outstanding += streams;
   }
-  e.inbox->cv.notify_one();
+  inbox->cv.notify_one();
+  return Status();
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(Request request, EventCallback callback) {
+  MLA_ASSIGN_OR_RETURN(std::unique_ptr<LiveRequest> live,
+                       impl_->make_request(std::move(request), std::move(callback)));
+  std::shared_ptr<RequestStream> stream = live->stream;
+  MLA_RETURN_IF_ERROR(impl_->enqueue(std::move(live), 1));
   return stream;
+}
+
+Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(
+    Request request, int n, std::vector<EventCallback> callbacks) {
+  if (n < 1 || n > kMaxSamplesPerPrompt)
+    return invalid_argument(
+        fmt::format("n is {}; between 1 and {} samples of a prompt", n, kMaxSamplesPerPrompt));
+  callbacks.resize(size_t(n));
+  std::vector<std::unique_ptr<LiveRequest>> reqs;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  const uint64_t seed = request.sampling.seed;
+  for (int i = 0; i < n; ++i) {
+    Request r = request;
+    r.sampling.seed = seed + uint64_t(i);  // each sample its own random stream
+    MLA_ASSIGN_OR_RETURN(std::unique_ptr<LiveRequest> live,
+                         impl_->make_request(std::move(r), std::move(callbacks[size_t(i)])));
+    streams.push_back(live->stream);
+    reqs.push_back(std::move(live));
+  }
+  // The first sample carries the others until its prompt is computed (engine_step.cc forks them).
+  std::unique_ptr<LiveRequest> first = std::move(reqs.front());
+  for (size_t i = 1; i < reqs.size(); ++i) first->forks.push_back(std::move(reqs[i]));
+  MLA_RETURN_IF_ERROR(impl_->enqueue(std::move(first), n));
+  return streams;
 }
 
 void Engine::cancel(RequestId id) {
@@ -217,9 +253,23 @@ void Engine::Impl::loop() {
       live.emplace(id, std::move(r));
     }
     EngineMetrics m;
-    for (RequestId id : cancels)
-      if (auto it = live.find(id); it != live.end() && !it->second->pin_done)
-        finish(*it->second, FinishReason::kCancelled, "", {}, Clock::now(), &m);
+    for (RequestId id : cancels) {
+      if (auto it = live.find(id); it != live.end()) {
+        if (!it->second->pin_done)
+          finish(*it->second, FinishReason::kCancelled, "", {}, Clock::now(), &m);
+        continue;
+      }
+      // A sample of a prompt still being computed: not started, it ends alone.
+      for (auto& [parent_id, parent] : live) {
+        auto& forks = parent->forks;
+        auto f = std::find_if(forks.begin(), forks.end(),
+                              [&](const auto& x) { return x->seq.id == id; });
+        if (f == forks.end()) continue;
+        finish(**f, FinishReason::kCancelled, "", {}, Clock::now(), &m);
+        forks.erase(f);
+        break;
+      }
+    }
     std::vector<Status> unpinned;
     for (auto& [id, promise] : unpins) {
       auto it = pinned.find(id);

@@ -69,6 +69,14 @@ class Engine {
   // the pool but not beside the pinned prefixes ends with a kError event. callback: see
   // EventCallback; without one, pull from the stream.
   Result<std::shared_ptr<RequestStream>> submit(Request request, EventCallback callback = {});
+  // n samples of one prompt (OpenAI's n), streams in sample order (callbacks[i] for sample i; a
+  // missing or empty one: pull). The prompt is computed once; then the other n - 1 sequences
+  // fork its cache pages (copy-on-write: the partial last page is copied on the first write) and
+  // sample on their own, sample i with seed request.sampling.seed + i, each a request of its own
+  // (its id, cancel, usage with the whole prompt as cached_tokens). Errors as submit, and
+  // invalid_argument for n outside [1, kMaxSamplesPerPrompt].
+  Result<std::vector<std::shared_ptr<RequestStream>>> submit_n(
+      Request request, int n, std::vector<EventCallback> callbacks = {});
   // Same as the stream's cancel(); unknown or finished ids are ignored.
   void cancel(RequestId id);
 

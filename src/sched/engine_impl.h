@@ -38,6 +38,10 @@ struct LiveRequest {
   bool scheduled_once = false;
   int64_t generated = 0;
   std::optional<std::promise<Result<PrefixId>>> pin_done;  // set for a pin job
+  // The other samples of this prompt (Engine::submit_n), carried until its prompt is computed:
+  // then they fork its pages and run as requests of their own; they end with it if it ends
+  // before (cancel, error, shutdown).
+  std::vector<std::unique_ptr<LiveRequest>> forks;
 };
 
 // Cross-thread requests to the engine thread. Streams hold it weakly for cancel().
@@ -57,6 +61,11 @@ struct Inbox : CancelSink {
 struct Engine::Impl {
   Impl(Model& model, const EngineOptions& options, const tok::Tokenizer* tokenizer,
        ThreadPool* pool, BlockPool block_pool, KvCacheStorage cache);
+
+  // Any thread: a validated request with its stream (submit, submit_n), and its hand-over to
+  // the engine thread with the number of streams it carries.
+  Result<std::unique_ptr<LiveRequest>> make_request(Request request, EventCallback callback);
+  Status enqueue(std::unique_ptr<LiveRequest> r, int64_t streams);
 
   // Engine thread.
   void loop();

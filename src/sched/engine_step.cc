@@ -33,6 +33,8 @@ Usage Engine::Impl::usage_of(const LiveRequest& r) const {
 
 void Engine::Impl::finish(LiveRequest& r, FinishReason why, std::string error, RequestEvent ev,
                           Clock::time_point now, EngineMetrics* m, StatusCode pin_code) {
+  for (auto& f : r.forks) finish(*f, why, error, {}, now, m, pin_code);  // never started
+  r.forks.clear();
   scheduler.finish(&r.seq);
   const RequestId id = r.seq.id;
   if (r.pin_done) {
@@ -181,12 +183,25 @@ void Engine::Impl::step() {
       finish(r, FinishReason::kError, "numerical error: the logits contain NaN", {}, now, &m);
       continue;
     }
-    Result<int32_t> token = r.sampler.sample(row);
-    if (!token.ok()) {
-      finish(r, FinishReason::kError, token.status().message(), {}, now, &m, token.status().code());
-      continue;
+    // The prompt is computed: the other samples of it (submit_n) fork its pages here and
+    // sample from the same logits row, each with its own sampler.
+    std::vector<LiveRequest*> samples = {&r};
+    for (std::unique_ptr<LiveRequest>& f : r.forks) {
+      scheduler.add_fork(&f->seq, seq);
+      f->scheduled_once = true;  // its prompt was counted with the first sample's
+      samples.push_back(f.get());
+      live.emplace(f->seq.id, std::move(f));
     }
-    on_token(r, *token, row, now, &m);
+    r.forks.clear();
+    for (LiveRequest* s : samples) {
+      Result<int32_t> token = s->sampler.sample(row);
+      if (!token.ok()) {
+        finish(*s, FinishReason::kError, token.status().message(), {}, now, &m,
+               token.status().code());
+        continue;
+      }
+      on_token(*s, *token, row, now, &m);
+    }
   }
   commit(m);
 }

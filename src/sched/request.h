@@ -29,6 +29,8 @@ struct Request {
 };
 
 inline constexpr int kMaxTopLogprobs = 20;
+// Samples of one prompt at most (Engine::submit_n, OpenAI's n).
+inline constexpr int kMaxSamplesPerPrompt = 16;
 
 enum class FinishReason : uint8_t {
   kNone,       // still running

@@ -52,6 +52,17 @@ void Scheduler::add(Sequence* seq) {
   waiting_.push_back(seq);
 }
 
+void Scheduler::add_fork(Sequence* child, Sequence* parent) {
+  MLA_CHECK(parent->remaining() == 0 && child->blocks.num_tokens() == 0,
+            "add_fork: the parent has {} tokens to compute, the child {} rows", parent->remaining(),
+            child->blocks.num_tokens());
+  child->tokens = parent->tokens;
+  child->blocks = parent->blocks.fork();
+  child->admitted_once = true;
+  child->cached_tokens = parent->num_computed();  // every row came from the parent
+  running_.push_back(child);
+}
+
 void Scheduler::finish(Sequence* seq) {
   if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
     running_.erase(it);

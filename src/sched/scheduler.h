@@ -85,6 +85,11 @@ class Scheduler {
 
   // Queues a new sequence at the tail of the waiting queue.
   void add(Sequence* seq);
+  // Makes child a fork of the running, fully computed parent: the same tokens, every block
+  // shared (copy-on-write on the first write), running from now on as the most recently
+  // admitted (preempted first). It may take running past max_num_seqs until it finishes: the n
+  // samples of one prompt run together.
+  void add_fork(Sequence* child, Sequence* parent);
   // Removes seq (running or waiting) and releases its blocks; its full blocks stay in the prefix
   // cache. No-op for a sequence the scheduler does not hold.
   void finish(Sequence* seq);

@@ -62,12 +62,17 @@ class EventPump {
   Clock::time_point next_check_;
 };
 
+// One engine request per prompt, or n samples of it (Engine::submit_n: the prompt is computed
+// once and the samples fork its pages); choice c is sample c % n of prompt c / n.
 std::optional<ApiError> submit_all(HttpServer::State& st, const CompletionSpec& spec,
                                    const std::shared_ptr<CompletionJob>& job) {
   for (size_t i = 0; i < spec.prompts.size(); ++i) {
     sched::Request r = spec.request;
     r.prompt = spec.prompts[i];
-    auto s = st.backend.engine->submit(std::move(r), CompletionJob::callback(job, int(i)));
+    std::vector<sched::EventCallback> callbacks;
+    for (int j = 0; j < spec.n; ++j)
+      callbacks.push_back(CompletionJob::callback(job, int(i) * spec.n + j));
+    auto s = st.backend.engine->submit_n(std::move(r), spec.n, std::move(callbacks));
     if (!s.ok()) {
       job->cancel_all();
       ApiError e = bad_request("", s.status().message());
@@ -77,14 +82,30 @@ std::optional<ApiError> submit_all(HttpServer::State& st, const CompletionSpec& 
       }
       return e;
     }
-    job->add_stream(std::move(*s));
+    for (auto& stream : *s) job->add_stream(std::move(stream));
   }
   return std::nullopt;
 }
 
+// The usage a choice adds to the response's: the samples of one prompt after its first add
+// their completion only (the prompt was computed once).
+sched::Usage choice_usage(const CompletionSpec& spec, size_t choice, sched::Usage u) {
+  if (choice % size_t(spec.n) != 0) u.prompt_tokens = u.cached_tokens = 0;
+  return u;
+}
+
+// A completion's echo text per choice (the prompt's text), or none.
+std::vector<std::string> echo_per_choice(const CompletionSpec& spec) {
+  std::vector<std::string> out;
+  if (spec.echo_texts.empty()) return out;
+  for (size_t c = 0; c < spec.num_choices(); ++c)
+    out.push_back(spec.echo_texts[c / size_t(spec.n)]);
+  return out;
+}
+
 void answer_whole(const CompletionSpec& spec, const ResponseMeta& meta, Admitted a,
                   httplib::Response& res) {
-  std::vector<sched::RequestOutput> outputs(spec.prompts.size());
+  std::vector<sched::RequestOutput> outputs(spec.num_choices());
   size_t done = 0;
   CompletionJob::Event ev;
   EventPump pump(a);
@@ -99,7 +120,9 @@ void answer_whole(const CompletionSpec& spec, const ResponseMeta& meta, Admitted
   }
   for (const sched::RequestOutput& o : outputs)
     if (failed(o.finish)) return send_error(res, engine_error(o));
-  send_json(res, 200, completion_response(meta, outputs, spec.echo_texts));
+  for (size_t c = 0; c < outputs.size(); ++c)
+    outputs[c].usage = choice_usage(spec, c, outputs[c].usage);
+  send_json(res, 200, completion_response(meta, outputs, echo_per_choice(spec)));
 }
 
 // Writes the event stream; false when the client is gone (its requests are then cancelled).
@@ -110,14 +133,15 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
     const std::string s = "data: " + dump_json(j) + "\n\n";
     return sink.write(s.data(), s.size());
   };
-  const size_t n = spec.prompts.size();
+  const size_t n = spec.num_choices();
   const bool chat = spec.endpoint == Endpoint::kChat;
+  const std::vector<std::string> echo = echo_per_choice(spec);
   std::vector<sched::Usage> usage(n);
   std::vector<int64_t> offsets(n, 0);  // legacy logprobs text_offset
   for (size_t i = 0; i < n; ++i) {
     ChunkContent c;
     c.role = chat;  // the first delta carries the role only
-    if (i < spec.echo_texts.size()) c.text = spec.echo_texts[i];
+    if (i < echo.size()) c.text = echo[i];
     offsets[i] = int64_t(c.text.size());
     if ((c.role || !c.text.empty()) && !send(stream_chunk(meta, int(i), c, spec.include_usage)))
       return false;
@@ -129,7 +153,7 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
     if (!pump.next(&ev)) return false;
     const sched::RequestEvent& e = ev.event;
     const size_t i = size_t(ev.choice);
-    usage[i] = e.usage;
+    usage[i] = choice_usage(spec, i, e.usage);
     if (failed(e.finish)) {
       sched::RequestOutput o;
       o.add(e);
@@ -172,7 +196,7 @@ void handle_completion(const std::shared_ptr<HttpServer::State>& state, Endpoint
   const int64_t limit = st.backend.engine->scheduler_options().max_num_seqs + st.options.max_queue;
   Admitted a;
   a.job = std::make_shared<CompletionJob>();
-  a.tracking = st.admit(a.job, int64_t(spec->prompts.size()), limit);
+  a.tracking = st.admit(a.job, int64_t(spec->num_choices()), limit);
   if (!a.tracking) {
     ApiError e;
     e.status = 429;
@@ -181,7 +205,7 @@ void handle_completion(const std::shared_ptr<HttpServer::State>& state, Endpoint
     e.message = fmt::format(
         "the server is at capacity ({} sequences running or queued; this request has {}); retry "
         "later",
-        limit, spec->prompts.size());
+        limit, spec->num_choices());
     res.set_header("Retry-After", "1");
     return send_error(res, e);
   }

@@ -227,12 +227,15 @@ MaybeError parse_common(Endpoint endpoint, const json& body, const ServedModel& 
   if (!model->is_string()) return bad_request("model", "model must be a string");
   if (model->get<std::string>() != m.name) return model_not_found(model->get<std::string>());
 
-  std::optional<int64_t> n;
-  if (auto e = get_int(body, "n", INT64_MIN, INT64_MAX, &n)) return e;
-  if (n && *n != 1) return bad_request("n", fmt::format("n is {}; only n = 1 is supported", *n));
-  if (auto e = get_int(body, "best_of", INT64_MIN, INT64_MAX, &n)) return e;
-  if (n && *n != 1)
-    return bad_request("best_of", fmt::format("best_of is {}; only 1 is supported", *n));
+  std::optional<int64_t> n, best_of;
+  if (auto e = get_int(body, "n", 1, sched::kMaxSamplesPerPrompt, &n)) return e;
+  out->n = int(n.value_or(1));
+  // best_of > n would rank extra samples by their likelihood and return the best n: not served.
+  if (auto e = get_int(body, "best_of", INT64_MIN, INT64_MAX, &best_of)) return e;
+  if (best_of && *best_of != out->n)
+    return bad_request(
+        "best_of",
+        fmt::format("best_of is {} and n is {}; only best_of = n is supported", *best_of, out->n));
 
   std::optional<int64_t> max_tokens;
   const char* mt_key =
@@ -342,6 +345,11 @@ std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohma
     return bad_request("echo", "echo together with logprobs (prompt logprobs) is not supported");
   std::vector<std::string> texts;
   if (auto e = completion_prompts(body, model, &out->prompts, &texts)) return e;
+  if (out->num_choices() > kMaxPrompts)
+    return bad_request("n",
+                       fmt::format("{} prompts with n = {} make {} choices; at most {} are "
+                                   "allowed",
+                                   out->prompts.size(), out->n, out->num_choices(), kMaxPrompts));
   if (echo) out->echo_texts = std::move(texts);
   return check_lengths(model, "prompt", out);
 }

@@ -39,16 +39,19 @@ struct ServedModel {
 
 struct CompletionSpec {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::vector<std::vector<int32_t>> prompts;  // one per choice, ids checked against vocab
-  std::vector<std::string> echo_texts;        // completions with echo: each prompt's text
-  sched::Request request;                     // sampling, limits, stops; prompt left empty
-  bool max_tokens_given = false;  // else: chat takes the rest of the context, completions 16
+  std::vector<std::vector<int32_t>> prompts;  // ids checked against vocab
+  int n = 1;  // samples of each prompt: choice c is sample c % n of prompt c / n
+  std::vector<std::string> echo_texts;  // completions with echo: each prompt's text
+  sched::Request request;               // sampling, limits, stops; prompt left empty
+  bool max_tokens_given = false;        // else: chat takes the rest of the context, completions 16
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   LogprobsStyle logprobs = LogprobsStyle::kNone;
   // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N" (distinct tokens with
   // the same text, e.g. two invalid UTF-8 bytes, stay apart).
   bool tokens_as_ids = false;
+
+  size_t num_choices() const { return prompts.size() * size_t(n); }
 };
 
 // Largest nesting of arrays and objects a body may have (checked before parsing).
@@ -56,7 +59,7 @@ inline constexpr int kMaxJsonDepth = 64;
 // Strings in `stop`: at most this many, each at most kMaxStopBytes.
 inline constexpr size_t kMaxStopStrings = 4;
 inline constexpr size_t kMaxStopBytes = 256;
-// Prompts in one /v1/completions request (each one is a choice).
+// Choices in one request: prompts of /v1/completions times n.
 inline constexpr size_t kMaxPrompts = 16;
 
 // A body as a JSON object: syntax errors, trailing garbage, duplicate keys, nesting deeper than

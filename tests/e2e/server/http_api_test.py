@@ -135,7 +135,7 @@ class BadRequestTest(unittest.TestCase):
                                   self.chat(**{field: value}), param=field)
 
     def test_out_of_range(self):
-        for field, value in [("max_tokens", -5), ("n", 4), ("temperature", 2.5), ("top_p", 1.5),
+        for field, value in [("max_tokens", -5), ("n", 17), ("temperature", 2.5), ("top_p", 1.5),
                              ("top_k", -2), ("top_logprobs", 21), ("presence_penalty", 3),
                              ("frequency_penalty", -2.5), ("min_p", 2), ("n_discard", -1),
                              ("stop", ["x" * 300])]:

@@ -127,6 +127,37 @@ class ChatTest(unittest.TestCase):
                                              extra_body={"min_tokens": 3})
         self.assertEqual(e.exception.body.get("param"), "min_tokens")
 
+    def test_n_samples_are_their_own_requests_with_seed_plus_i(self):
+        # n = 3: the prompt is computed once and choice i samples with seed + i, so it equals a
+        # request of its own with that seed; the usage counts the prompt once.
+        kw = dict(model=SERVER.model_id, messages=HELLO, max_tokens=12, temperature=1.0,
+                  extra_body={"ignore_eos": True})
+        r = client().chat.completions.create(n=3, seed=50, **kw)
+        self.assertEqual([c.index for c in r.choices], [0, 1, 2])
+        alone = [client().chat.completions.create(seed=50 + i, **kw) for i in range(3)]
+        for c, a in zip(r.choices, alone):
+            self.assertEqual(c.message.content, a.choices[0].message.content)
+        self.assertEqual(r.usage.prompt_tokens, alone[0].usage.prompt_tokens)
+        self.assertEqual(r.usage.completion_tokens, sum(a.usage.completion_tokens for a in alone))
+        self.assertGreater(len({c.message.content for c in r.choices}), 1)
+        # Streamed: the same three texts, told apart by their index.
+        texts = ["", "", ""]
+        for chunk in client().chat.completions.create(n=3, seed=50, stream=True, **kw):
+            for c in chunk.choices:
+                texts[c.index] += c.delta.content or ""
+        self.assertEqual(texts, [c.message.content for c in r.choices])
+        # Completions: two prompts times n = 2 are four choices, prompt-major.
+        two = client().completions.create(model=SERVER.model_id, prompt=["Once", "Then"], n=2,
+                                          max_tokens=6, temperature=1.0, seed=9,
+                                          extra_body={"ignore_eos": True})
+        self.assertEqual([c.index for c in two.choices], [0, 1, 2, 3])
+        for i, p in enumerate(["Once", "Then"]):
+            for j in range(2):
+                one = client().completions.create(model=SERVER.model_id, prompt=p, max_tokens=6,
+                                                  temperature=1.0, seed=9 + j,
+                                                  extra_body={"ignore_eos": True})
+                self.assertEqual(two.choices[2 * i + j].text, one.choices[0].text)
+
     def test_seed_determinism(self):
         def sample(seed):
             return client().chat.completions.create(
@@ -202,7 +233,8 @@ class ErrorsTest(unittest.TestCase):
         self.assertEqual(cm.exception.body["code"], "model_not_found")
 
     def test_bad_params_400_name_the_param(self):
-        cases = [({"n": 2}, "n"), ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
+        cases = [({"n": 17}, "n"), ({"n": 2, "best_of": 3}, "best_of"),
+                 ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
                  ({"max_tokens": 0}, "max_tokens"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
                  ({"logit_bias": {"-1": 5}}, "logit_bias"), ({"top_logprobs": 3}, "top_logprobs")]
         for extra, param in cases:
