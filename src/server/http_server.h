@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mla/status.h"
 #include "model/model_runtime.h"
@@ -26,6 +27,12 @@ struct ServerOptions {
   int http_threads = 0;       // connection threads; 0: max_queue + 160
   int read_timeout_s = 10;    // a request's headers must arrive within this, and then its body
   bool log_requests = false;  // one line per request on stderr (else only errors)
+  // /metrics asks for the API key too; by default it is open, as Prometheus scrapers expect.
+  bool metrics_require_key = false;
+  // CORS: the browser origins ("https://host:port", or "*" for any) whose pages may call the API;
+  // their requests get Access-Control-Allow-Origin and preflights (OPTIONS) are answered. Empty:
+  // none (a page served elsewhere cannot read the answers).
+  std::vector<std::string> allowed_origins;
 };
 
 // What serves requests once the model is loaded. Pointers must outlive the server.

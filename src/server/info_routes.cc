@@ -33,14 +33,25 @@ void health(HttpServer::State& st, const httplib::Request&, httplib::Response& r
   send_json(res, 200, {{"status", "ok"}});
 }
 
-void models(HttpServer::State& st, const httplib::Request&, httplib::Response& res) {
+json model_object(const ServedModel& m) {
   static const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                      std::chrono::system_clock::now().time_since_epoch())
                                      .count();
-  const ServedModel& m = st.backend.model;
-  json model = {{"id", m.name},      {"object", "model"}, {"created", created},
-                {"owned_by", "mla"}, {"root", m.name},    {"max_model_len", m.max_context}};
-  send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}});
+  return {{"id", m.name},      {"object", "model"}, {"created", created},
+          {"owned_by", "mla"}, {"root", m.name},    {"max_model_len", m.max_context}};
+}
+
+void models(HttpServer::State& st, const httplib::Request&, httplib::Response& res) {
+  send_json(res, 200,
+            {{"object", "list"}, {"data", json::array({model_object(st.backend.model)})}});
+}
+
+// GET /v1/models/{id}: the served model, or 404 model_not_found. An id may hold '/'
+// ("deepseek-ai/DeepSeek-V3"): the rest of the path is the id.
+void model_by_id(HttpServer::State& st, const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.path.substr(std::string_view("/v1/models/").size());
+  if (id != st.backend.model.name) return send_error(res, model_not_found(id));
+  send_json(res, 200, model_object(st.backend.model));
 }
 
 void metrics(HttpServer::State& st, const httplib::Request&, httplib::Response& res) {
@@ -136,6 +147,7 @@ void add_info_routes(const std::shared_ptr<HttpServer::State>& state) {
   httplib::Server& h = state->http;
   h.Get("/health", route(state, health));
   h.Get("/v1/models", route(state, models));
+  h.Get(R"(/v1/models/(.+))", route(state, model_by_id));
   h.Get("/metrics", route(state, metrics));
   h.Post("/tokenize", route(state, tokenize));
   h.Post("/detokenize", route(state, detokenize));

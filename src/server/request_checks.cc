@@ -15,13 +15,15 @@ namespace {
 struct Route {
   const char* path;
   const char* method;
-  bool is_public;    // answered without the API key
-  bool needs_model;  // 503 until the model is loaded
+  bool is_public;       // answered without the API key
+  bool needs_model;     // 503 until the model is loaded
+  bool prefix = false;  // path is a prefix: "/v1/models/" takes "/v1/models/{id}"
 };
 constexpr Route kRoutes[] = {
     {"/v1/chat/completions", "POST", false, true},
     {"/v1/completions", "POST", false, true},
     {"/v1/models", "GET", false, true},
+    {"/v1/models/", "GET", false, true, true},
     {"/tokenize", "POST", false, true},
     {"/detokenize", "POST", false, true},
     {"/metrics", "GET", false, true},
@@ -45,6 +47,21 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
 // 8 KiB with 400 and request lines over 8 KiB with 414).
 constexpr size_t kMaxHeaderCount = 100;
 constexpr size_t kMaxHeaderBytes = 16 << 10;
+
+bool path_matches(const Route& r, const std::string& path) {
+  const std::string_view p(r.path);
+  return r.prefix ? path.size() > p.size() && path.compare(0, p.size(), p) == 0 : path == p;
+}
+
+// The Access-Control-Allow-Origin value for this request's Origin, or "" (no CORS headers).
+std::string allowed_origin(const ServerOptions& o, const std::string& origin) {
+  if (origin.empty()) return "";
+  for (const std::string& a : o.allowed_origins) {
+    if (a == "*") return "*";
+    if (a == origin) return origin;
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -110,22 +127,45 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
                     req.headers.size(), header_bytes, kMaxHeaderCount, kMaxHeaderBytes),
         "request_header_fields_too_large"));
   }
+  // CORS: an allowed Origin sees every answer, errors included.
+  const std::string origin = req.get_header_value("Origin");
+  const std::string cors = allowed_origin(st.options, origin);
+  if (!cors.empty()) {
+    res.set_header("Access-Control-Allow-Origin", cors);
+    if (cors != "*") res.set_header("Vary", "Origin");
+  }
   const Route* route = nullptr;
-  bool path_known = false;
+  const Route* known = nullptr;
   for (const Route& r : kRoutes)
-    if (req.path == r.path) {
-      path_known = true;
+    if (path_matches(r, req.path)) {
+      known = &r;
       if (req.method == r.method || (req.method == "HEAD" && std::string_view(r.method) == "GET"))
         route = &r;
     }
-  if (!path_known) {
+  if (!known) {
     return reject(
         status_error(404, "not_found_error",
                      fmt::format("no route {} {}", loggable(req.method), loggable(req.path))));
   }
+  if (req.method == "OPTIONS") {  // a CORS preflight: answered before the API key is asked for
+    if (!origin.empty() && cors.empty())
+      return reject(status_error(
+          403, "permission_error",
+          fmt::format("origin {} is not allowed (mla serve --allowed-origins)", loggable(origin)),
+          "cors_origin_not_allowed"));
+    res.status = 204;
+    if (declares_body(req)) res.set_header("Connection", "close");  // see body_refused
+    res.set_header("Allow", std::string(known->method) + ", OPTIONS");
+    if (!cors.empty()) {
+      res.set_header("Access-Control-Allow-Methods", std::string(known->method) + ", OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Max-Age", "600");
+    }
+    return HR::Handled;
+  }
   if (!route) {
     for (const Route& r : kRoutes)
-      if (req.path == r.path) res.set_header("Allow", r.method);
+      if (path_matches(r, req.path)) res.set_header("Allow", r.method);
     return reject(
         status_error(405, "invalid_request_error",
                      fmt::format("method {} is not allowed on {}", loggable(req.method), req.path),
@@ -155,7 +195,9 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
                                            loggable(enc)),
                                "unsupported_media_type"));
   }
-  if (!route->is_public && !st.options.api_key.empty()) {
+  const bool open = route->is_public || (std::string_view(route->path) == "/metrics" &&
+                                         !st.options.metrics_require_key);
+  if (!open && !st.options.api_key.empty()) {
     const std::string auth = req.get_header_value("Authorization");
     constexpr std::string_view kBearer = "Bearer ";
     const bool ok =

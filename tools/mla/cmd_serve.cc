@@ -213,6 +213,12 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-model-len", o->rt.max_context, "Context length (default: the model's)");
   cmd->add_option("--threads", o->threads, "Compute threads (default: MLA_NUM_THREADS or all)");
   cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "Larger request bodies get 413");
+  cmd->add_option("--allowed-origins", o->http.allowed_origins,
+                  "CORS: origins (https://host:port, or * for any) whose web pages may call the "
+                  "API, comma-separated; default none")
+      ->delimiter(',');
+  cmd->add_flag("--metrics-require-key", o->http.metrics_require_key,
+                "/metrics asks for the API key too (default: open to scrapers)");
   cmd->add_option("--read-timeout", o->http.read_timeout_s,
                   "Seconds a request's headers, and then its body, may take to arrive (default "
                   "10); slower connections are closed")

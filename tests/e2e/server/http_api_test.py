@@ -255,6 +255,69 @@ class InfoRoutesTest(unittest.TestCase):
                      "mla:kv_cache_blocks_free", "mla:generation_tokens_total"):
             self.assertIn(name, m)
 
+    def test_model_by_id(self):
+        status, _, raw = SERVER.request("GET", "/v1/models/" + SERVER.model_id)
+        self.assertEqual(status, 200, raw)
+        self.assertEqual(json.loads(raw)["id"], SERVER.model_id)
+        self.assertEqual(json.loads(raw)["object"], "model")
+        status, _, raw = SERVER.request("GET", "/v1/models/deepseek-ai/DeepSeek-V3")
+        self.assertEqual(status, 404)
+        self.assertEqual(json.loads(raw)["error"]["code"], "model_not_found")
+        self.assertIn("deepseek-ai/DeepSeek-V3", json.loads(raw)["error"]["message"])
+
+    def test_metrics_are_open_unless_asked_to_need_the_key(self):
+        s = MlaServer(BINARY, MODEL, "--api-key", "k3y")
+        try:
+            self.assertEqual(s.request("GET", "/metrics")[0], 200)
+            self.assertEqual(s.request("GET", "/v1/models")[0], 401)  # the API itself still asks
+        finally:
+            self.assertEqual(s.stop(), 0)
+        s = MlaServer(BINARY, MODEL, "--api-key", "k3y", "--metrics-require-key")
+        try:
+            self.assertEqual(s.request("GET", "/metrics")[0], 401)
+            self.assertEqual(s.request("GET", "/metrics", headers={"Authorization": "Bearer k3y"})[0],
+                             200)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_cors(self):
+        page, other = "http://page.example:3000", "http://other.example"
+        preflight = {"Access-Control-Request-Method": "POST",
+                     "Access-Control-Request-Headers": "authorization, content-type"}
+        # Without --allowed-origins: no CORS headers, a preflight from a page is refused.
+        status, headers, _ = SERVER.request("GET", "/v1/models", headers={"Origin": page})
+        self.assertEqual(status, 200)
+        self.assertNotIn("access-control-allow-origin", headers)
+        status, headers, raw = SERVER.request("OPTIONS", "/v1/chat/completions",
+                                              headers={"Origin": page, **preflight})
+        self.assertEqual(status, 403)
+        self.assertIn(page, json.loads(raw)["error"]["message"])
+        s = MlaServer(BINARY, MODEL, "--allowed-origins", page, "--api-key", "k3y")
+        try:
+            # The preflight is answered without the key (browsers send none).
+            status, headers, _ = s.request("OPTIONS", "/v1/chat/completions",
+                                           headers={"Origin": page, **preflight})
+            self.assertEqual(status, 204)
+            self.assertEqual(headers["access-control-allow-origin"], page)
+            self.assertIn("POST", headers["access-control-allow-methods"])
+            self.assertIn("Authorization", headers["access-control-allow-headers"])
+            # The request itself, and its errors, carry the header for that origin only.
+            auth = {"Authorization": "Bearer k3y", "Origin": page}
+            status, headers, _ = s.request("POST", "/v1/completions",
+                                           {"model": s.model_id, "prompt": "Hi", "max_tokens": 2},
+                                           headers=auth)
+            self.assertEqual(status, 200)
+            self.assertEqual(headers["access-control-allow-origin"], page)
+            status, headers, _ = s.request("GET", "/v1/models", headers={"Origin": page})
+            self.assertEqual(status, 401)
+            self.assertEqual(headers["access-control-allow-origin"], page)
+            status, headers, _ = s.request("OPTIONS", "/v1/completions",
+                                           headers={"Origin": other, **preflight})
+            self.assertEqual(status, 403)
+            self.assertNotIn("access-control-allow-origin", headers)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
     def test_chat_page(self):
         status, headers, raw = SERVER.request("GET", "/")
         self.assertEqual(status, 200)
