@@ -72,7 +72,7 @@ struct SamplingOptions {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
-  uint64_t seed = 0;
+  std::optional<uint64_t> seed;   // same seed, same reply; none: a fresh seed per request
   std::vector<std::string> stop;  // the reply ends before the first of these
   bool ignore_eos = false;        // keep going past the end-of-sequence token
 };

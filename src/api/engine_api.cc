@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <random>
 #include <string_view>
 
 #include "core/kv_format.h"
@@ -118,7 +119,10 @@ struct Stream::Impl {
 };
 
 Stream::Stream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Stream::~Stream() = default;
+// A stream dropped before its last event cancels its request (its pages are freed).
+Stream::~Stream() {
+  if (impl_ && !impl_->done) impl_->stream->cancel();
+}
 uint64_t Stream::id() const {
   return impl_->stream->id();
 }
@@ -156,7 +160,10 @@ struct Engine::Impl {
     r.sampling.presence_penalty = s.presence_penalty;
     r.sampling.frequency_penalty = s.frequency_penalty;
     r.sampling.repetition_penalty = s.repetition_penalty;
-    r.sampling.seed = s.seed;
+    // No seed: a fresh one per request, as the server does (else equal prompts would draw equal
+    // "random" replies).
+    r.sampling.seed =
+        s.seed ? *s.seed : (uint64_t(std::random_device{}()) << 32 | std::random_device{}());
     MLA_ASSIGN_OR_RETURN(std::shared_ptr<sched::RequestStream> st, engine->submit(std::move(r)));
     auto impl = std::make_unique<Stream::Impl>();
     impl->stream = std::move(st);

@@ -135,6 +135,12 @@ Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(
   if (n < 1 || n > kMaxSamplesPerPrompt)
     return invalid_argument(
         fmt::format("n is {}; between 1 and {} samples of a prompt", n, kMaxSamplesPerPrompt));
+  const int max_seqs = impl_->scheduler.options().max_num_seqs;  // fixed at creation
+  if (n > max_seqs)
+    return invalid_argument(fmt::format(
+        "n is {}; the engine runs at most {} sequences at once (max_num_seqs)", n, max_seqs));
+  if (callbacks.size() > size_t(n))
+    return invalid_argument(fmt::format("{} callbacks for n = {}", callbacks.size(), n));
   callbacks.resize(size_t(n));
   std::vector<std::unique_ptr<LiveRequest>> reqs;
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -150,6 +156,7 @@ Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(
   // The first sample carries the others until its prompt is computed (engine_step.cc forks them).
   std::unique_ptr<LiveRequest> first = std::move(reqs.front());
   for (size_t i = 1; i < reqs.size(); ++i) first->forks.push_back(std::move(reqs[i]));
+  first->seq.pending_forks = n - 1;
   MLA_RETURN_IF_ERROR(impl_->enqueue(std::move(first), n));
   return streams;
 }
@@ -267,6 +274,7 @@ void Engine::Impl::loop() {
         if (f == forks.end()) continue;
         finish(**f, FinishReason::kCancelled, "", {}, Clock::now(), &m);
         forks.erase(f);
+        --parent->seq.pending_forks;  // its running slot is free again
         break;
       }
     }

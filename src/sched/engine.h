@@ -73,8 +73,11 @@ class Engine {
   // missing or empty one: pull). The prompt is computed once; then the other n - 1 sequences
   // fork its cache pages (copy-on-write: the partial last page is copied on the first write) and
   // sample on their own, sample i with seed request.sampling.seed + i, each a request of its own
-  // (its id, cancel, usage with the whole prompt as cached_tokens). Errors as submit, and
-  // invalid_argument for n outside [1, kMaxSamplesPerPrompt].
+  // (its id, cancel, usage with the whole prompt as cached_tokens). Until the prompt is computed
+  // sample 0 carries the others: cancelling it then ends them all (cancelling another ends that
+  // one alone). Admission keeps a running slot for every sample. Errors as submit, and
+  // invalid_argument for n outside [1, kMaxSamplesPerPrompt] or above max_num_seqs, or more
+  // callbacks than n.
   Result<std::vector<std::shared_ptr<RequestStream>>> submit_n(
       Request request, int n, std::vector<EventCallback> callbacks = {});
   // Same as the stream's cancel(); unknown or finished ids are ignored.

@@ -60,6 +60,8 @@ void Scheduler::add_fork(Sequence* child, Sequence* parent) {
   child->blocks = parent->blocks.fork();
   child->admitted_once = true;
   child->cached_tokens = parent->num_computed();  // every row came from the parent
+  MLA_CHECK(parent->pending_forks > 0, "add_fork: sequence {} has no fork slot left", parent->id);
+  --parent->pending_forks;
   running_.push_back(child);
 }
 
@@ -152,10 +154,13 @@ StepPlan Scheduler::schedule() {
     plan.num_tokens += n;
   }
 
+  // Running slots: the running sequences and the forks their prompts will have.
+  int64_t slots = int64_t(running_.size());
+  for (const Sequence* s : running_) slots += s->pending_forks;
   if (plan.preempted.empty()) {
-    while (!waiting_.empty() && int(running_.size()) < options_.max_num_seqs &&
-           plan.num_tokens < max_tokens) {
+    while (!waiting_.empty() && plan.num_tokens < max_tokens) {
       Sequence* seq = waiting_.front();
+      if (slots + 1 + seq->pending_forks > options_.max_num_seqs) break;
       if (blocks_for(seq->max_total) > usable_blocks()) {
         waiting_.pop_front();
         plan.refused.push_back(seq);
@@ -164,10 +169,11 @@ StepPlan Scheduler::schedule() {
       if (!admit(seq, max_tokens - plan.num_tokens, &plan)) break;
       waiting_.pop_front();
       running_.push_back(seq);
+      slots += 1 + seq->pending_forks;
     }
   }
-  MLA_CHECK(plan.num_tokens <= max_tokens && int(running_.size()) <= options_.max_num_seqs,
-            "step of {} tokens, {} running", plan.num_tokens, running_.size());
+  MLA_CHECK(plan.num_tokens <= max_tokens && slots <= options_.max_num_seqs,
+            "step of {} tokens, {} running and forks to come", plan.num_tokens, slots);
   return plan;
 }
 

@@ -45,6 +45,9 @@ struct Sequence {
   int num_preemptions = 0;
   int64_t cached_tokens = -1;  // prefix-cache hit tokens at first admission; -1 before it
   bool admitted_once = false;
+  // Samples that will fork from it once its prompt is computed (Engine::submit_n): admission
+  // keeps a running slot for each, so the forks never take running past max_num_seqs.
+  int pending_forks = 0;
 
   int64_t num_computed() const { return blocks.num_tokens(); }
   int64_t remaining() const { return int64_t(tokens.size()) - num_computed(); }
@@ -87,8 +90,7 @@ class Scheduler {
   void add(Sequence* seq);
   // Makes child a fork of the running, fully computed parent: the same tokens, every block
   // shared (copy-on-write on the first write), running from now on as the most recently
-  // admitted (preempted first). It may take running past max_num_seqs until it finishes: the n
-  // samples of one prompt run together.
+  // admitted (preempted first). Takes one of the parent's pending_forks slots.
   void add_fork(Sequence* child, Sequence* parent);
   // Removes seq (running or waiting) and releases its blocks; its full blocks stay in the prefix
   // cache. No-op for a sequence the scheduler does not hold.

@@ -194,6 +194,12 @@ void handle_completion(const std::shared_ptr<HttpServer::State>& state, Endpoint
     return send_error(res, *e);
 
   const int64_t limit = st.backend.engine->scheduler_options().max_num_seqs + st.options.max_queue;
+  if (int64_t(spec->num_choices()) > limit)  // 429 would ask it to retry for ever
+    return send_error(
+        res, bad_request(spec->n > 1 ? "n" : "prompt",
+                         fmt::format("the request has {} choices; this server holds at most {} "
+                                     "sequences running or queued",
+                                     spec->num_choices(), limit)));
   Admitted a;
   a.job = std::make_shared<CompletionJob>();
   a.tracking = st.admit(a.job, int64_t(spec->num_choices()), limit);

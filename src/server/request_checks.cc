@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include "server/body_framing.h"
@@ -130,9 +131,12 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
   // CORS: an allowed Origin sees every answer, errors included.
   const std::string origin = req.get_header_value("Origin");
   const std::string cors = allowed_origin(st.options, origin);
+  const auto& allowed = st.options.allowed_origins;
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), "*") == allowed.end())
+    res.set_header("Vary", "Origin");  // the answer depends on it: shared caches must not mix
   if (!cors.empty()) {
     res.set_header("Access-Control-Allow-Origin", cors);
-    if (cors != "*") res.set_header("Vary", "Origin");
+    res.set_header("Access-Control-Expose-Headers", "Retry-After");
   }
   const Route* route = nullptr;
   const Route* known = nullptr;
@@ -158,7 +162,16 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
     res.set_header("Allow", std::string(known->method) + ", OPTIONS");
     if (!cors.empty()) {
       res.set_header("Access-Control-Allow-Methods", std::string(known->method) + ", OPTIONS");
-      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      // The headers the page asks for, when they are plain header names (browser SDKs add
+      // their own, e.g. x-stainless-*), else the two the API needs.
+      std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      const bool plain = !asked.empty() && asked.size() <= 1024 &&
+                         std::all_of(asked.begin(), asked.end(), [](char c) {
+                           return std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+                                  c == '_' || c == ',' || c == ' ';
+                         });
+      res.set_header("Access-Control-Allow-Headers",
+                     plain ? asked : std::string("Authorization, Content-Type"));
       res.set_header("Access-Control-Max-Age", "600");
     }
     return HR::Handled;

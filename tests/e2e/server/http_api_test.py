@@ -283,7 +283,7 @@ class InfoRoutesTest(unittest.TestCase):
     def test_cors(self):
         page, other = "http://page.example:3000", "http://other.example"
         preflight = {"Access-Control-Request-Method": "POST",
-                     "Access-Control-Request-Headers": "authorization, content-type"}
+                     "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os"}
         # Without --allowed-origins: no CORS headers, a preflight from a page is refused.
         status, headers, _ = SERVER.request("GET", "/v1/models", headers={"Origin": page})
         self.assertEqual(status, 200)
@@ -300,7 +300,12 @@ class InfoRoutesTest(unittest.TestCase):
             self.assertEqual(status, 204)
             self.assertEqual(headers["access-control-allow-origin"], page)
             self.assertIn("POST", headers["access-control-allow-methods"])
-            self.assertIn("Authorization", headers["access-control-allow-headers"])
+            # The headers the page asked for (browser SDKs add their own), and Retry-After
+            # readable by the page; the answer varies with Origin.
+            self.assertEqual(headers["access-control-allow-headers"],
+                             "authorization, content-type, x-stainless-os")
+            self.assertIn("Retry-After", headers["access-control-expose-headers"])
+            self.assertEqual(headers["vary"], "Origin")
             # The request itself, and its errors, carry the header for that origin only.
             auth = {"Authorization": "Bearer k3y", "Origin": page}
             status, headers, _ = s.request("POST", "/v1/completions",
@@ -470,6 +475,20 @@ class QueueAndShutdownTest(unittest.TestCase):
             status, _, raw = s.request("POST", "/v1/completions",
                                        {"model": s.model_id, "prompt": ["x", "y"], "max_tokens": 2})
             self.assertEqual(status, 200, raw)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_n_beyond_what_the_server_holds_is_a_400(self):
+        s = MlaServer(BINARY, MODEL, "--max-num-seqs", "2", "--max-queue", "1")
+        try:
+            status, _, raw = s.request("POST", "/v1/completions",
+                                       {"model": s.model_id, "prompt": "x", "n": 4})
+            self.assertEqual(status, 400, raw)  # never 429: a retry could never fit
+            self.assertEqual(json.loads(raw)["error"]["param"], "n")
+            status, _, raw = s.request("POST", "/v1/completions",
+                                       {"model": s.model_id, "prompt": "x", "n": 2, "max_tokens": 3})
+            self.assertEqual(status, 200, raw)
+            self.assertEqual(len(json.loads(raw)["choices"]), 2)
         finally:
             self.assertEqual(s.stop(), 0)
 

@@ -132,6 +132,29 @@ TEST(EngineFork, CancellingASampleOrThePromptBeforeTheFork) {
   EXPECT_EQ(e->cache_stats().pages_used, 0);
 }
 
+TEST(EngineFork, AdmissionKeepsASlotForEverySample) {
+  // max_num_seqs 4: two single requests run, so n = 3 waits until it has 3 slots (its forks
+  // must never take running past the limit: the scheduler checks it every step), then runs.
+  ThreadPool pool(test_util::kThreads);
+  EngineOptions o;
+  o.scheduler.max_num_seqs = 4;
+  size_t most_running = 0;
+  o.on_step = [&](const StepInfo& s) { most_running = std::max(most_running, s.running); };
+  auto e = start(pool, o);
+  auto a = e->submit(sampled(make_prompt(12, 1), 1, 20));
+  auto b = e->submit(sampled(make_prompt(13, 2), 2, 20));
+  auto c = e->submit_n(sampled(make_prompt(14, 3), 3, 6), 3);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (auto& s : *c) EXPECT_EQ(s->collect().finish, FinishReason::kLength);
+  EXPECT_EQ((*a)->collect().finish, FinishReason::kLength);
+  EXPECT_EQ((*b)->collect().finish, FinishReason::kLength);
+  EXPECT_LE(most_running, 4u);
+  // More samples than the engine ever runs at once can never start: refused.
+  auto too_many = e->submit_n(sampled(make_prompt(5, 4), 1, 4), 5);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("max_num_seqs"), std::string::npos);
+}
+
 TEST(EngineFork, NOutsideItsRangeIsRefused) {
   ThreadPool pool(test_util::kThreads);
   auto e = start(pool);
