@@ -157,7 +157,7 @@ MaybeError parse_logit_bias(const json& body, int64_t vocab, SamplingParams* s) 
 // extensions other servers take whose negative values are the classic poison request.
 MaybeError check_accepted_extras(const json& body) {
   std::optional<int64_t> i;
-  for (const char* k : {"n_keep", "n_discard", "n_probs", "truncate_prompt_tokens"})
+  for (const char* k : {"n_keep", "n_discard", "n_probs"})
     if (auto e = get_int(body, k, 0, INT32_MAX, &i)) return e;
   if (const json* rf = field(body, "response_format")) {
     const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
@@ -291,6 +291,21 @@ MaybeError parse_logprobs(Endpoint endpoint, const json& body, CompletionSpec* o
 }
 
 // Prompt length against the context and the KV pool; fills in the default max_tokens.
+// vLLM's truncate_prompt_tokens: only the last k tokens of each prompt are kept (left
+// truncation); -1 keeps as many as the context holds with one token to generate.
+MaybeError truncate_prompts(const json& body, const ServedModel& m, CompletionSpec* out) {
+  std::optional<int64_t> k;
+  if (auto e = get_int(body, "truncate_prompt_tokens", -1, INT32_MAX, &k)) return e;
+  if (!k) return std::nullopt;
+  if (*k == 0)
+    return bad_request("truncate_prompt_tokens",
+                       "truncate_prompt_tokens is 0; give -1 (the context) or at least 1 token");
+  const int64_t keep = *k == -1 ? std::max<int64_t>(1, m.max_context - 1) : *k;
+  for (std::vector<int32_t>& p : out->prompts)
+    if (int64_t(p.size()) > keep) p.erase(p.begin(), p.end() - keep);
+  return std::nullopt;
+}
+
 MaybeError check_lengths(const ServedModel& m, const char* prompt_param, CompletionSpec* out) {
   const int64_t limit = std::min(m.max_context, m.max_total_tokens);
   for (const std::vector<int32_t>& p : out->prompts) {
@@ -334,6 +349,7 @@ std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohma
     std::vector<int32_t> ids;
     if (auto e = chat_prompt(body, model, &ids)) return e;
     out->prompts.push_back(std::move(ids));
+    if (auto e = truncate_prompts(body, model, out)) return e;
     return check_lengths(model, "messages", out);
   }
   bool echo = false;
@@ -351,6 +367,7 @@ std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohma
                                    "allowed",
                                    out->prompts.size(), out->n, out->num_choices(), kMaxPrompts));
   if (echo) out->echo_texts = std::move(texts);
+  if (auto e = truncate_prompts(body, model, out)) return e;
   return check_lengths(model, "prompt", out);
 }
 

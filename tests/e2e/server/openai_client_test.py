@@ -158,6 +158,21 @@ class ChatTest(unittest.TestCase):
                                                   extra_body={"ignore_eos": True})
                 self.assertEqual(two.choices[2 * i + j].text, one.choices[0].text)
 
+    def test_truncate_prompt_tokens_keeps_the_last_k(self):
+        # vLLM's left truncation: the reply to 30 ids truncated to 5 is the reply to the last 5.
+        ids = [(7 * i + 3) % 250 + 3 for i in range(30)]
+        kw = dict(model=SERVER.model_id, max_tokens=6, temperature=0,
+                  extra_body={"ignore_eos": True})
+        cut = client().completions.create(prompt=ids, **{**kw, "extra_body": {
+            "ignore_eos": True, "truncate_prompt_tokens": 5}})
+        last = client().completions.create(prompt=ids[-5:], **kw)
+        self.assertEqual(cut.usage.prompt_tokens, 5)
+        self.assertEqual(cut.choices[0].text, last.choices[0].text)
+        with self.assertRaises(openai.BadRequestError) as e:
+            client().completions.create(prompt=ids, **{**kw, "extra_body": {
+                "truncate_prompt_tokens": 0}})
+        self.assertEqual(e.exception.body["param"], "truncate_prompt_tokens")
+
     def test_seed_determinism(self):
         def sample(seed):
             return client().chat.completions.create(
