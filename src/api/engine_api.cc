@@ -98,7 +98,7 @@ Result<std::vector<int32_t>> tokenize_text(const Model::Impl& m, const std::stri
   if (!m.tokenizer)
     return invalid_argument(fmt::format("{} has no tokenizer: submit token ids", m.name));
   tok::EncodeOptions eo;
-  eo.add_bos = m.tokenizer->config.add_bos_token && m.tokenizer->tokenizer.bos_id().has_value();
+  eo.add_bos = m.tokenizer->adds_bos();
   return m.tokenizer->tokenizer.encode(text, eo);
 }
 

@@ -15,16 +15,6 @@ using nlohmann::json;
 // a few fields, short enough that a whole HTML page does not bury the diagnosis.
 constexpr size_t kBodyExcerpt = 600;
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-bool ends_with(std::string_view s, std::string_view tail) {
-  return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
-}
-
 // The body as a JSON object, or null when it is not one (HTML, text, empty, an array).
 json json_object(std::string_view body) {
   json j = json::parse(body, nullptr, false);
@@ -61,7 +51,7 @@ std::string error_code(const json& j) {
 
 // <title> of an HTML page: what a proxy's error page says in one line.
 std::string html_title(std::string_view body) {
-  const std::string l = lower(body.substr(0, 8192));
+  const std::string l = ascii_lower(body.substr(0, 8192));
   const size_t a = l.find("<title>");
   if (a == std::string::npos) return {};
   const size_t b = l.find("</title>", a);
@@ -78,10 +68,10 @@ std::string join(const std::vector<std::string>& v) {
 // A served id the user probably meant: the same up to case, or one of the two is the other
 // with an organisation in front ("deepseek-ai/DeepSeek-V3" against "DeepSeek-V3").
 std::string near_miss(const std::string& model, const std::vector<std::string>& ids) {
-  const std::string m = lower(model);
+  const std::string m = ascii_lower(model);
   for (const std::string& id : ids) {
-    const std::string i = lower(id);
-    if (i == m || ends_with(i, "/" + m) || ends_with(m, "/" + i)) return excerpt(id, 200);
+    const std::string i = ascii_lower(id);
+    if (i == m || i.ends_with("/" + m) || m.ends_with("/" + i)) return excerpt(id, 200);
   }
   return {};
 }
@@ -164,8 +154,8 @@ Report not_found(const ProbeRequest& req, const json& j, const ModelList& models
   const bool listed = models.fetched && std::find(models.ids.begin(), models.ids.end(),
                                                   req.model) != models.ids.end();
   const bool says_model =
-      error_code(j) == "model_not_found" ||
-      (lower(msg).find("model") != std::string::npos && msg.find(req.model) != std::string::npos);
+      error_code(j) == "model_not_found" || (ascii_lower(msg).find("model") != std::string::npos &&
+                                             msg.find(req.model) != std::string::npos);
   if (!listed && (says_model || models.fetched)) {
     r.diagnosis = Diagnosis::kModelNotFound;
     r.summary = fmt::format("HTTP 404: the endpoint does not serve the model \"{}\"{}", req.model,

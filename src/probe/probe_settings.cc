@@ -6,19 +6,11 @@
 #include <cctype>
 
 namespace mla::probe {
-namespace {
-
-std::string lower(std::string_view s) {
+std::string ascii_lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
-
-bool ends_with(std::string_view s, std::string_view tail) {
-  return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
-}
-
-}  // namespace
 
 Result<BaseUrl> parse_base_url(std::string_view url) {
   const auto bad = [&](std::string_view why) {
@@ -27,7 +19,7 @@ Result<BaseUrl> parse_base_url(std::string_view url) {
   BaseUrl b;
   const size_t scheme_end = url.find("://");
   if (scheme_end == std::string_view::npos) return bad("no scheme: write http://HOST:PORT");
-  const std::string scheme = lower(url.substr(0, scheme_end));
+  const std::string scheme = ascii_lower(url.substr(0, scheme_end));
   if (scheme != "http" && scheme != "https") return bad("the scheme must be http or https");
   std::string_view rest = url.substr(scheme_end + 3);
   if (rest.find_first_of("?#") != std::string_view::npos)
@@ -62,8 +54,8 @@ Result<BaseUrl> parse_base_url(std::string_view url) {
   }
   b.origin = scheme + "://" + std::string(authority);
   while (!path.empty() && path.back() == '/') path.pop_back();
-  if (ends_with(path, "/v1")) path.resize(path.size() - 3);
-  b.doubled_v1 = ends_with(path, "/v1");
+  if (path.ends_with("/v1")) path.resize(path.size() - 3);
+  b.doubled_v1 = path.ends_with("/v1");
   b.prefix = std::move(path);
   return b;
 }
@@ -74,7 +66,7 @@ BaseUrl suggested_base(const BaseUrl& b) {
     s.prefix.resize(s.prefix.size() - 3);
   else
     s.prefix.clear();
-  s.doubled_v1 = ends_with(s.prefix, "/v1");
+  s.doubled_v1 = s.prefix.ends_with("/v1");
   return s;
 }
 
@@ -94,7 +86,7 @@ KeySource describe_key(std::string env_name, const char* value) {
   const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
   k.edge_whitespace = !v.empty() && (space(v.front()) || space(v.back()));
   k.line_break = v.find_first_of("\r\n") != std::string_view::npos;
-  k.bearer_prefix = lower(v.substr(0, 7)) == "bearer ";
+  k.bearer_prefix = ascii_lower(v.substr(0, 7)) == "bearer ";
   return k;
 }
 

@@ -46,6 +46,9 @@ struct KeySource {
 // value: the variable's value, or nullptr when it is unset.
 KeySource describe_key(std::string env_name, const char* value);
 
+// s with ASCII letters in lower case (schemes, header names, error text).
+std::string ascii_lower(std::string_view s);
+
 // The first `limit` bytes (cut on a UTF-8 boundary) and "... [N more bytes]", with control bytes
 // escaped (\n, \x1b) so that it prints on one line and safely.
 std::string excerpt(std::string_view text, size_t limit);

@@ -125,7 +125,7 @@ MaybeError text_prompt(const std::string& text, const ServedModel& m, std::vecto
     return bad_request("prompt", "this model has no tokenizer: send the prompt as token ids");
   if (auto e = too_long_to_encode(text.size(), m, "prompt")) return e;
   tok::EncodeOptions eo;
-  eo.add_bos = m.tokenizer->config.add_bos_token && m.tokenizer->tokenizer.bos_id().has_value();
+  eo.add_bos = m.tokenizer->adds_bos();
   Result<std::vector<int32_t>> r = m.tokenizer->tokenizer.encode(text, eo);
   if (!r.ok()) return bad_request("prompt", r.status().message());
   if (r->empty()) return bad_request("prompt", "the prompt is empty");

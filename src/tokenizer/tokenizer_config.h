@@ -25,6 +25,10 @@ Result<TokenizerConfig> parse_tokenizer_config(std::string_view json, std::strin
 struct LoadedTokenizer {
   Tokenizer tokenizer;  // with bos_id/eos_id set from the config
   TokenizerConfig config;
+
+  // A text prompt starts with BOS: the config asks for it and the tokenizer has one (what the
+  // server, generate, probe --compare and the public API all encode with).
+  bool adds_bos() const { return config.add_bos_token && tokenizer.bos_id().has_value(); }
 };
 
 // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (and DIR/

@@ -118,7 +118,7 @@ int run_generate(const GenerateCliOptions& o) {
     prompt = std::move(*ids);
   } else {
     tok::EncodeOptions eo;
-    eo.add_bos = tk->config.add_bos_token && tk->tokenizer.bos_id().has_value();
+    eo.add_bos = tk->adds_bos();
     auto ids = tk->tokenizer.encode(o.prompt, eo);
     if (!ids.ok()) return fail(ids.status());
     prompt = std::move(*ids);

@@ -33,7 +33,7 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
     pc.prompt = prompt;
     // BOS as the server adds it to a text prompt (server/openai_prompt.cc).
     tok::EncodeOptions eo;
-    eo.add_bos = tk.config.add_bos_token && tk.tokenizer.bos_id().has_value();
+    eo.add_bos = tk.adds_bos();
     MLA_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tk.tokenizer.encode(prompt, eo));
     pc.prompt_tokens = ids.size();
 
