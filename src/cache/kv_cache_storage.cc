@@ -55,6 +55,7 @@ void KvCacheStorage::copy_slots(BlockId dst, BlockId src, int num_slots) {
   MLA_CHECK(num_slots >= 0 && num_slots <= shape_.page_size && dst != src,
             "copy_slots({} <- {}, {} slots)", dst, src, num_slots);
   if (num_slots == 0) return;
+  if (shape_.record_copies) copies_.push_back({dst, src, num_slots});
   const size_t bytes = static_cast<size_t>(num_slots) * shape_.record_bytes;
   for (int l = 0; l < shape_.num_layers; ++l) std::memcpy(row(l, dst, 0), row(l, src, 0), bytes);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "cache/block_pool.h"
@@ -20,6 +21,15 @@ struct KvCacheShape {
   // Bytes per token and layer: kv_bytes_per_token(dtype, r, d_r) from core/kv_format.h
   // (1,152 bf16, 656 fp8_e4m3 / int8, 416 nvfp4 at r = 512, d_r = 64).
   int64_t record_bytes = 0;
+  // Keep a log of copy_slots (take_copies): the leader of a model split over ranks repeats each
+  // copy-on-write copy in every follower's cache (docs/ARCHITECTURE.md §Ranks).
+  bool record_copies = false;
+};
+
+// One copy_slots call: slots [0, num_slots) of block src into block dst, every layer.
+struct SlotCopy {
+  BlockId dst = 0, src = 0;
+  int num_slots = 0;
 };
 
 // Move-only; sequences hold its address, so do not move it once they refer to it. The memory is
@@ -61,6 +71,8 @@ class KvCacheStorage {
   // Copies slots [0, num_slots) of block src into block dst in every layer: the copy of
   // copy-on-write. Costs num_layers · num_slots · record_bytes bytes of memcpy.
   void copy_slots(BlockId dst, BlockId src, int num_slots);
+  // The copies made since the last call, in order (shape().record_copies; else always empty).
+  std::vector<SlotCopy> take_copies() { return std::exchange(copies_, {}); }
 
  private:
   KvCacheStorage() = default;
@@ -70,6 +82,7 @@ class KvCacheStorage {
   KvCacheShape shape_;
   int64_t page_bytes_ = 0;
   std::vector<AlignedBuffer<uint8_t>> layers_;  // [num_layers] of [num_blocks · page_bytes]
+  std::vector<SlotCopy> copies_;                // record_copies: since take_copies
 };
 
 }  // namespace mla

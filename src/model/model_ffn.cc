@@ -127,6 +127,7 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
   const int64_t D = m.weights.config.hidden_size;
   if (n == 0) return Status();
   if (!L.moe) {
+    if (L.mlp.width == 0) return Status();  // across ranks: this rank holds none of its columns
     const SwigluRun dense{&L.mlp, n, nullptr, nullptr};
     return run_swiglu_group(std::span<const SwigluRun>(&dense, 1), D, x, out, pool, be,
                             m.options.matmul_dtype);
@@ -164,10 +165,11 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
       tokens_of[size_t(e)].push_back(t);
       weights_of[size_t(e)].push_back(weight[size_t(t * K + k)]);
     }
+  // This rank's experts (all of them alone): [expert_first, + experts.size()).
   runs.clear();
-  for (int e = 0; e < E; ++e)
+  for (int e = L.expert_first; e < L.expert_first + int(L.experts.size()); ++e)
     if (!tokens_of[size_t(e)].empty())
-      runs.push_back({&L.experts[size_t(e)], int64_t(tokens_of[size_t(e)].size()),
+      runs.push_back({&L.experts[size_t(e - L.expert_first)], int64_t(tokens_of[size_t(e)].size()),
                       tokens_of[size_t(e)].data(), weights_of[size_t(e)].data()});
   if (L.shared.width > 0) runs.push_back({&L.shared, n, nullptr, nullptr});
   size_t first = 0, bytes = 0;

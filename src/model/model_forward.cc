@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "dist/communicator.h"
 #include "kernels/mla_attention.h"
 #include "model/model_impl.h"
 
@@ -71,7 +72,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
                  const std::vector<int64_t>& first_token, KvCacheStorage& cache, int layer,
                  const float* q, float* out, ThreadPool& pool, ForwardStats* stats) {
   const ModelConfig& c = m.weights.config;
-  const int H = c.num_attention_heads, d_qk = c.d_qk(), d_v = c.v_head_dim;
+  const int H = m.heads, d_qk = c.d_qk(), d_v = c.v_head_dim;  // this rank's heads
   const DType kv_dtype = kv_cache_latent_dtype(m.options.kv_dtype);
   const float gscale = kNvfp4DefaultGlobalScale;
   // The decode batch's gathered block tables, lengths, queries and outputs, and the lse rows:
@@ -161,7 +162,7 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
   const LayerRuntime& L = m.layers[size_t(layer)];
   const std::string& be = m.options.backend;
   const int64_t T = int64_t(place.size());
-  const int D = c.hidden_size, H = c.num_attention_heads, d_qk = c.d_qk();
+  const int D = c.hidden_size, H = m.heads, d_qk = c.d_qk();  // this rank's heads
   const int r = c.kv_lora_rank, d_r = c.qk_rope_head_dim, d_n = c.qk_nope_head_dim;
   const float eps = float(c.rms_norm_eps);
 
@@ -204,27 +205,34 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
   const size_t n_o = size_t(T) * D;
   float* o = grown(o_buf, n_o);
   MLA_RETURN_IF_ERROR(linear(L.o_proj, T, attn, o, pool, be, m.options.matmul_dtype));
+  // Across ranks o holds this rank's heads' share of o_proj (its columns): the sum is the layer's.
+  if (m.comm) m.comm->all_reduce_sum(o, n_o);
   const float rs = m.residual_scale;  // 1 but for MiniCPM3: x · 1 is exact
   for (size_t i = 0; i < n_o; ++i) h[i] += o[i] * rs;
 
   rms_norm(h, L.post_norm.data(), T, D, eps, D, D, x);
   std::fill(o, o + n_o, 0.0f);
   MLA_RETURN_IF_ERROR(run_ffn(m, L, T, x, o, pool));
+  if (m.comm) m.comm->all_reduce_sum(o, n_o);  // this rank's experts and FFN columns
   for (size_t i = 0; i < n_o; ++i) h[i] += o[i] * rs;
   return Status();
 }
 
 }  // namespace
 
-Result<ForwardStats> Model::forward(const ForwardBatch& b, KvCacheStorage& cache, ThreadPool& pool,
-                                    std::vector<float>& logits) {
-  const Impl& m = *impl_;
+Status check_forward(const Model::Impl& m, const ForwardBatch& b, const KvCacheStorage& cache) {
   const ModelConfig& c = m.weights.config;
   if (cache.num_layers() != c.num_hidden_layers ||
       cache.record_bytes() !=
           kv_bytes_per_token(m.options.kv_dtype, c.kv_lora_rank, c.qk_rope_head_dim))
     return invalid_argument("forward: the KV cache was not made for this model (cache_shape)");
-  MLA_RETURN_IF_ERROR(check_batch(m, b, cache.page_size(), cache.num_blocks()));
+  return check_batch(m, b, cache.page_size(), cache.num_blocks());
+}
+
+Result<ForwardStats> forward_local(const Model::Impl& m, const ForwardBatch& b,
+                                   KvCacheStorage& cache, ThreadPool& pool,
+                                   std::vector<float>& logits) {
+  const ModelConfig& c = m.weights.config;
   const int64_t T = int64_t(b.tokens.size());
   const int D = c.hidden_size;
   std::vector<TokenPlace> place;
@@ -265,9 +273,32 @@ Result<ForwardStats> Model::forward(const ForwardBatch& b, KvCacheStorage& cache
              &x[i * D]);
   if (m.logits_divisor != 1.0f)
     for (float& v : x) v /= m.logits_divisor;
-  logits.resize(rows.size() * size_t(c.vocab_size));
-  MLA_RETURN_IF_ERROR(linear(m.lm_head, int64_t(rows.size()), x.data(), logits.data(), pool,
-                             m.options.backend, m.options.matmul_dtype));
+  const int64_t R = int64_t(rows.size()), V = c.vocab_size;
+  if (!m.comm) {
+    logits.resize(size_t(R * V));
+    MLA_RETURN_IF_ERROR(linear(m.lm_head, R, x.data(), logits.data(), pool, m.options.backend,
+                               m.options.matmul_dtype));
+    return stats;
+  }
+  // Across ranks each holds lm_head rows [Σ vocab_counts[< rank], + vocab_counts[rank]): its
+  // logits [R, V_rank] go to the leader, which interleaves them into [R, V].
+  static thread_local std::vector<float> part, all;
+  part.resize(size_t(R * m.lm_head.out));
+  MLA_RETURN_IF_ERROR(
+      linear(m.lm_head, R, x.data(), part.data(), pool, m.options.backend, m.options.matmul_dtype));
+  std::vector<int64_t> counts(m.vocab_counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) counts[r] = R * m.vocab_counts[r];
+  if (m.comm->leader()) all.resize(size_t(R * V));
+  m.comm->gather(part.data(), counts, all.data());
+  if (!m.comm->leader()) return stats;
+  logits.resize(size_t(R * V));
+  int64_t at = 0, v0 = 0;
+  for (const int64_t n : m.vocab_counts) {
+    for (int64_t i = 0; i < R; ++i)
+      std::copy_n(&all[size_t(at + i * n)], n, &logits[size_t(i * V + v0)]);
+    at += R * n;
+    v0 += n;
+  }
   return stats;
 }
 

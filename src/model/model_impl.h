@@ -6,6 +6,7 @@
 #include "core/aligned_buffer.h"
 #include "kernels/linear.h"
 #include "model/model_runtime.h"
+#include "model/model_shard.h"
 #include "model/moe_routing.h"
 #include "model/weight_requant.h"
 
@@ -29,8 +30,9 @@ struct LayerRuntime {
   MlpLinear mlp;                   // dense layers
   LinearWeight router;             // [E, D]
   std::vector<float> router_bias;  // [E] (noaux_tc), FP32
-  std::vector<MlpLinear> experts;
-  MlpLinear shared;  // width 0 when n_shared_experts is 0
+  std::vector<MlpLinear> experts;  // this rank's: routed experts [expert_first, + size)
+  int expert_first = 0;
+  MlpLinear shared;  // width 0 when n_shared_experts is 0 (or this rank holds none of it)
 };
 
 struct Model::Impl {
@@ -51,7 +53,22 @@ struct Model::Impl {
   RequantizedWeight lm_head_store;  // lm_head in options.lm_head_dtype, when that differs
   WeightArena repacked;             // options.repack_weights: the weights' new layouts
   Model::RepackStats repack_stats;
+  // Ranks (docs/ARCHITECTURE.md §Ranks). Alone: comm null, every head and the whole vocabulary.
+  dist::Communicator* comm = nullptr;
+  int rank = 0, ranks = 1;
+  int heads = 0;  // this rank's attention heads (the q / absorbed / o_proj slices)
+  std::vector<int64_t> vocab_counts;  // lm_head rows of each rank, in rank order
+  SliceStore slices;                  // this rank's copies of its weights (ranks > 1)
 };
+
+// forward's checks of the batch and cache, before anything runs (or is sent to other ranks).
+Status check_forward(const Model::Impl& m, const ForwardBatch& b, const KvCacheStorage& cache);
+
+// One forward pass on this process's weights and cache, the batch already checked; across ranks,
+// every rank runs it with the same batch (model_dist.cc).
+Result<ForwardStats> forward_local(const Model::Impl& m, const ForwardBatch& b,
+                                   KvCacheStorage& cache, ThreadPool& pool,
+                                   std::vector<float>& logits);
 
 // b's data, grown to at least n floats (contents undefined). The forward's activation buffers are
 // thread_local AlignedBuffers kept between calls through this, as large as the largest chunk

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/ggml_quant.h"
+#include "dist/communicator.h"
 #include "kernels/ref/mla_ref.h"
 #include "model/model_impl.h"
 #include "model/model_rope.h"
@@ -63,34 +64,103 @@ std::optional<StoredHeadWeights> stored_head_weights(const Checkpoint& ck, int l
   return StoredHeadWeights{view(*kv->uk_t), view(*kv->uv)};
 }
 
+// This rank's part of a layer (docs/ARCHITECTURE.md §Ranks). Alone, every weight is a view of the
+// file; across ranks, copies of this rank's slices in `store`.
+struct LayerShard {
+  int rank = 0, ranks = 1;
+  SliceStore* store = nullptr;
+  std::string at;  // "DIR: layer i ", for errors
+
+  bool alone() const { return ranks == 1; }
+  IndexRange all(const LinearWeight& w, bool rows) const { return {0, rows ? w.out : w.in}; }
+  Result<LinearWeight> rows(const LinearWeight& w, IndexRange r, const std::string& name) const {
+    if (alone() || !w.data) return w;
+    return slice_linear(w, r, all(w, false), *store, at + name);
+  }
+  Result<LinearWeight> cols(const LinearWeight& w, IndexRange c, const std::string& name) const {
+    if (alone() || !w.data) return w;
+    return slice_linear(w, all(w, true), c, *store, at + name);
+  }
+  Result<LinearWeight> whole(const LinearWeight& w, const std::string& name) const {
+    return rows(w, all(w, true), name);
+  }
+  // A SwiGLU split by its width: gate / up rows and down columns [split of width]; this rank's
+  // part may be empty (width 0) when the width has fewer granules than there are ranks.
+  Result<MlpLinear> mlp_split(const MlpLinear& m, const std::string& name) const {
+    if (alone() || m.width == 0) return m;
+    const int64_t granule = std::max(
+        column_granule(m.down), linear_block_scaled(m.down.dtype) ? int64_t(m.down.block_cols) : 1);
+    const IndexRange w = split_range(m.width, ranks, rank, granule);
+    if (w.size() == 0) return MlpLinear{};
+    MlpLinear p;
+    MLA_ASSIGN_OR_RETURN(p.gate, rows(m.gate, w, name + " gate_proj"));
+    MLA_ASSIGN_OR_RETURN(p.up, rows(m.up, w, name + " up_proj"));
+    MLA_ASSIGN_OR_RETURN(p.down, cols(m.down, w, name + " down_proj"));
+    p.width = int(w.size());
+    return p;
+  }
+  Result<MlpLinear> mlp_whole(const MlpLinear& m, const std::string& name) const {
+    if (alone()) return m;
+    MlpLinear p = m;
+    MLA_ASSIGN_OR_RETURN(p.gate, whole(m.gate, name + " gate_proj"));
+    MLA_ASSIGN_OR_RETURN(p.up, whole(m.up, name + " up_proj"));
+    MLA_ASSIGN_OR_RETURN(p.down, whole(m.down, name + " down_proj"));
+    return p;
+  }
+};
+
 Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c,
-                                   const std::optional<StoredHeadWeights>& stored) {
+                                   const std::optional<StoredHeadWeights>& stored,
+                                   const LayerShard& sh) {
+  // This rank's heads [h0, h0 + Hl): their rows of q_b / q_proj, kv_b_proj and the stored
+  // per-head weights, their columns of o_proj.
+  const int Hl = c.num_attention_heads / sh.ranks, h0 = sh.rank * Hl;
+  const int64_t d_qk = c.d_qk(), d_v = c.v_head_dim, d_nv = c.qk_nope_head_dim + d_v,
+                r = c.kv_lora_rank;
+  const auto heads = [&](int64_t per_head) {
+    return IndexRange{h0 * per_head, (h0 + Hl) * per_head};
+  };
   LayerRuntime L;
   L.input_norm = widen_vector(w.input_layernorm);
   L.post_norm = widen_vector(w.post_attention_layernorm);
   L.kv_a_norm = widen_vector(w.kv_a_layernorm);
   if (c.has_q_lora()) {
-    L.q_a = linear_of(w.q_a_proj, c);
+    MLA_ASSIGN_OR_RETURN(L.q_a, sh.whole(linear_of(w.q_a_proj, c), "q_a_proj"));
     L.q_a_norm = widen_vector(w.q_a_layernorm);
-    L.q_b = linear_of(w.q_b_proj, c);
+    MLA_ASSIGN_OR_RETURN(L.q_b, sh.rows(linear_of(w.q_b_proj, c), heads(d_qk), "q_b_proj"));
   } else {
-    L.q_proj = linear_of(w.q_proj, c);
+    MLA_ASSIGN_OR_RETURN(L.q_proj, sh.rows(linear_of(w.q_proj, c), heads(d_qk), "q_proj"));
   }
-  L.kv_a = linear_of(w.kv_a_proj_with_mqa, c);
-  L.o_proj = linear_of(w.o_proj, c);
-  MLA_ASSIGN_OR_RETURN(
-      L.absorbed,
-      prepare_absorbed_weights(linear_of(w.kv_b_proj, c), c.num_attention_heads, c.qk_nope_head_dim,
-                               c.v_head_dim, stored ? &*stored : nullptr));
+  MLA_ASSIGN_OR_RETURN(L.kv_a, sh.whole(linear_of(w.kv_a_proj_with_mqa, c), "kv_a_proj"));
+  MLA_ASSIGN_OR_RETURN(L.o_proj, sh.cols(linear_of(w.o_proj, c), heads(d_v), "o_proj"));
+  std::optional<StoredHeadWeights> st = stored;
+  if (st) {
+    MLA_ASSIGN_OR_RETURN(st->uk_t, sh.rows(st->uk_t, heads(r), "attn_k_b"));
+    MLA_ASSIGN_OR_RETURN(st->uv, sh.rows(st->uv, heads(d_v), "attn_v_b"));
+  }
+  MLA_ASSIGN_OR_RETURN(const LinearWeight kv_b,
+                       sh.rows(linear_of(w.kv_b_proj, c), heads(d_nv), "kv_b_proj"));
+  MLA_ASSIGN_OR_RETURN(L.absorbed, prepare_absorbed_weights(kv_b, Hl, c.qk_nope_head_dim,
+                                                            c.v_head_dim, st ? &*st : nullptr));
+  if (!sh.alone()) sh.store->release(kv_b.data);  // the FP32 split replaces it
   L.moe = w.moe;
   if (!w.moe) {
-    L.mlp = mlp_of(w.mlp, c);
+    MLA_ASSIGN_OR_RETURN(L.mlp, sh.mlp_split(mlp_of(w.mlp, c), "mlp"));
   } else {
-    L.router = linear_of(w.router, c);
+    MLA_ASSIGN_OR_RETURN(L.router, sh.whole(linear_of(w.router, c), "router"));
     if (w.router_bias.present()) L.router_bias = widen_vector(w.router_bias);
-    L.experts.reserve(w.experts.size());
-    for (const MlpWeights& e : w.experts) L.experts.push_back(mlp_of(e, c));
-    if (w.shared_experts.gate_proj.present()) L.shared = mlp_of(w.shared_experts, c);
+    // This rank's routed experts [e0, e0 + E / ranks), whole.
+    const size_t El = w.experts.size() / size_t(sh.ranks), e0 = size_t(sh.rank) * El;
+    L.expert_first = int(e0);
+    L.experts.reserve(El);
+    for (size_t e = e0; e < e0 + El; ++e) {
+      MLA_ASSIGN_OR_RETURN(MlpLinear x,
+                           sh.mlp_whole(mlp_of(w.experts[e], c), fmt::format("expert {}", e)));
+      L.experts.push_back(x);
+    }
+    if (w.shared_experts.gate_proj.present()) {
+      MLA_ASSIGN_OR_RETURN(L.shared, sh.mlp_split(mlp_of(w.shared_experts, c), "shared experts"));
+    }
   }
   return L;
 }
@@ -107,7 +177,6 @@ void widen_elements(DType t, const uint8_t* data, int64_t first, int64_t n, floa
 }
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Model::~Model() = default;
 const ModelConfig& Model::config() const {
   return impl_->weights.config;
 }
@@ -153,14 +222,18 @@ double Model::prefill_flops(int64_t tokens) const {
   double macs = linear_macs(m.lm_head);  // the last token's logits
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const LayerRuntime& L = m.layers[i];
-    double per_token = linear_macs(L.q_proj) + linear_macs(L.q_a) + linear_macs(L.q_b) +
-                       linear_macs(L.kv_a) + linear_macs(L.o_proj) +
-                       linear_macs(linear_of(m.weights.layers[i].kv_b_proj, c));
+    double per_token =
+        linear_macs(L.q_proj) + linear_macs(L.q_a) + linear_macs(L.q_b) + linear_macs(L.kv_a) +
+        linear_macs(L.o_proj) +
+        linear_macs(linear_of(m.weights.layers[i].kv_b_proj, c)) * m.heads / c.num_attention_heads;
     if (!L.moe)
       per_token += mlp_macs(L.mlp);
     else
       per_token += linear_macs(L.router) + mlp_macs(L.shared) +
-                   (L.experts.empty() ? 0.0 : c.num_experts_per_tok * mlp_macs(L.experts[0]));
+                   // K experts per token, this rank's share of them on average
+                   (L.experts.empty() ? 0.0
+                                      : c.num_experts_per_tok * mlp_macs(L.experts[0]) *
+                                            double(L.experts.size()) / c.n_routed_experts);
     macs += T * per_token + pairs * H * double(c.d_qk() + c.v_head_dim);
   }
   return 2 * macs;
@@ -220,10 +293,13 @@ Status repack_weights(Model::Impl& m, const std::string& dir) {
   MLA_ASSIGN_OR_RETURN(m.repacked, WeightArena::allocate(total, dir + ": repacked weights"));
   for (size_t p = 0; p < plan.size(); ++p) {
     auto& [w, what] = ws[plan[p].first];
-    // The file's pages are dropped, unless lm_head was requantised (then it owns its data).
-    const bool mapped = w != &m.lm_head || !m.lm_head_store.data.data();
+    // The file's pages are dropped, unless the weight is a copy: lm_head requantised, or a
+    // rank's slice (whose copy is freed instead).
+    const bool mapped = m.ranks == 1 && (w != &m.lm_head || !m.lm_head_store.data.data());
+    const uint8_t* source = w->data;
     MLA_ASSIGN_OR_RETURN(*w, repack_weight(*w, plan[p].second, default_thread_pool(),
                                            m.repacked.data() + offset[p], what, mapped));
+    if (m.ranks > 1) m.slices.release(source);
     m.repack_stats.weights += 1;
     m.repack_stats.bytes += dtype_bytes(w->dtype, w->in) * w->out;
   }
@@ -249,7 +325,9 @@ int64_t Model::active_weight_bytes_per_token() const {
       total += mlp_bytes(L.mlp);
     } else {
       total += linear_bytes(L.router) + mlp_bytes(L.shared);
-      if (!L.experts.empty()) total += c.num_experts_per_tok * mlp_bytes(L.experts[0]);
+      if (!L.experts.empty())  // this rank's share of the K experts on average
+        total += c.num_experts_per_tok * mlp_bytes(L.experts[0]) * int64_t(L.experts.size()) /
+                 c.n_routed_experts;
     }
   }
   return total;
@@ -262,26 +340,45 @@ KvCacheShape Model::cache_shape(int32_t num_blocks, int page_size) const {
   s.num_blocks = num_blocks;
   s.page_size = page_size;
   s.record_bytes = kv_bytes_per_token(impl_->options.kv_dtype, c.kv_lora_rank, c.qk_rope_head_dim);
+  s.record_copies = impl_->ranks > 1 && impl_->rank == 0;
   return s;
 }
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const RuntimeOptions& options) {
+namespace {
+
+// This process's part of the model (all of it when alone).
+Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
+                                               const RuntimeOptions& options) {
   if (options.backend != "cpu" && options.backend != "ref")
     return invalid_argument(
         fmt::format("backend must be \"cpu\" or \"ref\", got \"{}\"", options.backend));
   if (options.max_context < 0)
     return invalid_argument(fmt::format("max context {} < 0", options.max_context));
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Model::Impl>();
+  if (options.comm && options.comm->size() > 1) {
+    impl->comm = options.comm;
+    impl->rank = options.comm->rank();
+    impl->ranks = options.comm->size();
+  }
   CheckpointOptions checkpoint_options;
   // Decode reads every active weight each step and, over many steps, every expert: faulting the
-  // pages in lazily cost a page fault per 64 KiB of weights during the first tokens.
-  checkpoint_options.populate = true;
+  // pages in lazily cost a page fault per 64 KiB of weights during the first tokens. Across
+  // ranks each copies only its slices (touching those pages alone).
+  checkpoint_options.populate = impl->ranks == 1;
   MLA_ASSIGN_OR_RETURN(impl->weights, load_model_weights(dir, checkpoint_options));
   const ModelConfig& c = impl->weights.config;
   if (c.hidden_act != "silu")
     return unimplemented(fmt::format("{}/config.json: hidden_act \"{}\" (only silu is supported)",
                                      dir, c.hidden_act));
   impl->options = options;
+  const int N = impl->ranks;
+  if (c.num_attention_heads % N != 0 || (c.is_moe() && c.n_routed_experts % N != 0))
+    return invalid_argument(fmt::format(
+        "{}: the model cannot be split over {} ranks: its {} attention heads{} must be a "
+        "multiple of the rank count",
+        dir, N, c.num_attention_heads,
+        c.is_moe() ? fmt::format(" and {} routed experts", c.n_routed_experts) : ""));
+  impl->heads = c.num_attention_heads / N;
   impl->max_context = options.max_context > 0
                           ? options.max_context
                           : std::min<int64_t>(c.max_position_embeddings, kDefaultMaxContext);
@@ -298,22 +395,46 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const Runtime
   }
   impl->layers.reserve(size_t(c.num_hidden_layers));
   for (size_t i = 0; i < impl->weights.layers.size(); ++i) {
-    MLA_ASSIGN_OR_RETURN(LayerRuntime L,
-                         prepare_layer(impl->weights.layers[i], c,
-                                       stored_head_weights(impl->weights.checkpoint, int(i))));
+    MLA_ASSIGN_OR_RETURN(
+        LayerRuntime L,
+        prepare_layer(impl->weights.layers[i], c,
+                      stored_head_weights(impl->weights.checkpoint, int(i)),
+                      {impl->rank, N, &impl->slices, fmt::format("{}: layer {} ", dir, i)}));
     impl->layers.push_back(std::move(L));
   }
   impl->final_norm = widen_vector(impl->weights.norm);
   impl->embed = linear_of(impl->weights.embed_tokens, c);
   impl->lm_head = linear_of(impl->weights.lm_head, c);
+  // lm_head by vocabulary rows across ranks (the leader gathers the logits); the embedding table
+  // stays a view of the file on every rank, one row read per token.
+  for (int q = 0; q < N; ++q) impl->vocab_counts.push_back(split_range(c.vocab_size, N, q).size());
+  if (N > 1) {
+    MLA_ASSIGN_OR_RETURN(impl->lm_head,
+                         slice_linear(impl->lm_head, split_range(c.vocab_size, N, impl->rank),
+                                      {0, impl->lm_head.in}, impl->slices, dir + ": lm_head"));
+  }
   if (options.lm_head_dtype && *options.lm_head_dtype != impl->lm_head.dtype) {
     MLA_ASSIGN_OR_RETURN(impl->lm_head_store,
                          requantize_weight(impl->lm_head, *options.lm_head_dtype,
                                            default_thread_pool(), dir + ": lm_head"));
+    impl->slices.release(impl->lm_head.data);
     impl->lm_head = impl->lm_head_store.weight;
   }
   if (options.repack_weights) MLA_RETURN_IF_ERROR(repack_weights(*impl, dir));
-  return std::unique_ptr<Model>(new Model(std::move(impl)));
+  return impl;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const RuntimeOptions& options) {
+  Result<std::unique_ptr<Impl>> impl = load_impl(dir, options);
+  // Across ranks, every rank learns whether all loaded: the first failure, naming its rank.
+  if (options.comm && options.comm->size() > 1) {
+    const Status all = options.comm->agree(impl.status());
+    if (!all.ok()) return all;
+  }
+  if (!impl.ok()) return impl.status();
+  return std::unique_ptr<Model>(new Model(std::move(*impl)));
 }
 
 }  // namespace mla

@@ -23,6 +23,9 @@
 #include "model/model_weights.h"
 
 namespace mla {
+namespace dist {
+class Communicator;
+}
 
 struct RuntimeOptions {
   std::string backend = "cpu";  // "cpu" or "ref": the kernels every op runs on
@@ -47,6 +50,10 @@ struct RuntimeOptions {
   // Longest sequence (prompt + generated) the RoPE table covers; 0: max_position_embeddings,
   // capped at kDefaultMaxContext to keep the table small on machines that will never get there.
   int64_t max_context = 0;
+  // The ranks this model is split over (dist/communicator.h; docs/ARCHITECTURE.md §Ranks): each
+  // rank loads its heads, experts, FFN columns and vocabulary rows, and forward meets the others
+  // at two all-reduces per layer. Null (or one rank): the whole model in this process.
+  dist::Communicator* comm = nullptr;
 };
 inline constexpr int64_t kDefaultMaxContext = 32768;
 
@@ -109,7 +116,8 @@ class Model {
   // head), lm_head on the last token. Norms, RoPE, routing and softmax are not counted.
   double prefill_flops(int64_t tokens) const;
 
-  // The cache this model needs: num_layers, record bytes of options().kv_dtype.
+  // The cache this model needs: num_layers, record bytes of options().kv_dtype (and, on the
+  // leader of several ranks, record_copies).
   KvCacheShape cache_shape(int32_t num_blocks, int page_size) const;
   // The global scale of an nvfp4 cache (fixed per layer).
   float kv_global_scale() const;
@@ -117,8 +125,22 @@ class Model {
   // Runs the batch, writing each token's latent cache row and `logits` ([Σ n_tokens, vocab] when
   // all_logits, else [seqs, vocab]; resized). invalid_argument for a token id outside the vocab,
   // a position at or past max_context(), a block table too short, n_tokens < 1.
+  //
+  // Across ranks the leader calls forward as above: it sends the batch (and the cache's
+  // copy-on-write copies since the last call) to the followers, which run it in follow(), and
+  // returns the full logits; the followers' halves meet in all-reduces. A failure after the
+  // batch was sent ends every rank (Communicator::abort): a returned error would leave the others
+  // waiting inside a collective.
   Result<ForwardStats> forward(const ForwardBatch& batch, KvCacheStorage& cache, ThreadPool& pool,
                                std::vector<float>& logits);
+
+  // A follower rank's whole life after load: runs each batch the leader's forward sends, on a
+  // cache of the leader's shape, until the leader's Model is destroyed. Returns then (ok), or an
+  // error for a call on the leader or a model alone.
+  Status follow(ThreadPool& pool);
+  // This process's rank and the rank count (0 and 1 alone).
+  int rank() const;
+  int ranks() const;
 
   struct Impl;
 

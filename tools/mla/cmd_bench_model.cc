@@ -55,6 +55,7 @@ int run_bench_model(const BenchModelOptions& o) {
     fmt::print(stderr, "error: {}\n", model.status().message());
     return 1;
   }
+  if (is_follower()) return follow_leader(**model, o.threads);
   const ModelConfig& c = (*model)->config();
   const double weight_bytes = double((*model)->active_weight_bytes_per_token());
   std::vector<int32_t> prompt(size_t(o.prompt_len));

@@ -73,6 +73,7 @@ struct Timeline {
 };
 
 int run_offline(const OfflineOptions& o) {
+  if (Status one = require_one_rank("bench offline"); !one.ok()) return fail(one);
   Result<RuntimeOptions> ro = runtime_options(o.rt);
   if (!ro.ok()) return fail(ro.status());
   fmt::print(stderr, "loading {}...\n", o.model);

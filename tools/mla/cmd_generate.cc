@@ -99,6 +99,7 @@ int run_generate(const GenerateCliOptions& o) {
   if (!ro.ok()) return fail(ro.status());
   auto model = Model::load(o.model, *ro);
   if (!model.ok()) return fail(model.status());
+  if (is_follower()) return follow_leader(**model, o.threads);
   const ModelConfig& c = (*model)->config();
 
   // The tokenizer is needed for a text prompt and to print text; ids alone work without one.

@@ -20,6 +20,7 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
                                                          const PostJson& post) {
   // The runtime options of `mla serve` and `mla generate` left at their defaults, so a server
   // started without flags computes what this does.
+  MLA_RETURN_IF_ERROR(require_one_rank("probe --compare"));
   MLA_ASSIGN_OR_RETURN(RuntimeOptions ro, runtime_options(RuntimeFlags{}));
   fmt::print(stderr, "loading the local model {}...\n", s.model_dir);
   MLA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(s.model_dir, ro));

@@ -116,6 +116,11 @@ int run_serve(ServeCliOptions o) {
 
   // One connection worker per request that may run or wait, and 64 more for idle keep-alive
   // and slow connections (shed when all are taken).
+  if (is_follower()) {  // no server: the leader's forward passes only
+    auto model = Model::load(o.model, *ro);
+    if (!model.ok()) return fail(model.status());
+    return follow_leader(**model, o.threads);
+  }
   if (o.http.http_threads == 0) o.http.http_threads = o.max_num_seqs + o.http.max_queue + 64;
   // glibc gives each thread that allocates an arena of up to 64 MiB of address space; with a
   // hundred connection threads that alone could pass a `ulimit -v` sized to the model.

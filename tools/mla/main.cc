@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "core/env_check.h"
+#include "dist/communicator.h"
 
 namespace mla::cli {
 std::vector<CommandEntry>& command_table() {
@@ -18,6 +19,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", env.message().c_str());
     return 2;
   }
+  // Started by mpirun as one of several ranks: MPI first (it may consume its own arguments);
+  // alone, nothing happens here (docs/ARCHITECTURE.md §Ranks).
+  if (auto w = mla::dist::init_world(&argc, &argv); !w.ok()) {
+    std::fprintf(stderr, "error: %s\n", w.status().message().c_str());
+    return 2;
+  }
+  struct FinalizeAtExit {
+    ~FinalizeAtExit() { mla::dist::finalize_world(); }
+  } finalize;
   CLI::App app{"mla: an inference engine for Multi-head Latent Attention models"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Print help for every subcommand");

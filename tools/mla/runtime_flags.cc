@@ -1,7 +1,10 @@
 // The runtime flags of the model-running commands, and the RuntimeOptions they make.
 #include "runtime_flags.h"
 
+#include <fmt/format.h>
+
 #include "core/kv_format.h"
+#include "dist/communicator.h"
 #include "io/tune_file.h"
 
 namespace mla::cli {
@@ -34,7 +37,27 @@ Result<RuntimeOptions> runtime_options(const RuntimeFlags& f) {
                                         ? f.prefill_threshold
                                         : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
                                               .value_or(kDefaultPrefillAbsorptionThreshold);
+  ro.comm = dist::world();
   return ro;
+}
+
+bool is_follower() {
+  return dist::world() && !dist::world()->leader();
+}
+
+int follow_leader(Model& model, int threads) {
+  ThreadPool pool(threads > 0 ? threads : default_thread_pool().num_threads());
+  const Status s = model.follow(pool);
+  if (s.ok()) return 0;
+  fmt::print(stderr, "error: rank {}: {}\n", model.rank(), s.message());
+  return 1;
+}
+
+Status require_one_rank(std::string_view command) {
+  if (!dist::world()) return Status();
+  return unimplemented(fmt::format(
+      "mla {} runs on one rank; across ranks (mpirun -np {}) use generate, serve or bench model",
+      command, dist::world()->size()));
 }
 
 }  // namespace mla::cli

@@ -75,8 +75,19 @@ struct RuntimeFlags {
 // --prefill-threshold.
 void add_runtime_flags(CLI::App* cmd, RuntimeFlags* f);
 
-// invalid_argument naming the value for an unknown --kv-dtype.
+// invalid_argument naming the value for an unknown --kv-dtype. Started by mpirun as one of
+// several ranks, the options carry the world communicator (the model loads this rank's slice).
 Result<RuntimeOptions> runtime_options(const RuntimeFlags& f);
+
+// Across ranks (mpirun -np N; docs/ARCHITECTURE.md §Ranks) rank 0 runs the command and the
+// others only its forward passes: whether this process is one of those followers.
+bool is_follower();
+// A follower's part of generate, serve or bench model once its slice is loaded: it runs the
+// leader's forward passes until the leader's model is gone. Returns the exit code.
+int follow_leader(Model& model, int threads);
+// For the commands that run a model on one rank only: an error naming the command when started
+// as one of several ranks.
+Status require_one_rank(std::string_view command);
 
 // The flag's spelling of a stored weight dtype, for --json: "bf16", "fp8", "int8", "f16", "f32".
 inline std::string weight_dtype_flag_name(DType t) {
