@@ -14,9 +14,10 @@ import time
 
 class MlaServer:
     """`mla serve -m MODEL --port 0 ARGS...` (model None: no -m, the bundled default); the port
-    is read from its "listening on" line."""
+    is read from its "listening on" line. launcher: (argv prefix, env) that starts it, e.g.
+    mpirun across ranks (tests/e2e/mpi_launch.py)."""
 
-    def __init__(self, binary, model, *args, ready_timeout=60.0):
+    def __init__(self, binary, model, *args, ready_timeout=60.0, launcher=None):
         self.binary, self.model = binary, model
         # FP32 weight products and attention unless a test asks otherwise: the server tests
         # compare replies under load with single-request baselines (to their FP32-derived
@@ -27,8 +28,10 @@ class MlaServer:
         if "--attention-dtype" not in args:
             args = ("--attention-dtype", "f32", *args)
         model_args = ["-m", model] if model is not None else []
-        self.proc = subprocess.Popen([binary, "serve", *model_args, "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        prefix, env = launcher or ([], None)
+        self.proc = subprocess.Popen([*prefix, binary, "serve", *model_args, "--port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env)
         self.log = []
         self.port = None
         deadline = time.time() + ready_timeout

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""A model split over 2 ranks (mpirun on the loopback, one thread per rank; docs/ARCHITECTURE.md
+§Ranks), end to end:
+  - `mla serve` across 2 ranks answers the official `openai` client with the one-rank server's
+    tokens: greedy completions and streamed chat, n = 2 (forks whose copy-on-write copies the
+    leader must repeat in the follower's cache), a prefix-cache hit, concurrent requests;
+  - a rank killed mid-stream ends the job: the stream ends and mpirun exits non-zero, no hang;
+  - a rank count that does not divide the heads and experts, and a corrupt shard on one rank,
+    are one clear error on every rank naming the cause and the rank;
+  - `mla generate` and `mla bench model` across ranks.
+The logits' agreement with the one-rank run, within the bound of the arithmetic, is checked per
+family by tests/e2e/model_oracle.py.
+
+Usage: ranks_test.py MLA_BINARY MODEL_DIR
+(exit 77: skipped where mpirun or the openai package is missing, or mla was built without MPI)
+"""
+import concurrent.futures
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from mla_server import MlaServer, find_binary_and_model  # noqa: E402
+from mpi_launch import built_without_mpi, mpirun  # noqa: E402
+
+try:
+    import openai
+except ImportError:
+    print("skipped: the openai package is not installed")
+    sys.exit(77)
+
+BINARY, MODEL = find_binary_and_model(sys.argv)
+TWO = mpirun(2)
+if TWO is None:
+    print("skipped: mpirun is not installed (Debian: openmpi-bin)")
+    sys.exit(77)
+_probe = subprocess.run([*TWO[0], BINARY, "generate", "-m", MODEL, "--tokens", "1,2", "-n", "1",
+                         "--threads", "1"], capture_output=True, text=True, env=TWO[1], timeout=120)
+if built_without_mpi(_probe.stderr):
+    print("skipped: this mla was built without MPI")
+    sys.exit(77)
+
+# Small pages, so that the prompts below fill whole pages (prefix-cache hits) and end inside one
+# (n = 2 forks share it until each writes: a copy-on-write copy).
+SERVE_ARGS = ("--threads", "1", "--page-size", "16", "--max-num-seqs", "8")
+# Logprobs of the two runs: both are FP32 evaluations of the same model in different summation
+# orders (o_proj, the FFN and the experts summed per rank, then across ranks). model_oracle.py
+# bounds every logit of both within 2x its FP32 bound of the exact value, at most 3.5e-4 on the
+# tiny checkpoints; a logprob (logit − logsumexp) moves by at most twice a logit's change.
+LOGPROB_TOL = 2 * 3.5e-4 + 1e-6
+
+PROMPTS = [
+    "In the beginning God created the heaven and the earth. " * 3,
+    "And the earth was without form, and void; and darkness was upon the face of the deep.",
+    "Let there be light: and there was light.",
+    "The quick brown fox jumps over the lazy dog. " * 2,
+]
+
+
+def client(server):
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+
+def complete(server, prompt, **kw):
+    r = client(server).completions.create(model=server.model_id, prompt=prompt, temperature=0,
+                                          max_tokens=kw.pop("max_tokens", 24), logprobs=1, **kw)
+    return [(c.text, c.logprobs.token_logprobs) for c in r.choices]
+
+
+def chat_stream(server, text):
+    stream = client(server).chat.completions.create(
+        model=server.model_id, messages=[{"role": "user", "content": text}], temperature=0,
+        max_tokens=24, stream=True)
+    return "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+
+
+class ServeAcrossRanks(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.one = MlaServer(BINARY, MODEL, *SERVE_ARGS)
+        cls.two = MlaServer(BINARY, MODEL, *SERVE_ARGS, launcher=TWO)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.one.stop()
+        # SIGTERM to the leader (rank 0): it drains, and its model's destruction releases the
+        # follower, so every rank and mpirun exit 0 (mpirun itself signalled ends the ranks and
+        # exits 1: docs/SERVING.md §Across ranks).
+        os.kill(rank_pid(cls.two.proc.pid, 0), signal.SIGTERM)
+        assert cls.two.proc.wait(timeout=60) == 0, "mpirun mla serve did not exit 0: " + "".join(cls.two.log[-5:])
+
+    def assert_same(self, a, b, what):
+        self.assertEqual(len(a), len(b), what)
+        for (ta, la), (tb, lb) in zip(a, b):
+            self.assertEqual(ta, tb, what)
+            worst = max(abs(x - y) for x, y in zip(la, lb))
+            self.assertLessEqual(worst, LOGPROB_TOL, f"{what}: logprobs differ by {worst}")
+
+    def test_completions_equal_one_rank(self):
+        for p in PROMPTS:
+            self.assert_same(complete(self.two, p), complete(self.one, p), p[:30])
+
+    def test_streamed_chat_equal_one_rank(self):
+        self.assertEqual(chat_stream(self.two, PROMPTS[1]), chat_stream(self.one, PROMPTS[1]))
+
+    def test_forks_and_prefix_hits(self):
+        # n = 2 greedy: two identical choices from forks of one prompt; then the same prompt
+        # again, whose full pages now come from the prefix cache.
+        for _ in range(2):
+            got, want = complete(self.two, PROMPTS[0], n=2), complete(self.one, PROMPTS[0], n=2)
+            self.assert_same(got, want, "n=2")
+            self.assertEqual(got[0][0], got[1][0])
+
+    def test_concurrent_requests(self):
+        want = {p: complete(self.one, p) for p in PROMPTS}
+        with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as ex:
+            got = dict(zip(PROMPTS, ex.map(lambda p: complete(self.two, p), PROMPTS)))
+        for p in PROMPTS:
+            self.assert_same(got[p], want[p], "concurrent " + p[:30])
+
+
+def rank_pid(launcher_pid, rank):
+    """The pid of rank `rank` among mpirun's children (from its OMPI_COMM_WORLD_RANK)."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if ppid == launcher_pid and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return int(d)
+    return None
+
+
+class Faults(unittest.TestCase):
+    def test_rank_killed_mid_stream_ends_the_job(self):
+        server = MlaServer(BINARY, MODEL, *SERVE_ARGS, launcher=TWO)
+        try:
+            stream = client(server).completions.create(
+                model=server.model_id, prompt=PROMPTS[2], max_tokens=30000, stream=True,
+                extra_body={"ignore_eos": True})
+            it = iter(stream)
+            for _ in range(5):
+                next(it)
+            follower = rank_pid(server.proc.pid, 1)
+            self.assertIsNotNone(follower, "rank 1's process not found")
+            os.kill(follower, signal.SIGKILL)
+            t0 = time.time()
+            try:
+                for _ in it:  # must end (closed or an error), not hang
+                    if time.time() - t0 > 60:
+                        self.fail("the stream went on after rank 1 died")
+            except (openai.APIError, ConnectionError):
+                pass
+            code = server.proc.wait(timeout=60)
+            self.assertNotEqual(code, 0)
+            self.assertLess(time.time() - t0, 60)
+        finally:
+            if server.proc.poll() is None:
+                server.proc.kill()
+                server.proc.wait()
+
+    def test_bad_rank_count_is_named(self):
+        prefix, env = mpirun(3)
+        r = subprocess.run([*prefix, BINARY, "generate", "-m", MODEL, "--tokens", "1,2", "-n", "1",
+                            "--threads", "1"], capture_output=True, text=True, env=env, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("cannot be split over 3 ranks", r.stderr)
+        self.assertIn("4 attention heads and 8 routed experts", r.stderr)
+
+    def test_corrupt_shard_on_one_rank_is_named(self):
+        with tempfile.TemporaryDirectory(prefix="mla-ranks-") as tmp:
+            bad = os.path.join(tmp, "bad")
+            shutil.copytree(MODEL, bad)
+            shard = sorted(f for f in os.listdir(bad) if f.endswith(".safetensors"))[-1]
+            with open(os.path.join(bad, shard), "r+b") as f:
+                f.truncate(os.path.getsize(os.path.join(bad, shard)) // 2)
+            prefix, env = TWO
+            script = ('if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then m="$2"; else m="$1"; fi; '
+                      'exec "$0" generate -m "$m" --tokens 1,2 -n 1 --threads 1')
+            r = subprocess.run([*prefix, "sh", "-c", script, BINARY, MODEL, bad],
+                               capture_output=True, text=True, env=env, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        lines = [l for l in r.stderr.splitlines() if l.startswith("error: rank 1: ")]
+        self.assertEqual(len(lines), 2, r.stderr)  # printed by both ranks
+        self.assertIn(shard, lines[0])
+
+
+class Commands(unittest.TestCase):
+    def test_generate_and_bench_model(self):
+        prefix, env = TWO
+        args = ["-m", MODEL, "--prompt", PROMPTS[1], "-n", "12", "--threads", "1"]
+        one = subprocess.run([BINARY, "generate", *args], capture_output=True, text=True, timeout=120)
+        two = subprocess.run([*prefix, BINARY, "generate", *args], capture_output=True, text=True,
+                             env=env, timeout=120)
+        self.assertEqual(two.returncode, 0, two.stderr)
+        self.assertEqual(two.stdout, one.stdout)  # printed once, by the leader
+        r = subprocess.run([*prefix, BINARY, "bench", "model", "-m", MODEL, "--tokens", "8",
+                            "--segment", "4", "--prompt-len", "16", "--threads", "1", "--json"],
+                           capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreater(json.loads(r.stdout)["decode_tokens_per_s"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
