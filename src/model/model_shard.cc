@@ -14,8 +14,10 @@ namespace mla {
 IndexRange split_range(int64_t total, int parts, int part, int64_t granule) {
   const int64_t units = (total + granule - 1) / granule;
   const int64_t base = units / parts, extra = units % parts;
-  const int64_t first = part * base + std::min<int64_t>(part, extra);
-  const int64_t count = base + (part < extra ? 1 : 0);
+  // The last `extra` parts take one granule more: the partial last granule then lands in a part
+  // with more, and no two parts differ by more than one granule.
+  const int64_t first = part * base + std::max<int64_t>(0, part - (parts - extra));
+  const int64_t count = base + (part >= parts - extra ? 1 : 0);
   return {std::min(total, first * granule), std::min(total, (first + count) * granule)};
 }
 

@@ -18,9 +18,9 @@ struct IndexRange {
   int64_t size() const { return end - begin; }
 };
 
-// Part `part` of [0, total) cut into `parts` ranges of whole granules (the last may be partial
-// when total is not a multiple), as even as granules allow: the first total/granule % parts
-// parts take one granule more. A part may be empty.
+// Part `part` of [0, total) cut into `parts` ranges of whole granules (the last granule may be
+// partial when total is not a multiple), as even as granules allow: no two parts differ by more
+// than one granule. A part may be empty.
 IndexRange split_range(int64_t total, int parts, int part, int64_t granule = 1);
 
 // Owned copies of weight slices (AlignedBuffers; their addresses do not move).

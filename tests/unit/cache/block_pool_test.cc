@@ -220,5 +220,33 @@ TEST(KvCacheStorage, CopySlotsCopiesEveryLayerAndNothingElse) {
   }
 }
 
+// The log a leader of several ranks forwards (model/model_dist.cc): every copy_slots in order,
+// emptied by take_copies; nothing kept without record_copies.
+TEST(KvCacheStorage, RecordsCopiesOnlyWhenAsked) {
+  for (const bool record : {false, true}) {
+    auto r = KvCacheStorage::allocate({.num_layers = 2,
+                                       .num_blocks = 4,
+                                       .page_size = 16,
+                                       .record_bytes = 64,
+                                       .record_copies = record});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    r->copy_slots(1, 0, 5);
+    r->copy_slots(3, 2, 0);  // nothing copied: nothing to repeat
+    r->copy_slots(2, 1, 16);
+    const std::vector<SlotCopy> log = r->take_copies();
+    if (!record) {
+      EXPECT_TRUE(log.empty());
+      continue;
+    }
+    ASSERT_EQ(log.size(), 2u);
+    EXPECT_EQ(log[0].dst, 1);
+    EXPECT_EQ(log[0].src, 0);
+    EXPECT_EQ(log[0].num_slots, 5);
+    EXPECT_EQ(log[1].dst, 2);
+    EXPECT_EQ(log[1].num_slots, 16);
+    EXPECT_TRUE(r->take_copies().empty());
+  }
+}
+
 }  // namespace
 }  // namespace mla
