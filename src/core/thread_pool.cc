@@ -2,6 +2,8 @@
 // loops; a loop waits only for the workers that joined it.
 #include "core/thread_pool.h"
 
+#include <sched.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -111,6 +113,10 @@ ThreadPool& default_thread_pool() {
       long v = std::strtol(env, &end, 10);
       if (end != env && *end == '\0' && v >= 1 && v <= 1024) return int(v);
     }
+    // The cores this process may run on: a rank that mpirun bound to a NUMA node or a core
+    // (docs/ARCHITECTURE.md §Ranks), a container's cpuset; else every online core.
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     unsigned hc = std::thread::hardware_concurrency();
     return hc ? int(hc) : 1;
   }());

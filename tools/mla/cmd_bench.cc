@@ -262,6 +262,7 @@ void add_threshold_flags(CLI::App* cmd, ThresholdOptions* o) {
 void register_bench_offline(CLI::App* bench, int* exit_code);
 void register_bench_serve(CLI::App* bench, int* exit_code);
 void register_bench_model(CLI::App* bench, int* exit_code);
+void register_bench_ranks(CLI::App* bench, int* exit_code);
 
 void register_bench(CLI::App& app, int* exit_code) {
   CLI::App* bench =
@@ -321,6 +322,7 @@ void register_bench(CLI::App& app, int* exit_code) {
   register_bench_offline(bench, exit_code);
   register_bench_serve(bench, exit_code);
   register_bench_model(bench, exit_code);
+  register_bench_ranks(bench, exit_code);
 }
 
 void register_tune(CLI::App& app, int* exit_code) {

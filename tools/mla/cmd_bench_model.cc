@@ -147,6 +147,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["decode_tokens_per_s"] = median(tps);
     j["effective_gbps"] = median(eff);
     j["probe_gbps"] = median(bound);
+    j["ranks"] = (*model)->ranks();
     j["fraction"] = median(frac);
     j["fraction_min"] = *std::min_element(frac.begin(), frac.end());
     j["segments"] = nlohmann::json::array();
