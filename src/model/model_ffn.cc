@@ -168,7 +168,7 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
   // This rank's experts (all of them alone): [expert_first, + experts.size()).
   runs.clear();
   for (int e = L.expert_first; e < L.expert_first + int(L.experts.size()); ++e)
-    if (!tokens_of[size_t(e)].empty())
+    if (!tokens_of[size_t(e)].empty() && L.experts[size_t(e - L.expert_first)].width > 0)
       runs.push_back({&L.experts[size_t(e - L.expert_first)], int64_t(tokens_of[size_t(e)].size()),
                       tokens_of[size_t(e)].data(), weights_of[size_t(e)].data()});
   if (L.shared.width > 0) runs.push_back({&L.shared, n, nullptr, nullptr});

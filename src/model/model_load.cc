@@ -69,7 +69,8 @@ std::optional<StoredHeadWeights> stored_head_weights(const Checkpoint& ck, int l
 struct LayerShard {
   int rank = 0, ranks = 1;
   SliceStore* store = nullptr;
-  std::string at;  // "DIR: layer i ", for errors
+  std::string at;                 // "DIR: layer i ", for errors
+  bool experts_by_width = false;  // MoeSplit::kWidth
 
   bool alone() const { return ranks == 1; }
   IndexRange all(const LinearWeight& w, bool rows) const { return {0, rows ? w.out : w.in}; }
@@ -149,13 +150,16 @@ Result<LayerRuntime> prepare_layer(const LayerWeights& w, const ModelConfig& c,
   } else {
     MLA_ASSIGN_OR_RETURN(L.router, sh.whole(linear_of(w.router, c), "router"));
     if (w.router_bias.present()) L.router_bias = widen_vector(w.router_bias);
-    // This rank's routed experts [e0, e0 + E / ranks), whole.
-    const size_t El = w.experts.size() / size_t(sh.ranks), e0 = size_t(sh.rank) * El;
+    // This rank's routed experts: [e0, e0 + E / ranks) whole, or a slice of every one's width.
+    const bool by_width = sh.experts_by_width || sh.alone();
+    const size_t El = by_width ? w.experts.size() : w.experts.size() / size_t(sh.ranks);
+    const size_t e0 = by_width ? 0 : size_t(sh.rank) * El;
     L.expert_first = int(e0);
     L.experts.reserve(El);
     for (size_t e = e0; e < e0 + El; ++e) {
-      MLA_ASSIGN_OR_RETURN(MlpLinear x,
-                           sh.mlp_whole(mlp_of(w.experts[e], c), fmt::format("expert {}", e)));
+      const std::string name = fmt::format("expert {}", e);
+      MLA_ASSIGN_OR_RETURN(MlpLinear x, by_width ? sh.mlp_split(mlp_of(w.experts[e], c), name)
+                                                 : sh.mlp_whole(mlp_of(w.experts[e], c), name));
       L.experts.push_back(x);
     }
     if (w.shared_experts.gate_proj.present()) {
@@ -372,12 +376,13 @@ Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
                                      dir, c.hidden_act));
   impl->options = options;
   const int N = impl->ranks;
-  if (c.num_attention_heads % N != 0 || (c.is_moe() && c.n_routed_experts % N != 0))
+  const bool experts_split = c.is_moe() && options.moe_split == MoeSplit::kExperts;
+  if (c.num_attention_heads % N != 0 || (experts_split && c.n_routed_experts % N != 0))
     return invalid_argument(fmt::format(
         "{}: the model cannot be split over {} ranks: its {} attention heads{} must be a "
         "multiple of the rank count",
         dir, N, c.num_attention_heads,
-        c.is_moe() ? fmt::format(" and {} routed experts", c.n_routed_experts) : ""));
+        experts_split ? fmt::format(" and {} routed experts", c.n_routed_experts) : ""));
   impl->heads = c.num_attention_heads / N;
   impl->max_context = options.max_context > 0
                           ? options.max_context

@@ -27,6 +27,12 @@ namespace dist {
 class Communicator;
 }
 
+// How a model split over ranks divides its routed experts (docs/ARCHITECTURE.md §Ranks).
+enum class MoeSplit {
+  kExperts,  // expert parallelism: E / N whole experts per rank (E must be a multiple of N)
+  kWidth,    // every rank a 1 / N slice of every expert's width, as the shared experts
+};
+
 struct RuntimeOptions {
   std::string backend = "cpu";  // "cpu" or "ref": the kernels every op runs on
   KvCacheDtype kv_dtype = KvCacheDtype::kBF16;
@@ -54,6 +60,10 @@ struct RuntimeOptions {
   // rank loads its heads, experts, FFN columns and vocabulary rows, and forward meets the others
   // at two all-reduces per layer. Null (or one rank): the whole model in this process.
   dist::Communicator* comm = nullptr;
+  // Across ranks: whole experts per rank (the default), or a slice of each expert's width, which
+  // keeps the ranks even at batch 1, where a token's K experts rarely fall evenly on them
+  // (docs/BENCHMARKS.md "Ranks").
+  MoeSplit moe_split = MoeSplit::kExperts;
 };
 inline constexpr int64_t kDefaultMaxContext = 32768;
 

@@ -36,14 +36,16 @@ struct SliceStore {
 // W [out, in] restricted to rows `rows` and columns `cols`, copied into `store`: [rows.size(),
 // cols.size()] in W's dtype. A block-scaled W gets its own scale grid with blocks of
 // gcd(block_rows, rows.begin) × gcd(block_cols, cols.begin), each inside one block of W's grid,
-// so every value keeps its scale. GGUF block formats need cols on block boundaries; interleaved
-// layouts (repacked) cannot be cut. invalid_argument naming `what` and the offending bound.
+// so every value keeps its scale. A GGUF block format cut inside its blocks (columns not on
+// block boundaries) comes out as F32, its values exactly; interleaved layouts (repacked) cannot
+// be cut. invalid_argument naming `what` and the offending bound.
 Result<LinearWeight> slice_linear(const LinearWeight& w, IndexRange rows, IndexRange cols,
                                   SliceStore& store, const std::string& what);
 // The whole of W, copied (a replicated weight, placed in this rank's memory).
 Result<LinearWeight> copy_linear(const LinearWeight& w, SliceStore& store, const std::string& what);
 
-// The column granule a split of W's columns must keep: a GGUF block format's block, else 1.
+// The column granule a split of W's columns keeps to stay in W's format: a GGUF block format's
+// block, else 1.
 int64_t column_granule(const LinearWeight& w);
 
 }  // namespace mla

@@ -606,23 +606,27 @@ def check_case(case, mla, golden_dir, hf, have_generate):
                 if name != base and kv_of[name] == primary and base in runs:
                     var = "fp32" if primary == "f32" else "kv_bf16"
                     compare_run(rep, f"{name} vs {base}", runs[name], runs[base], exact[var], T, 2)
-            # The model split over 2 ranks (docs/ARCHITECTURE.md §Ranks): o_proj, the FFN and the
-            # experts summed in another FP32 order (per rank, then across ranks), so within
-            # 2x the FP32 bound of the one-rank run, as any two FP32 implementations.
+            # The model split over 2 ranks (docs/ARCHITECTURE.md §Ranks), its experts whole per
+            # rank and sliced by width: o_proj, the FFN and the experts summed in another FP32
+            # order (per rank, then across ranks), so within 2x the FP32 bound of the one-rank
+            # run, as any two FP32 implementations.
             launcher = mpirun(2)
             if launcher is None:
                 rep.add("mla 2 ranks: skipped", note="mpirun not found (Debian: openmpi-bin)")
             elif base in runs:
-                run, err = run_mla(mla, ckdir, prompt, os.path.join(tmp, "dump_ranks"), primary,
-                                   f32 + ["--threads", "1"], launcher)
-                if run is None and built_without_mpi(err):
-                    rep.add("mla 2 ranks: skipped", note="this mla was built without MPI")
-                elif run is None:
-                    rep.add("mla 2 ranks: generate failed", ok=False, note=err)
-                else:
+                for split in ("experts", "width"):
+                    run, err = run_mla(mla, ckdir, prompt, os.path.join(tmp, "dump_ranks_" + split),
+                                       primary, f32 + ["--threads", "1", "--moe-split", split],
+                                       launcher)
+                    if run is None and built_without_mpi(err):
+                        rep.add("mla 2 ranks: skipped", note="this mla was built without MPI")
+                        break
+                    label = f"mla 2 ranks --moe-split {split} [kv {primary}]"
+                    if run is None:
+                        rep.add(f"{label}: generate failed", ok=False, note=err)
+                        continue
                     var = "fp32" if primary == "f32" else "kv_bf16"
-                    compare_run(rep, f"mla 2 ranks [kv {primary}] vs {base}", run, runs[base],
-                                exact[var], T, 2)
+                    compare_run(rep, f"{label} vs {base}", run, runs[base], exact[var], T, 2)
             name = "mla cpu defaults [kv bf16, products bf16, attention bf16]"
             run, err = run_mla(mla, ckdir, prompt, os.path.join(tmp, "dump_defaults"), "bf16",
                                ["--matmul-dtype", "bf16", "--attention-dtype", "bf16"])

@@ -202,6 +202,7 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
   add_matmul_dtype_flag(cmd, &o->rt.matmul_dtype);
   add_lm_head_dtype_flag(cmd, &o->rt.lm_head_dtype);
   add_repack_flag(cmd, &o->rt.repack);
+  add_moe_split_flag(cmd, &o->rt.moe_split);
   cmd->add_option("--prompt-len", o->prompt_len, "Prompt tokens, ids 1 .. N (default 16)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--sweeps", o->sweeps, "256 MiB reads per probe, median (default 3)")

@@ -15,6 +15,7 @@ void add_runtime_flags(CLI::App* cmd, RuntimeFlags* f) {
   add_matmul_dtype_flag(cmd, &f->matmul_dtype);
   add_lm_head_dtype_flag(cmd, &f->lm_head_dtype);
   add_repack_flag(cmd, &f->repack);
+  add_moe_split_flag(cmd, &f->moe_split);
   cmd->add_option("--backend", f->backend, "cpu (default) or ref (the reference kernels)")
       ->check(CLI::IsMember({"cpu", "ref"}));
   cmd->add_option("--prefill-threshold", f->prefill_threshold,
@@ -38,6 +39,7 @@ Result<RuntimeOptions> runtime_options(const RuntimeFlags& f) {
                                         : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
                                               .value_or(kDefaultPrefillAbsorptionThreshold);
   ro.comm = dist::world();
+  ro.moe_split = f.moe_split == "width" ? MoeSplit::kWidth : MoeSplit::kExperts;
   return ro;
 }
 

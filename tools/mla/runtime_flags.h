@@ -57,6 +57,15 @@ inline void add_repack_flag(CLI::App* cmd, std::string* value) {
       ->check(CLI::IsMember({"on", "off"}));
 }
 
+// --moe-split experts|width: how a model split over ranks divides its routed experts
+// (RuntimeOptions::moe_split).
+inline void add_moe_split_flag(CLI::App* cmd, std::string* value) {
+  cmd->add_option("--moe-split", *value,
+                  "Across ranks (mpirun): experts (default: whole experts per rank) or width "
+                  "(a slice of every expert per rank, even at batch 1)")
+      ->check(CLI::IsMember({"experts", "width"}));
+}
+
 // How a model runs, as the commands' flags spell it: the one place the CLI turns flags into
 // RuntimeOptions (runtime_options below), for generate, serve, bench offline, bench model and
 // probe --compare. Defaults are RuntimeOptions' own.
@@ -67,6 +76,7 @@ struct RuntimeFlags {
   std::string matmul_dtype = "bf16";
   std::string lm_head_dtype;  // empty: the checkpoint's
   std::string repack = "on";
+  std::string moe_split = "experts";
   int prefill_threshold = -1;  // -1: mla tune's measurement, else the default
   int64_t max_context = 0;     // 0: the config's (each command names its own flag)
 };
