@@ -6,6 +6,7 @@
 
 #include "server/connection_watch.h"
 #include "server/openai_response.h"
+#include "server/reasoning_split.h"
 #include "server/server_state.h"
 
 namespace mla::server {
@@ -138,6 +139,7 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
   const std::vector<std::string> echo = echo_per_choice(spec);
   std::vector<sched::Usage> usage(n);
   std::vector<int64_t> offsets(n, 0);  // legacy logprobs text_offset
+  std::vector<ReasoningSplitter> split(meta.reasoning && chat ? n : 0);
   for (size_t i = 0; i < n; ++i) {
     ChunkContent c;
     c.role = chat;  // the first delta carries the role only
@@ -162,7 +164,13 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
       return send(error_json(engine_error(o))) && sink.write(kDone.data(), kDone.size());
     }
     ChunkContent c;
-    c.text = e.text;
+    if (split.empty()) {
+      c.text = e.text;
+    } else {
+      ReasoningSplitter::Parts parts = split[i].feed(e.text);
+      c.text = std::move(parts.content);
+      c.reasoning = std::move(parts.reasoning);
+    }
     if (meta.logprobs != LogprobsStyle::kNone && !e.logprobs.empty()) {
       c.logprobs = logprobs_json(meta, e.token_ids, e.logprobs, &offsets[i]);
     }
@@ -170,8 +178,15 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
     // Completions stream one chunk per token, its text possibly empty (an unfinished UTF-8
     // sequence, an id without text), as vLLM does: benchmark clients time every chunk. Chat sends
     // only deltas with content.
-    if (!c.text.empty() || !c.logprobs.is_null() || (!chat && !e.token_ids.empty())) {
+    if (!c.text.empty() || !c.reasoning.empty() || !c.logprobs.is_null() ||
+        (!chat && !e.token_ids.empty())) {
       if (!send(stream_chunk(meta, int(i), c, spec.include_usage))) return false;
+    }
+    if (final && !split.empty()) {  // a held-back tail that never became a tag
+      ChunkContent rest;
+      rest.reasoning = split[i].finish().reasoning;
+      if (!rest.reasoning.empty() && !send(stream_chunk(meta, int(i), rest, spec.include_usage)))
+        return false;
     }
     if (final) {
       ChunkContent f;
@@ -219,7 +234,8 @@ void handle_completion(const std::shared_ptr<HttpServer::State>& state, Endpoint
   a.fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   const tok::Tokenizer* tk =
       st.backend.model.tokenizer ? &st.backend.model.tokenizer->tokenizer : nullptr;
-  const ResponseMeta meta = make_response_meta(*spec, st.backend.model.name, tk);
+  ResponseMeta meta = make_response_meta(*spec, st.backend.model.name, tk);
+  meta.reasoning = endpoint == Endpoint::kChat && st.backend.model.reasoning;
   if (!spec->stream) return answer_whole(*spec, meta, std::move(a), res);
 
   res.set_header("Cache-Control", "no-cache");

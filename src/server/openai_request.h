@@ -29,8 +29,11 @@ struct ServedModel {
   std::string name;                                 // the id clients must send as `model`
   const tok::LoadedTokenizer* tokenizer = nullptr;  // none: token-id prompts only
   std::optional<tok::ChatFormat> chat_format;       // none: /v1/chat/completions is refused
-  int64_t vocab = 0;                                // logits width: every token id must be below it
-  int64_t max_context = 0;                          // prompt + completion tokens, the model's limit
+  // Chat replies split into message.reasoning_content and content (`--reasoning-parser`; on by
+  // default for the R1 chat formats: reasoning_split.h).
+  bool reasoning = false;
+  int64_t vocab = 0;             // logits width: every token id must be below it
+  int64_t max_context = 0;       // prompt + completion tokens, the model's limit
   int64_t max_total_tokens = 0;  // prompt + completion tokens one request's KV pages can hold
   // The longest token text in bytes (0: unknown). A text of B bytes encodes to at least
   // B / max_token_bytes tokens, so a prompt that cannot fit is refused before it is encoded.

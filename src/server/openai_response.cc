@@ -6,6 +6,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/reasoning_split.h"
 
 namespace mla::server {
 namespace {
@@ -114,10 +115,16 @@ json completion_response(const ResponseMeta& meta, std::span<const sched::Reques
     const sched::RequestOutput& o = outputs[i];
     const std::string prefix = i < echo.size() ? echo[i] : std::string();
     json c = {{"index", i}};
-    if (chat)
+    if (chat && meta.reasoning) {
+      ReasoningSplitter::Parts parts = split_reasoning(o.text);
+      c["message"] = {{"role", "assistant"},
+                      {"content", parts.content.empty() ? json(nullptr) : json(parts.content)},
+                      {"reasoning_content", std::move(parts.reasoning)}};
+    } else if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", o.text}};
-    else
+    } else {
       c["text"] = prefix + o.text;
+    }
     int64_t offset = int64_t(prefix.size());
     c["logprobs"] = logprobs_json(meta, o.token_ids, o.logprobs, &offset);
     c["finish_reason"] = finish_reason_json(o.finish);
@@ -139,6 +146,7 @@ json stream_chunk(const ResponseMeta& meta, int index, const ChunkContent& c, bo
   if (chat) {
     json delta = json::object();
     if (c.role) delta["role"] = "assistant";
+    if (!c.reasoning.empty()) delta["reasoning_content"] = c.reasoning;
     if (!c.text.empty()) delta["content"] = c.text;
     choice["delta"] = std::move(delta);
   } else {

@@ -24,6 +24,8 @@ struct ResponseMeta {
   LogprobsStyle logprobs = LogprobsStyle::kNone;
   const tok::Tokenizer* tokenizer = nullptr;  // token texts for logprobs (else "token_id:N")
   bool tokens_as_ids = false;                 // logprobs name tokens "token_id:N" regardless
+  // Chat replies split into reasoning_content and content (reasoning_split.h; R1 formats).
+  bool reasoning = false;
 };
 ResponseMeta make_response_meta(const CompletionSpec& spec, const std::string& model,
                                 const tok::Tokenizer* tokenizer);
@@ -50,6 +52,7 @@ nlohmann::json completion_response(const ResponseMeta& meta,
 struct ChunkContent {
   bool role = false;  // chat: {"role": "assistant"}
   std::string text;
+  std::string reasoning;         // chat with ResponseMeta::reasoning: delta.reasoning_content
   nlohmann::json logprobs;       // null when none
   const char* finish = nullptr;  // null until the final chunk
 };

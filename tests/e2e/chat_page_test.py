@@ -83,11 +83,11 @@ class Server:
     """`mla serve -m MODEL --port 0 --api-key KEY --shutdown-timeout 0` (SIGTERM ends streams with
     an error event), ready once /health answers 200."""
 
-    def __init__(self, binary, model):
+    def __init__(self, binary, model, *args):
         self.log = []
         self.proc = subprocess.Popen(
             [binary, "serve", "-m", model, "--port", "0", "--api-key", API_KEY,
-             "--shutdown-timeout", "0"],
+             "--shutdown-timeout", "0", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
             preexec_fn=die_with_parent)
         threading.Thread(target=self._drain, daemon=True).start()
@@ -417,6 +417,30 @@ def check_http_error(b, server):
     check(not r["text"], f"an error reply has text {r['text']!r}")
 
 
+def check_reasoning(b, server):
+    """A server that splits R1 reasoning (--reasoning-parser deepseek_r1; the tiny model never
+    closes its thought, so the whole reply is reasoning): the page shows it in a Reasoning block,
+    equal to the non-streamed reasoning_content, and no answer text."""
+    b.load(server.url + "/")  # another port: another origin, whose storage has no key yet
+    set_field(b, "api-key", API_KEY)
+    wait_for("the model id", lambda: model_label(b) == server.model_id, 10)
+    b.problems.clear()  # the 401 before the key is expected
+    set_field(b, "temperature", "0")
+    set_field(b, "max-tokens", "24")
+    set_field(b, "prompt", "Think about attention.")
+    b.js("document.getElementById('send').click()")
+    r = reply(b)
+    shown = b.js(f"{LAST}.querySelector('details.reasoning > div')?.textContent")
+    status, body = server.request("POST", "/v1/chat/completions", {
+        "model": server.model_id, "messages": [{"role": "user", "content": "Think about attention."}],
+        "temperature": 0, "max_tokens": 24})
+    check(status == 200, f"non-streamed request failed: {status} {body}")
+    expected = body["choices"][0]["message"]["reasoning_content"]
+    check(expected and shown == expected,
+          f"the Reasoning block shows {shown!r}, the non-streamed reasoning_content is {expected!r}")
+    check(not r["text"] and not r["error"], f"reply text {r['text']!r}, error {r['error']!r}")
+
+
 def find_long_prompt(server):
     """The first of LONG_PROMPTS whose temperature-0 reply runs to STOP_TOKENS, else None."""
     for prompt in LONG_PROMPTS:
@@ -498,6 +522,9 @@ def run(binary, model, chromium):
             check_error_event(browser, server, prompt)
         problems = [p for p in browser.problems if "status of 400" not in p]  # the 400 is expected
         check(not problems, "JavaScript errors:\n  " + "\n  ".join(problems))
+        stop_process(server.proc)
+        server = Server(binary, model, "--reasoning-parser", "deepseek_r1")
+        check_reasoning(browser, server)
     finally:
         if browser:
             browser.close()

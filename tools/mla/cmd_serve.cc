@@ -30,6 +30,7 @@ struct ServeCliOptions {
   server::ServerOptions http;
   std::string api_key_file;
   std::string served_model_name;
+  std::string reasoning_parser = "auto";  // --reasoning-parser auto|deepseek_r1|none
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   int page_size = kDefaultPageSize;
@@ -162,6 +163,10 @@ int run_serve(ServeCliOptions o) {
   m.tokenizer = tk.get();
   if (tk && !tk->config.chat_template.empty())
     if (auto f = tok::detect_chat_format(tk->config.chat_template); f.ok()) m.chat_format = *f;
+  m.reasoning = o.reasoning_parser == "deepseek_r1" ||
+                (o.reasoning_parser == "auto" && m.chat_format &&
+                 (*m.chat_format == tok::ChatFormat::kDeepSeekR1 ||
+                  *m.chat_format == tok::ChatFormat::kDeepSeekR1Original));
   m.vocab = (*model)->config().vocab_size;
   m.max_context = (*model)->max_context();
   m.max_total_tokens = int64_t((*engine)->num_blocks()) * (*engine)->page_size();
@@ -174,8 +179,10 @@ int run_serve(ServeCliOptions o) {
   http.set_backend(b);
   fmt::print(stderr, "ready: model \"{}\", context {} tokens, KV cache {} pages of {} tokens{}\n",
              m.name, m.max_context, (*engine)->num_blocks(), (*engine)->page_size(),
-             m.chat_format ? fmt::format(", chat format {}", tok::chat_format_name(*m.chat_format))
-                           : ", no chat format");
+             m.chat_format
+                 ? fmt::format(", chat format {}{}", tok::chat_format_name(*m.chat_format),
+                               m.reasoning ? ", reasoning parser deepseek_r1" : "")
+                 : ", no chat format");
 
   unsigned char sig = 0;
   while (read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
@@ -201,6 +208,10 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--api-key-file", o->api_key_file, "Read the key from a file (one line)");
   cmd->add_option("--served-model-name", o->served_model_name,
                   "The model id clients send (default: the directory's name)");
+  cmd->add_option("--reasoning-parser", o->reasoning_parser,
+                  "Chat replies' reasoning (text before </think>) in reasoning_content: auto "
+                  "(default: for the DeepSeek-R1 chat formats), deepseek_r1 (always) or none")
+      ->check(CLI::IsMember({"auto", "deepseek_r1", "none"}));
   cmd->add_option("--max-num-seqs", o->max_num_seqs, "Requests running at once")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step")

@@ -312,5 +312,39 @@ class ConcurrencyTest(unittest.TestCase):
         self.assertEqual(m[aborted], before + 2)
 
 
+class ReasoningTest(unittest.TestCase):
+    """--reasoning-parser deepseek_r1: chat replies split at </think> (tests/unit/server/
+    reasoning_split_test.cc checks the split itself). The tiny model never writes </think>, so
+    the whole reply is reasoning and content is null, as vLLM answers a thought cut short."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = MlaServer(BINARY, MODEL, "--reasoning-parser", "deepseek_r1")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def test_reasoning_content_whole_and_streamed(self):
+        c = openai.OpenAI(base_url=self.server.base_url + "/v1", api_key="x", max_retries=0)
+        msgs = [{"role": "user", "content": "What is two and two?"}]
+        r = c.chat.completions.create(model=self.server.model_id, messages=msgs, max_tokens=20,
+                                      temperature=0)
+        m = r.choices[0].message
+        self.assertIsNone(m.content)
+        self.assertTrue(m.model_extra["reasoning_content"])
+        chunks = list(c.chat.completions.create(model=self.server.model_id, messages=msgs,
+                                                max_tokens=20, temperature=0, stream=True))
+        deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
+        self.assertEqual("".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas),
+                         m.model_extra["reasoning_content"])
+        self.assertFalse(any(d.content for d in deltas))
+        # The default (auto) leaves a V3-format model's replies as content.
+        plain = client().chat.completions.create(model=SERVER.model_id, messages=msgs,
+                                                 max_tokens=20, temperature=0).choices[0].message
+        self.assertEqual(plain.content, m.model_extra["reasoning_content"])
+        self.assertNotIn("reasoning_content", plain.model_extra or {})
+
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)  # extra args: test names
