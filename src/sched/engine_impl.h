@@ -35,6 +35,7 @@ struct LiveRequest {
   std::optional<tok::StreamDecoder> decoder;
   StopStringFilter stops;
   Clock::time_point arrival, last_token;
+  Clock::time_point first_scheduled, first_token;  // set with scheduled_once / the first token
   bool scheduled_once = false;
   int64_t generated = 0;
   std::optional<std::promise<Result<PrefixId>>> pin_done;  // set for a pin job

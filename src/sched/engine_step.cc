@@ -47,6 +47,13 @@ void Engine::Impl::finish(LiveRequest& r, FinishReason why, std::string error, R
     ev.usage = usage_of(r);
     m->count_finish(why);
     m->e2e_request_latency.observe(seconds(now - r.arrival));
+    m->request_prompt_tokens.observe(double(r.seq.prompt_len));
+    m->request_generation_tokens.observe(double(r.generated));
+    if (r.scheduled_once) m->request_inference_time.observe(seconds(now - r.first_scheduled));
+    if (r.generated > 0) {
+      m->request_prefill_time.observe(seconds(r.first_token - r.first_scheduled));
+      m->request_decode_time.observe(seconds(now - r.first_token));
+    }
     outbox.push_back({r.stream, std::move(ev)});
   }
   ++finished_in_step;
@@ -58,10 +65,12 @@ void Engine::Impl::on_token(LiveRequest& r, int32_t token, std::span<const float
   r.seq.tokens.push_back(token);
   ++r.generated;
   ++m->generation_tokens;
-  if (r.generated == 1)
+  if (r.generated == 1) {
+    r.first_token = now;
     m->time_to_first_token.observe(seconds(now - r.arrival));
-  else
+  } else {
     m->inter_token_latency.observe(seconds(now - r.last_token));
+  }
   r.last_token = now;
 
   RequestEvent ev;
@@ -123,6 +132,7 @@ void Engine::Impl::step() {
     LiveRequest& r = *live.at(c.seq->id);
     if (!r.scheduled_once) {
       r.scheduled_once = true;
+      r.first_scheduled = now;
       m.request_queue_time.observe(seconds(now - r.arrival));
       if (!r.pin_done) m.prompt_tokens += r.seq.prompt_len;
     }
@@ -189,6 +199,7 @@ void Engine::Impl::step() {
     for (std::unique_ptr<LiveRequest>& f : r.forks) {
       scheduler.add_fork(&f->seq, seq);
       f->scheduled_once = true;  // its prompt was counted with the first sample's
+      f->first_scheduled = r.first_scheduled;
       samples.push_back(f.get());
       live.emplace(f->seq.id, std::move(f));
     }

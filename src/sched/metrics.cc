@@ -47,12 +47,26 @@ std::vector<double> step_token_buckets() {
   return b;
 }
 
+std::vector<double> request_token_buckets(int64_t max) {
+  std::vector<double> b;
+  for (double decade = 1;; decade *= 10)
+    for (double m : {1.0, 2.0, 5.0}) {
+      b.push_back(m * decade);
+      if (m * decade >= double(max)) return b;
+    }
+}
+
 EngineMetrics::EngineMetrics()
     : time_to_first_token(latency_buckets()),
       inter_token_latency(inter_token_buckets()),
       e2e_request_latency(latency_buckets()),
       request_queue_time(latency_buckets()),
-      iteration_tokens(step_token_buckets()) {}
+      iteration_tokens(step_token_buckets()),
+      request_prompt_tokens(request_token_buckets()),
+      request_generation_tokens(request_token_buckets()),
+      request_prefill_time(latency_buckets()),
+      request_decode_time(latency_buckets()),
+      request_inference_time(latency_buckets()) {}
 
 void EngineMetrics::count_finish(FinishReason r) {
   switch (r) {
@@ -89,6 +103,11 @@ void EngineMetrics::accumulate(const EngineMetrics& d) {
   e2e_request_latency.merge(d.e2e_request_latency);
   request_queue_time.merge(d.request_queue_time);
   iteration_tokens.merge(d.iteration_tokens);
+  request_prompt_tokens.merge(d.request_prompt_tokens);
+  request_generation_tokens.merge(d.request_generation_tokens);
+  request_prefill_time.merge(d.request_prefill_time);
+  request_decode_time.merge(d.request_decode_time);
+  request_inference_time.merge(d.request_inference_time);
 }
 
 namespace {
@@ -116,16 +135,17 @@ std::string number(double v) {
 
 class Writer {
  public:
-  explicit Writer(const std::string& model)
-      : base_(model.empty() ? "" : fmt::format("model_name=\"{}\"", escape_label(model))) {}
+  Writer(const std::string& model, const std::string& prefix)
+      : base_(model.empty() ? "" : fmt::format("model_name=\"{}\"", escape_label(model))),
+        prefix_(prefix) {}
 
   void head(const std::string& name, const char* type, const char* help) {
-    out_ += fmt::format("# HELP mla:{} {}\n# TYPE mla:{} {}\n", name, help, name, type);
+    out_ += fmt::format("# HELP {0}{1} {2}\n# TYPE {0}{1} {3}\n", prefix_, name, help, type);
   }
   void sample(const std::string& name, double v, const std::string& extra = "") {
     std::string labels = base_;
     if (!extra.empty()) labels += (labels.empty() ? "" : ",") + extra;
-    out_ += fmt::format("mla:{}{}{}{} {}\n", name, labels.empty() ? "" : "{", labels,
+    out_ += fmt::format("{}{}{}{}{} {}\n", prefix_, name, labels.empty() ? "" : "{", labels,
                         labels.empty() ? "" : "}", number(v));
   }
   void gauge(const std::string& name, double v, const char* help) {
@@ -150,14 +170,15 @@ class Writer {
   std::string take() { return std::move(out_); }
 
  private:
-  std::string base_;
+  std::string base_, prefix_;
   std::string out_;
 };
 
 }  // namespace
 
-std::string render_prometheus(const EngineMetrics& m, const std::string& model_name) {
-  Writer w(model_name);
+std::string render_prometheus(const EngineMetrics& m, const std::string& model_name,
+                              const std::string& prefix) {
+  Writer w(model_name, prefix);
   w.gauge("num_requests_running", double(m.num_requests_running),
           "Requests in the running batch (prefilling or decoding).");
   w.gauge("num_requests_waiting", double(m.num_requests_waiting),
@@ -197,6 +218,16 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
   w.histogram("request_queue_time_seconds", m.request_queue_time,
               "Time from submit to the first scheduled step.");
   w.histogram("iteration_tokens_total", m.iteration_tokens, "Tokens per engine step.");
+  w.histogram("request_prompt_tokens", m.request_prompt_tokens,
+              "Prompt tokens of each finished request.");
+  w.histogram("request_generation_tokens", m.request_generation_tokens,
+              "Generated tokens of each finished request.");
+  w.histogram("request_prefill_time_seconds", m.request_prefill_time,
+              "Time from a request's first scheduled step to its first token.");
+  w.histogram("request_decode_time_seconds", m.request_decode_time,
+              "Time from a request's first token to its finish.");
+  w.histogram("request_inference_time_seconds", m.request_inference_time,
+              "Time from a request's first scheduled step to its finish.");
   return w.take();
 }
 

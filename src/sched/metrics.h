@@ -1,4 +1,5 @@
-// The engine's metrics (docs/SERVING.md §Engine metrics: vLLM's names under the prefix `mla:`) and
+// The engine's metrics (docs/SERVING.md §Engine metrics: vLLM's names, types and labels under
+// vLLM's prefix `vllm:` by default, so its dashboards read them unchanged) and
 // their Prometheus text exposition (format 0.0.4). Counters are never reset: readers take rates
 // over their own windows, as PromQL does.
 #pragma once
@@ -40,6 +41,8 @@ class Histogram {
 std::vector<double> latency_buckets();
 std::vector<double> inter_token_buckets();
 std::vector<double> step_token_buckets();
+// Tokens per request, as vLLM buckets them: 1, 2, 5, 10, 20, 50, ... up to the first past `max`.
+std::vector<double> request_token_buckets(int64_t max = 1 << 20);
 
 struct EngineMetrics {
   EngineMetrics();
@@ -70,14 +73,23 @@ struct EngineMetrics {
   Histogram e2e_request_latency;  // seconds, submit → finish
   Histogram request_queue_time;   // seconds, submit → first scheduled
   Histogram iteration_tokens;     // tokens per step
+  // Per finished request (vLLM's): its prompt and generated tokens; seconds from its first
+  // scheduled step to its first token (prefill), from there to its finish (decode), and from its
+  // first scheduled step to its finish (inference).
+  Histogram request_prompt_tokens, request_generation_tokens;
+  Histogram request_prefill_time, request_decode_time, request_inference_time;
 
   void count_finish(FinishReason r);
   // Adds the counters and histograms of `delta` (one step's); gauges are left as they are.
   void accumulate(const EngineMetrics& delta);
 };
 
-// The text a /metrics endpoint serves: HELP and TYPE lines, then samples; every sample carries
-// model_name="<model_name>" when it is not empty (label value escaped).
-std::string render_prometheus(const EngineMetrics& m, const std::string& model_name = "");
+// The default metric name prefix (`mla serve --metrics-prefix`).
+inline constexpr const char* kDefaultMetricsPrefix = "vllm:";
+
+// The text a /metrics endpoint serves: HELP and TYPE lines, then samples named prefix + name;
+// every sample carries model_name="<model_name>" when it is not empty (label value escaped).
+std::string render_prometheus(const EngineMetrics& m, const std::string& model_name = "",
+                              const std::string& prefix = kDefaultMetricsPrefix);
 
 }  // namespace mla::sched

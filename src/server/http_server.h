@@ -29,6 +29,9 @@ struct ServerOptions {
   bool log_requests = false;  // one line per request on stderr (else only errors)
   // /metrics asks for the API key too; by default it is open, as Prometheus scrapers expect.
   bool metrics_require_key = false;
+  // The prefix of every /metrics name: vLLM's, so its dashboards work unchanged
+  // (sched::kDefaultMetricsPrefix).
+  std::string metrics_prefix = "vllm:";
   // CORS: the browser origins ("https://host:port", or "*" for any) whose pages may call the API;
   // their requests get Access-Control-Allow-Origin and preflights (OPTIONS) are answered. Empty:
   // none (a page served elsewhere cannot read the answers).

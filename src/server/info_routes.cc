@@ -56,26 +56,27 @@ void model_by_id(HttpServer::State& st, const httplib::Request& req, httplib::Re
 
 void metrics(HttpServer::State& st, const httplib::Request&, httplib::Response& res) {
   sched::Engine& e = *st.backend.engine;
-  std::string text = sched::render_prometheus(e.metrics(), st.backend.model.name);
+  const std::string& prefix = st.options.metrics_prefix;
+  std::string text = sched::render_prometheus(e.metrics(), st.backend.model.name, prefix);
   const BlockPoolStats pool = e.cache_stats();
   const std::string label = fmt::format("{{model_name=\"{}\"}}", st.backend.model.name);
   auto gauge = [&](const char* name, const char* help, double v) {
-    text += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0}{2} {3}\n", name, help, label, v);
+    text += fmt::format("# HELP {0}{1} {2}\n# TYPE {0}{1} gauge\n{0}{1}{3} {4}\n", prefix, name,
+                        help, label, v);
   };
-  gauge("mla:kv_cache_blocks_used", "KV pages referenced by running requests or pinned prefixes.",
+  gauge("kv_cache_blocks_used", "KV pages referenced by running requests or pinned prefixes.",
         pool.pages_used);
-  gauge("mla:kv_cache_blocks_free", "KV pages holding nothing (on the free list).",
-        pool.pages_free);
-  gauge("mla:kv_cache_blocks_cached_idle", "KV pages kept for prefix reuse, unreferenced.",
+  gauge("kv_cache_blocks_free", "KV pages holding nothing (on the free list).", pool.pages_free);
+  gauge("kv_cache_blocks_cached_idle", "KV pages kept for prefix reuse, unreferenced.",
         pool.pages_cached_idle);
-  gauge("mla:kv_cache_blocks_total", "KV pages in the pool.", pool.num_blocks);
+  gauge("kv_cache_blocks_total", "KV pages in the pool.", pool.num_blocks);
   if (st.deadlines) {
-    gauge("mla:http_connections_open", "Accepted connections (at the last watchdog look).",
+    gauge("http_connections_open", "Accepted connections (at the last watchdog look).",
           double(st.deadlines->open_connections()));
-    gauge("mla:http_connections_timed_out", "Connections closed for sending a request too slowly.",
+    gauge("http_connections_timed_out", "Connections closed for sending a request too slowly.",
           double(st.deadlines->timed_out()));
   }
-  gauge("mla:http_requests_in_flight", "Completion requests admitted and not yet answered.",
+  gauge("http_requests_in_flight", "Completion requests admitted and not yet answered.",
         double(st.in_flight.load()));
   // The standard process gauges, which load tests watch for leaks (fds, RSS).
   const ProcessUsage usage = process_usage();
@@ -85,12 +86,13 @@ void metrics(HttpServer::State& st, const httplib::Request&, httplib::Response& 
       "# HELP process_resident_memory_bytes Resident set size.\n"
       "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}\n",
       usage.open_fds, usage.resident_bytes);
-  text +=
-      "# HELP mla:http_responses_total HTTP responses by status code.\n"
-      "# TYPE mla:http_responses_total counter\n";
+  text += fmt::format(
+      "# HELP {0}http_responses_total HTTP responses by status code.\n"
+      "# TYPE {0}http_responses_total counter\n",
+      prefix);
   std::lock_guard lock(st.counts_mu);
   for (const auto& [code, n] : st.responses_by_status)
-    text += fmt::format("mla:http_responses_total{{code=\"{}\"}} {}\n", code, n);
+    text += fmt::format("{}http_responses_total{{code=\"{}\"}} {}\n", prefix, code, n);
   res.status = 200;
   res.set_content(text, "text/plain; version=0.0.4");
 }

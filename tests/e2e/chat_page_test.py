@@ -31,8 +31,8 @@ API_KEY = "chat-page-test-key"
 LONG_PROMPTS = ["Once upon a time", "Write a very long story.", "Tell me everything you know.",
                 "Count to one thousand.", "Explain everything about attention in detail."]
 STOP_TOKENS = 1000
-ABORTED = 'mla:request_success_total{finished_reason="abort"}'
-LENGTH = 'mla:request_success_total{finished_reason="length"}'
+ABORTED = 'vllm:request_success_total{finished_reason="abort"}'
+LENGTH = 'vllm:request_success_total{finished_reason="length"}'
 SKIP = 77  # the exit code CTest reports as skipped
 LIBC = ctypes.CDLL(None)
 

@@ -233,6 +233,8 @@ void register_serve(CLI::App& app, int* exit_code) {
                   "CORS: origins (https://host:port, or * for any) whose web pages may call the "
                   "API, comma-separated; default none")
       ->delimiter(',');
+  cmd->add_option("--metrics-prefix", o->http.metrics_prefix,
+                  "Prefix of every /metrics name (default vllm:, vLLM's, for its dashboards)");
   cmd->add_flag("--metrics-require-key", o->http.metrics_require_key,
                 "/metrics asks for the API key too (default: open to scrapers)");
   cmd->add_option("--read-timeout", o->http.read_timeout_s,

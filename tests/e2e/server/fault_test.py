@@ -401,7 +401,7 @@ class L8ProtocolFuzz(unittest.TestCase):
                 f"without an answer (ends: {stats['how']}), {len(stats['bad'])} malformed or 5xx, "
                 f"{len(stats['stalls'])} stalls; fixed cases wrong {len(fixed_bad)}; server alive "
                 f"{alive}; then L1 reduced: "
-                f"{res.summary()}; blocks used {m['mla:kv_cache_blocks_used']:.0f}, fd delta "
+                f"{res.summary()}; blocks used {m['vllm:kv_cache_blocks_used']:.0f}, fd delta "
                 f"{m['process_open_fds'] - fds0:+.0f}")
             for e in fixed_bad + stats["bad"][:5] + stats["stalls"][:5]:
                 log("   ", e)
@@ -502,9 +502,9 @@ class L10GracefulShutdown(unittest.TestCase):
         for e in first:
             e.wait(60)
         deadline = time.monotonic() + 10
-        while s.metrics()["mla:http_requests_in_flight"] < 8 and time.monotonic() < deadline:
+        while s.metrics()["vllm:http_requests_in_flight"] < 8 and time.monotonic() < deadline:
             time.sleep(0.01)
-        in_flight = s.metrics()["mla:http_requests_in_flight"]
+        in_flight = s.metrics()["vllm:http_requests_in_flight"]
         t_term = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)
         # New clients during the drain.

@@ -251,8 +251,8 @@ class InfoRoutesTest(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertTrue(headers["content-type"].startswith("text/plain"))
         m = SERVER.metrics()
-        for name in ("mla:num_requests_running", "mla:kv_cache_blocks_used",
-                     "mla:kv_cache_blocks_free", "mla:generation_tokens_total"):
+        for name in ("vllm:num_requests_running", "vllm:kv_cache_blocks_used",
+                     "vllm:kv_cache_blocks_free", "vllm:generation_tokens_total"):
             self.assertIn(name, m)
 
     def test_model_by_id(self):
@@ -333,7 +333,7 @@ class InfoRoutesTest(unittest.TestCase):
 def wait_in_flight(server, n, timeout=30):
     """Waits (bounded) until n completion requests are admitted."""
     deadline = time.time() + timeout
-    while server.metrics().get("mla:http_requests_in_flight", 0) < n:
+    while server.metrics().get("vllm:http_requests_in_flight", 0) < n:
         assert time.time() < deadline, f"{n} requests were never in flight"
         time.sleep(0.01)
 
@@ -375,7 +375,7 @@ class SlowClientTest(unittest.TestCase):
         # 1 s between our writes + the second write that notices the reset.
         self.assertGreaterEqual(min(closed.values()), 9.5)
         self.assertLess(max(closed.values()), 14.0)
-        self.assertGreaterEqual(SERVER.metrics()["mla:http_connections_timed_out"], len(socks))
+        self.assertGreaterEqual(SERVER.metrics()["vllm:http_connections_timed_out"], len(socks))
 
 
     def test_a_slow_body_is_cut_at_the_read_timeout(self):
@@ -412,15 +412,15 @@ class WarmPrefixTest(unittest.TestCase):
         try:
             self.assertTrue(any("pinned 2 warm prefixes" in l for l in s.log), s.log)
             m = s.metrics()  # pinned before the server reports ready
-            self.assertEqual(m["mla:num_pinned_prefixes"], 2)
-            self.assertGreater(m["mla:kv_cache_blocks_used"], 0)  # pinned pages stay referenced
+            self.assertEqual(m["vllm:num_pinned_prefixes"], 2)
+            self.assertGreater(m["vllm:kv_cache_blocks_used"], 0)  # pinned pages stay referenced
             status, _, _ = s.post_json("/v1/completions", {
                 "model": s.model_id, "prompt": shared + "Why?", "max_tokens": 2})
             self.assertEqual(status, 200)
             status, _, _ = s.post_json("/v1/completions", {
                 "model": s.model_id, "prompt": ids + [90, 91], "max_tokens": 2})
             self.assertEqual(status, 200)
-            self.assertGreaterEqual(s.metrics()["mla:prefix_cache_hits_total"], 2)
+            self.assertGreaterEqual(s.metrics()["vllm:prefix_cache_hits_total"], 2)
         finally:
             self.assertEqual(s.stop(), 0)
             os.unlink(f.name)

@@ -66,9 +66,9 @@ class L1SteadyLoad(unittest.TestCase):
             m = settle(s, fds0, FD_TOLERANCE)
             rss1 = proc_status(s.proc.pid).get("VmRSS", 0)
             log(f"RESULT L1: {res.summary()}, wall {wall:.1f} s, blocks used "
-                f"{m['mla:kv_cache_blocks_used']:.0f}, free+cached "
-                f"{m['mla:kv_cache_blocks_free'] + m['mla:kv_cache_blocks_cached_idle']:.0f}"
-                f"/{m['mla:kv_cache_blocks_total']:.0f}, fd delta "
+                f"{m['vllm:kv_cache_blocks_used']:.0f}, free+cached "
+                f"{m['vllm:kv_cache_blocks_free'] + m['vllm:kv_cache_blocks_cached_idle']:.0f}"
+                f"/{m['vllm:kv_cache_blocks_total']:.0f}, fd delta "
                 f"{m['process_open_fds'] - fds0:+.0f}, RSS {rss0 / 2**20:.1f} -> "
                 f"{rss1 / 2**20:.1f} MiB")
             assert_load_ok(self, res, "L1")
@@ -225,7 +225,7 @@ class L3Overload(unittest.TestCase):
                 f"+ /health p99 {h99 * 1000:.1f} ms); admitted p99 {p99_adm:.3f} s vs L1-load p99 "
                 f"{ref_p99:.3f} s (ratio {p99_adm / ref_p99:.2f}, bound 3); {mismatches} "
                 f"mismatches; fd delta {m['process_open_fds'] - fds0:+.0f}, blocks used "
-                f"{m['mla:kv_cache_blocks_used']:.0f}")
+                f"{m['vllm:kv_cache_blocks_used']:.0f}")
             self.assertEqual(set(statuses) - {200, 429, 503}, set(), statuses)
             self.assertGreater(len(reject_lat), 0, "nothing was rejected")
             self.assertGreaterEqual(statuses.get(200, 0), 20 * rounds)
@@ -242,14 +242,14 @@ def start_with_pages(test, pages, page_size, *args):
     probe_bytes = 1 << 20
     s = MlaServer(BINARY, MODEL, "--page-size", str(page_size), "--kv-cache-bytes",
                   str(probe_bytes), *args)
-    n = int(s.metrics()["mla:kv_cache_blocks_total"])
+    n = int(s.metrics()["vllm:kv_cache_blocks_total"])
     s.stop()
     per_page = probe_bytes / n
     nbytes = int(per_page * pages) + 1
     for _ in range(4):
         s = MlaServer(BINARY, MODEL, "--page-size", str(page_size), "--kv-cache-bytes",
                       str(nbytes), *args)
-        got = int(s.metrics()["mla:kv_cache_blocks_total"])
+        got = int(s.metrics()["vllm:kv_cache_blocks_total"])
         if got == pages:
             return s
         s.stop()
@@ -271,7 +271,7 @@ class L4KvExhaustion(unittest.TestCase):
                           100, stream=i % 2 == 1) for i in range(8)]
             base = baseline(s, specs)  # one at a time: 19 blocks each, never under pressure
             fds0 = baseline_fds(s)
-            pre0 = s.metrics()["mla:num_preemptions_total"]
+            pre0 = s.metrics()["vllm:num_preemptions_total"]
             rounds = scaled(2, 5)
             res = LoadResult()
             for _ in range(rounds):
@@ -288,7 +288,7 @@ class L4KvExhaustion(unittest.TestCase):
                 for sp, (st, text, dt, err) in zip(specs, outs):
                     res.add(sp, st, text, dt, err, base[sp.idx])
             m = settle(s, fds0, FD_TOLERANCE)
-            preempted = m["mla:num_preemptions_total"] - pre0
+            preempted = m["vllm:num_preemptions_total"] - pre0
             # Larger than the whole pool (1024 tokens): refused at admission.
             big = []
             for prompt, mt in ((1100, 1), (500, 600), (1020, 10)):
@@ -299,9 +299,9 @@ class L4KvExhaustion(unittest.TestCase):
             log(f"RESULT L4: pool 64 x 16 tokens; {rounds} rounds of 8 x (200 + 100 tokens): "
                 f"{res.summary()}; preemptions {preempted:.0f}; over-pool requests "
                 f"{[(p, t, st) for p, t, st, _ in big]}; blocks used "
-                f"{m['mla:kv_cache_blocks_used']:.0f}, free+cached "
-                f"{m['mla:kv_cache_blocks_free'] + m['mla:kv_cache_blocks_cached_idle']:.0f}/"
-                f"{m['mla:kv_cache_blocks_total']:.0f}")
+                f"{m['vllm:kv_cache_blocks_used']:.0f}, free+cached "
+                f"{m['vllm:kv_cache_blocks_free'] + m['vllm:kv_cache_blocks_cached_idle']:.0f}/"
+                f"{m['vllm:kv_cache_blocks_total']:.0f}")
             assert_load_ok(self, res, "L4")
             self.assertGreater(preempted, 0)
             for prompt, mt, st, msg in big:
@@ -329,7 +329,7 @@ class L5DisconnectStorm(unittest.TestCase):
             base = baseline(s, bystanders)
             fds0 = baseline_fds(s)
             aborts0 = s.metrics().get(
-                'mla:request_success_total{finished_reason="abort"}', 0)
+                'vllm:request_success_total{finished_reason="abort"}', 0)
             rounds = scaled(1, 3)
             worst, leftovers = 0.0, []
             by_res = LoadResult()
@@ -351,7 +351,7 @@ class L5DisconnectStorm(unittest.TestCase):
                 for t in bts:
                     t.start()
                 deadline = time.monotonic() + 30
-                while s.metrics().get("mla:num_requests_running", 0) < 4:
+                while s.metrics().get("vllm:num_requests_running", 0) < 4:
                     self.assertLess(time.monotonic(), deadline, "bystanders never ran")
                     time.sleep(0.01)
                 closes = []
@@ -394,8 +394,8 @@ class L5DisconnectStorm(unittest.TestCase):
                     m = s.metrics()
                     with live_lock:
                         n_live = live[0]
-                    held = (m["mla:http_requests_in_flight"],
-                            m["mla:num_requests_running"] + m["mla:num_requests_waiting"])
+                    held = (m["vllm:http_requests_in_flight"],
+                            m["vllm:num_requests_running"] + m["vllm:num_requests_waiting"])
                     if held[0] <= n_live and held[1] <= n_live:
                         break
                     if time.monotonic() - t_last > 10:
@@ -412,11 +412,11 @@ class L5DisconnectStorm(unittest.TestCase):
                 log(f"  L5 round {r + 1}: storm freed {freed_after * 1000:.0f} ms after the last "
                     f"close ({live_at_free} bystanders still running then)")
             m = settle(s, fds0, FD_TOLERANCE)
-            aborts = m.get('mla:request_success_total{finished_reason="abort"}', 0) - aborts0
+            aborts = m.get('vllm:request_success_total{finished_reason="abort"}', 0) - aborts0
             log(f"RESULT L5: {rounds} storms of 50 streams + 10 non-streamed closed early: freed "
                 f"within {worst * 1000:.0f} ms of the last close (bound 1000 ms), engine aborts "
                 f"{aborts:.0f}; bystanders {by_res.summary()}; blocks used "
-                f"{m['mla:kv_cache_blocks_used']:.0f}, fd delta "
+                f"{m['vllm:kv_cache_blocks_used']:.0f}, fd delta "
                 f"{m['process_open_fds'] - fds0:+.0f}")
             self.assertEqual(leftovers, [], "storm requests still held 10 s after the close")
             self.assertLess(worst, 1.0)
@@ -477,7 +477,7 @@ class L9PoisonUnderLoad(unittest.TestCase):
                 f"({len(bads)} kinds), {len(poison['wrong'])} wrong answers, answered after "
                 f"more than 1 s: { {k: round(v, 1) for k, v in poison['slow'].items()} }; "
                 f"blocks used "
-                f"{m['mla:kv_cache_blocks_used']:.0f}, fd delta "
+                f"{m['vllm:kv_cache_blocks_used']:.0f}, fd delta "
                 f"{m['process_open_fds'] - fds0:+.0f}")
             self.assertEqual(poison["wrong"], [], poison["wrong"][:5])
             assert_load_ok(self, res, "L9")

@@ -337,14 +337,14 @@ def settle(server, base_fds, fd_tolerance, timeout=5.0):
     deadline = time.monotonic() + timeout
     while True:
         m = server.metrics()
-        used = m.get("mla:kv_cache_blocks_used", -1)
-        free = m.get("mla:kv_cache_blocks_free", -1)
-        cached = m.get("mla:kv_cache_blocks_cached_idle", 0)
-        total = m.get("mla:kv_cache_blocks_total", -2)
+        used = m.get("vllm:kv_cache_blocks_used", -1)
+        free = m.get("vllm:kv_cache_blocks_free", -1)
+        cached = m.get("vllm:kv_cache_blocks_cached_idle", 0)
+        total = m.get("vllm:kv_cache_blocks_total", -2)
         fds = m.get("process_open_fds", 1e9)
-        ok = (m.get("mla:num_requests_running", 1) == 0 and
-              m.get("mla:num_requests_waiting", 1) == 0 and
-              m.get("mla:http_requests_in_flight", 1) == 0 and
+        ok = (m.get("vllm:num_requests_running", 1) == 0 and
+              m.get("vllm:num_requests_waiting", 1) == 0 and
+              m.get("vllm:http_requests_in_flight", 1) == 0 and
               used == 0 and free + cached == total and fds <= base_fds + fd_tolerance)
         if ok:
             return m
@@ -352,9 +352,9 @@ def settle(server, base_fds, fd_tolerance, timeout=5.0):
             raise AssertionError(
                 f"server did not come back to idle within {timeout} s: used {used}, free {free}, "
                 f"cached_idle {cached}, total {total}, fds {fds} (baseline {base_fds} + "
-                f"{fd_tolerance}), running {m.get('mla:num_requests_running')}, waiting "
-                f"{m.get('mla:num_requests_waiting')}, in flight "
-                f"{m.get('mla:http_requests_in_flight')}")
+                f"{fd_tolerance}), running {m.get('vllm:num_requests_running')}, waiting "
+                f"{m.get('vllm:num_requests_waiting')}, in flight "
+                f"{m.get('vllm:http_requests_in_flight')}")
         time.sleep(0.05)
 
 

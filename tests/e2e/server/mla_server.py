@@ -114,10 +114,10 @@ class MlaServer:
         deadline = time.time() + timeout
         while True:
             m = self.metrics(headers)
-            if (m.get("mla:num_requests_running", 1) == 0 and
-                    m.get("mla:num_requests_waiting", 1) == 0 and
-                    m.get("mla:kv_cache_blocks_used", 1) == 0 and
-                    m.get("mla:http_requests_in_flight", 1) == 0):
+            if (m.get("vllm:num_requests_running", 1) == 0 and
+                    m.get("vllm:num_requests_waiting", 1) == 0 and
+                    m.get("vllm:kv_cache_blocks_used", 1) == 0 and
+                    m.get("vllm:http_requests_in_flight", 1) == 0):
                 return m
             if time.time() > deadline:
                 raise AssertionError(f"server not idle after {timeout} s: {m}")

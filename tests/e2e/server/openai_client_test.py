@@ -285,7 +285,7 @@ class ConcurrencyTest(unittest.TestCase):
 
     def test_disconnect_frees_pages(self):
         auth = {"Authorization": "Bearer " + KEY}
-        aborted = 'mla:request_success_total{finished_reason="abort"}'
+        aborted = 'vllm:request_success_total{finished_reason="abort"}'
         before = SERVER.wait_idle(headers=auth)[aborted]
         # A stream the client drops after two chunks, while it still has 4000 tokens to go.
         stream = client().completions.create(model=SERVER.model_id, prompt="A long story:",
@@ -293,7 +293,7 @@ class ConcurrencyTest(unittest.TestCase):
                                              extra_body={"ignore_eos": True})
         it = iter(stream)
         next(it), next(it)
-        self.assertGreater(SERVER.metrics(auth)["mla:kv_cache_blocks_used"], 0)
+        self.assertGreater(SERVER.metrics(auth)["vllm:kv_cache_blocks_used"], 0)
         stream.close()
         m = SERVER.wait_idle(timeout=2.0, headers=auth)
         self.assertEqual(m[aborted], before + 1)
@@ -305,7 +305,7 @@ class ConcurrencyTest(unittest.TestCase):
                   KEY.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: " +
                   str(len(body)).encode() + b"\r\n\r\n" + body)
         deadline = time.time() + 5
-        while SERVER.metrics(auth)["mla:kv_cache_blocks_used"] == 0 and time.time() < deadline:
+        while SERVER.metrics(auth)["vllm:kv_cache_blocks_used"] == 0 and time.time() < deadline:
             time.sleep(0.01)
         s.close()
         m = SERVER.wait_idle(timeout=2.0, headers=auth)

@@ -260,11 +260,20 @@ TEST_F(EngineTest, CallbackEventsAndMetrics) {
   EXPECT_EQ(m.inter_token_latency.count(), 5u);
   EXPECT_EQ(m.e2e_request_latency.count(), 1u);
   EXPECT_EQ(m.request_queue_time.count(), 1u);
+  // The finished request's tokens (12 prompt, 6 generated) and its three phase times.
+  EXPECT_EQ(m.request_prompt_tokens.count(), 1u);
+  EXPECT_EQ(m.request_prompt_tokens.sum(), 12.0);
+  EXPECT_EQ(m.request_generation_tokens.sum(), 6.0);
+  EXPECT_EQ(m.request_prefill_time.count(), 1u);
+  EXPECT_EQ(m.request_decode_time.count(), 1u);
+  EXPECT_EQ(m.request_inference_time.count(), 1u);
+  EXPECT_GE(m.request_inference_time.sum(), m.request_decode_time.sum());
+  EXPECT_GE(m.request_prefill_time.sum(), 0.0);
   EXPECT_EQ(m.steps, 6);  // one prefill step (it samples the first token), five decodes
   EXPECT_EQ(m.num_requests_running, 0);
   EXPECT_EQ(m.absorbed_chunks + m.decompressed_chunks, 1);
   const std::string text = render_prometheus(m, "tiny");
-  EXPECT_NE(text.find("mla:generation_tokens_total{model_name=\"tiny\"} 6"), std::string::npos);
+  EXPECT_NE(text.find("vllm:generation_tokens_total{model_name=\"tiny\"} 6"), std::string::npos);
 }
 
 }  // namespace

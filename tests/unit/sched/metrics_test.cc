@@ -55,29 +55,40 @@ TEST(Metrics, PrometheusText) {
   m.time_to_first_token.observe(100.0);
   const std::string t = render_prometheus(m, "tiny \"v3\"");
   const std::string l = "model_name=\"tiny \\\"v3\\\"\"";
-  EXPECT_TRUE(has(t, "# TYPE mla:num_requests_running gauge\n"));
-  EXPECT_TRUE(has(t, "mla:num_requests_running{" + l + "} 2\n"));
-  EXPECT_TRUE(has(t, "mla:kv_cache_usage_perc{" + l + "} 0.25\n"));
-  EXPECT_TRUE(has(t, "# TYPE mla:num_preemptions_total counter\n"));
-  EXPECT_TRUE(has(t, "mla:num_preemptions_total{" + l + "} 4\n"));
-  EXPECT_TRUE(has(t, "mla:request_success_total{" + l + ",finished_reason=\"stop\"} 1\n"));
-  EXPECT_TRUE(has(t, "mla:request_success_total{" + l + ",finished_reason=\"abort\"} 0\n"));
-  EXPECT_TRUE(has(t, "mla:mla_prefill_chunks_total{" + l + ",path=\"absorbed\"} 6\n"));
-  EXPECT_TRUE(has(t, "mla:mla_prefill_chunks_total{" + l + ",path=\"decompressed\"} 1\n"));
-  EXPECT_TRUE(has(t, "# TYPE mla:time_to_first_token_seconds histogram\n"));
-  EXPECT_TRUE(has(t, "mla:time_to_first_token_seconds_bucket{" + l + ",le=\"0.0025\"} 0\n"));
-  EXPECT_TRUE(has(t, "mla:time_to_first_token_seconds_bucket{" + l + ",le=\"0.005\"} 1\n"));
-  EXPECT_TRUE(has(t, "mla:time_to_first_token_seconds_bucket{" + l + ",le=\"80\"} 1\n"));
-  EXPECT_TRUE(has(t, "mla:time_to_first_token_seconds_bucket{" + l + ",le=\"+Inf\"} 2\n"));
-  EXPECT_TRUE(has(t, "mla:time_to_first_token_seconds_count{" + l + "} 2\n"));
+  EXPECT_TRUE(has(t, "# TYPE vllm:num_requests_running gauge\n"));
+  EXPECT_TRUE(has(t, "vllm:num_requests_running{" + l + "} 2\n"));
+  EXPECT_TRUE(has(t, "vllm:kv_cache_usage_perc{" + l + "} 0.25\n"));
+  EXPECT_TRUE(has(t, "# TYPE vllm:num_preemptions_total counter\n"));
+  EXPECT_TRUE(has(t, "vllm:num_preemptions_total{" + l + "} 4\n"));
+  EXPECT_TRUE(has(t, "vllm:request_success_total{" + l + ",finished_reason=\"stop\"} 1\n"));
+  EXPECT_TRUE(has(t, "vllm:request_success_total{" + l + ",finished_reason=\"abort\"} 0\n"));
+  EXPECT_TRUE(has(t, "vllm:mla_prefill_chunks_total{" + l + ",path=\"absorbed\"} 6\n"));
+  EXPECT_TRUE(has(t, "vllm:mla_prefill_chunks_total{" + l + ",path=\"decompressed\"} 1\n"));
+  EXPECT_TRUE(has(t, "# TYPE vllm:time_to_first_token_seconds histogram\n"));
+  EXPECT_TRUE(has(t, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.0025\"} 0\n"));
+  EXPECT_TRUE(has(t, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.005\"} 1\n"));
+  EXPECT_TRUE(has(t, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"80\"} 1\n"));
+  EXPECT_TRUE(has(t, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"+Inf\"} 2\n"));
+  EXPECT_TRUE(has(t, "vllm:time_to_first_token_seconds_count{" + l + "} 2\n"));
   for (const char* name :
        {"num_requests_waiting", "kv_cache_fragmentation", "prompt_tokens_total",
         "generation_tokens_total", "prefix_cache_queries_total", "prefix_cache_hits_total",
         "inter_token_latency_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
-        "iteration_tokens_total", "decode_tokens_total"})
-    EXPECT_TRUE(has(t, std::string("# TYPE mla:") + name + " ")) << name;
-  // No labels at all without a model name.
-  EXPECT_TRUE(has(render_prometheus(m), "\nmla:num_requests_running 2\n"));
+        "iteration_tokens_total", "decode_tokens_total", "request_prompt_tokens",
+        "request_generation_tokens", "request_prefill_time_seconds", "request_decode_time_seconds",
+        "request_inference_time_seconds"})
+    EXPECT_TRUE(has(t, std::string("# TYPE vllm:") + name + " ")) << name;
+  // No labels at all without a model name; another prefix on every name.
+  EXPECT_TRUE(has(render_prometheus(m), "\nvllm:num_requests_running 2\n"));
+  const std::string mine = render_prometheus(m, "", "mla:");
+  EXPECT_TRUE(has(mine, "# TYPE mla:num_requests_running gauge\nmla:num_requests_running 2\n"));
+  EXPECT_FALSE(has(mine, "vllm:"));
+}
+
+// vLLM's 1-2-5 token buckets, up to the first bound at or past the limit.
+TEST(Metrics, RequestTokenBuckets) {
+  EXPECT_EQ(request_token_buckets(100), (std::vector<double>{1, 2, 5, 10, 20, 50, 100}));
+  EXPECT_EQ(request_token_buckets(30), (std::vector<double>{1, 2, 5, 10, 20, 50}));
 }
 
 }  // namespace
