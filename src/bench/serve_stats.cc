@@ -152,9 +152,13 @@ RequestResult StreamRecorder::finish(const std::string& transport_error) {
   return r;
 }
 
-Distribution distribution_ms(const std::vector<double>& seconds) {
+Distribution distribution_ms(const std::vector<double>& seconds,
+                             const std::vector<double>& percentiles) {
   Distribution d;
+  d.at.assign(percentiles.size(), 0.0);
   if (seconds.empty()) return d;
+  for (size_t i = 0; i < percentiles.size(); ++i)
+    d.at[i] = percentile(seconds, percentiles[i]) * 1e3;
   double sum = 0, sq = 0;
   for (double v : seconds) sum += v;
   const double mean = sum / double(seconds.size());
@@ -166,10 +170,43 @@ Distribution distribution_ms(const std::vector<double>& seconds) {
   return d;
 }
 
+namespace {
+
+// vLLM's peak output throughput and peak concurrency (ServeMetrics).
+void peaks(const std::vector<RequestResult>& results, ServeMetrics* m) {
+  double t0 = INFINITY, t1 = 0;
+  for (const RequestResult& r : results)
+    if (r.success) {
+      t0 = std::min(t0, r.start);
+      t1 = std::max(t1, r.start + r.latency);
+    }
+  if (!(t1 >= t0)) return;
+  const size_t n = size_t(std::ceil(t1 - t0)) + 1;
+  std::vector<double> tokens(n, 0.0), running(n, 0.0);
+  for (const RequestResult& r : results) {
+    if (!r.success) continue;
+    double t = r.start + r.ttft;
+    const auto add = [&](double at) {
+      const size_t b = size_t(at - t0);
+      if (b < n) tokens[b] += 1;
+    };
+    add(t);
+    for (double gap : r.itl) add(t += gap);
+    const size_t b0 = size_t(r.start - t0), b1 = std::min(n - 1, size_t(r.start + r.latency - t0));
+    for (size_t b = b0; b <= b1; ++b) running[b] += 1;
+  }
+  m->max_output_tokens_per_s = *std::max_element(tokens.begin(), tokens.end());
+  m->max_concurrent_requests = *std::max_element(running.begin(), running.end());
+}
+
+}  // namespace
+
 ServeMetrics compute_metrics(const std::vector<RequestResult>& results, int64_t input_len,
-                             double duration_s) {
+                             double duration_s, const std::vector<double>& percentiles,
+                             const Slo& slo) {
   ServeMetrics m;
   std::vector<double> ttft, tpot, itl, e2el;
+  int good = 0;
   for (const RequestResult& r : results) {
     if (!r.success) {
       ++m.failed;
@@ -182,19 +219,27 @@ ServeMetrics compute_metrics(const std::vector<RequestResult>& results, int64_t 
     m.total_output += r.output_tokens;
     ttft.push_back(r.ttft);
     e2el.push_back(r.latency);
-    if (r.output_tokens > 1) tpot.push_back((r.latency - r.ttft) / double(r.output_tokens - 1));
+    const double request_tpot =
+        r.output_tokens > 1 ? (r.latency - r.ttft) / double(r.output_tokens - 1) : 0.0;
+    if (r.output_tokens > 1) tpot.push_back(request_tpot);
     itl.insert(itl.end(), r.itl.begin(), r.itl.end());
+    if ((slo.ttft_ms < 0 || r.ttft * 1e3 <= slo.ttft_ms) &&
+        (slo.tpot_ms < 0 || request_tpot * 1e3 <= slo.tpot_ms) &&
+        (slo.e2el_ms < 0 || r.latency * 1e3 <= slo.e2el_ms))
+      ++good;
   }
   m.duration_s = duration_s;
   if (duration_s > 0) {
     m.request_throughput = double(m.completed) / duration_s;
     m.output_throughput = double(m.total_output) / duration_s;
     m.total_token_throughput = double(m.total_input + m.total_output) / duration_s;
+    if (slo.any()) m.request_goodput = double(good) / duration_s;
   }
-  m.ttft = distribution_ms(ttft);
-  m.tpot = distribution_ms(tpot);
-  m.itl = distribution_ms(itl);
-  m.e2el = distribution_ms(e2el);
+  m.ttft = distribution_ms(ttft, percentiles);
+  m.tpot = distribution_ms(tpot, percentiles);
+  m.itl = distribution_ms(itl, percentiles);
+  m.e2el = distribution_ms(e2el, percentiles);
+  peaks(results, &m);
   return m;
 }
 

@@ -62,6 +62,7 @@ CompletionChunk parse_completion_chunk(std::string_view data);
 
 // What one request produced, in seconds from the moment it was sent.
 struct RequestResult {
+  double start = 0;  // when it was sent, seconds from the benchmark's start
   bool success = false;
   std::string error;
   double ttft = 0;             // first chunk with non-empty text
@@ -91,13 +92,27 @@ class StreamRecorder {
 
 struct Distribution {
   double mean = 0, median = 0, std = 0, p99 = 0;  // milliseconds
+  std::vector<double> at;                         // at each of the percentiles asked, ms
 };
-Distribution distribution_ms(const std::vector<double>& seconds);
+Distribution distribution_ms(const std::vector<double>& seconds,
+                             const std::vector<double>& percentiles = {99});
+
+// Service-level objectives of --goodput, in ms; < 0: not set. A request meets them when each
+// set one is at least its TTFT / TPOT / E2EL (vLLM's definition of goodput).
+struct Slo {
+  double ttft_ms = -1, tpot_ms = -1, e2el_ms = -1;
+  bool any() const { return ttft_ms >= 0 || tpot_ms >= 0 || e2el_ms >= 0; }
+};
 
 struct ServeMetrics {
   int completed = 0, failed = 0;
   int64_t total_input = 0, total_output = 0;
   double duration_s = 0, request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
+  double request_goodput = 0;  // requests meeting the Slo per second (when one is set)
+  // vLLM's peaks over 1-second buckets from the first request's start: tokens received in a
+  // bucket (the first token at start + TTFT, each next one an ITL later), and requests in
+  // flight at some moment of a bucket (from its start's bucket to its end's).
+  double max_output_tokens_per_s = 0, max_concurrent_requests = 0;
   Distribution ttft, tpot, itl, e2el;
   std::string first_error;
   bool all_usage = true;  // every successful request reported usage.completion_tokens
@@ -107,6 +122,7 @@ struct ServeMetrics {
 // TPOT = (E2EL − TTFT) / (output_tokens − 1) for requests with more than one token; ITL pools
 // every gap of every request. input_len is what each request sent (the prompt is token ids).
 ServeMetrics compute_metrics(const std::vector<RequestResult>& results, int64_t input_len,
-                             double duration_s);
+                             double duration_s, const std::vector<double>& percentiles = {99},
+                             const Slo& slo = {});
 
 }  // namespace mla::bench

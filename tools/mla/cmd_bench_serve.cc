@@ -8,10 +8,12 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -39,7 +41,28 @@ struct ServeBenchOptions {
   uint64_t seed = 0;
   double timeout_s = 600;
   bool json = false, no_keep_alive = false;
+  // vLLM's result options: which metrics get percentiles and which, the SLOs of goodput, and a
+  // result file with the per-request arrays.
+  std::string percentile_metrics = "ttft,tpot,itl", metric_percentiles = "99";
+  std::vector<std::string> goodput;  // "ttft:MS", "tpot:MS", "e2el:MS"
+  bool save_result = false;
+  std::string result_dir, result_filename;
 };
+
+// "a,b,c" split at commas.
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t c; (c = s.find(',', at)) != std::string::npos; at = c + 1)
+    out.push_back(s.substr(at, c - at));
+  out.push_back(s.substr(at));
+  return out;
+}
+
+// vLLM's spelling of a percentile in names: 99 → "99", 99.9 → "99.9".
+std::string percentile_word(double p) {
+  return p == std::floor(p) ? fmt::format("{}", int64_t(p)) : fmt::format("{}", p);
+}
 
 // Where to send: "http://host:port" for httplib's Client, and a path prefix ("" or "/proxy").
 // A trailing "/v1" is dropped so that OpenAI-style base URLs work as well as vLLM-style ones.
@@ -126,6 +149,22 @@ RequestResult send_stream(httplib::Client& cli, const std::string& path,
   return rec.finish("");
 }
 
+// The local time as vLLM stamps result files: YYYYMMDD-HHMMSS.
+std::string date_string() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+// A model id as a file name part: the last path component ("org/name" → "name").
+std::string model_file_part(const std::string& model) {
+  const size_t slash = model.rfind('/');
+  return slash == std::string::npos ? model : model.substr(slash + 1);
+}
+
 int fail(const std::string& msg) {
   fmt::print(stderr, "mla bench serve: {}\n", msg);
   return 1;
@@ -152,7 +191,27 @@ std::string first_served_model(const Endpoint& ep, const httplib::Headers& heade
   return {};
 }
 
-void print_table(const ServeBenchOptions& o, const bench::ServeMetrics& m) {
+// The metrics of --percentile-metrics as (key, section title, short name, distribution).
+struct MetricRow {
+  const char* key;
+  const char* title;
+  const char* name;
+  const bench::Distribution* d;
+};
+std::vector<MetricRow> selected_metrics(const std::vector<std::string>& keys,
+                                        const bench::ServeMetrics& m) {
+  const MetricRow all[] = {{"ttft", "Time to First Token", "TTFT", &m.ttft},
+                           {"tpot", "Time per Output Token (excl. 1st token)", "TPOT", &m.tpot},
+                           {"itl", "Inter-token Latency", "ITL", &m.itl},
+                           {"e2el", "End-to-end Latency", "E2EL", &m.e2el}};
+  std::vector<MetricRow> out;
+  for (const MetricRow& r : all)
+    if (std::find(keys.begin(), keys.end(), r.key) != keys.end()) out.push_back(r);
+  return out;
+}
+
+void print_table(const ServeBenchOptions& o, double rate, const std::vector<double>& percentiles,
+                 const bench::ServeMetrics& m) {
   // vLLM's layout: 50-column banners, a label padded to 40 and the value.
   const auto banner = [](std::string s, char c) {
     // Centred like Python's "{:c^50}": the odd pad character goes to the right.
@@ -169,30 +228,29 @@ void print_table(const ServeBenchOptions& o, const bench::ServeMetrics& m) {
   row("Successful requests:", m.completed);
   row("Failed requests:", m.failed);
   if (o.max_concurrency > 0) row("Maximum request concurrency:", o.max_concurrency);
+  if (std::isfinite(rate)) row("Request rate configured (RPS):", rate);
   row("Benchmark duration (s):", m.duration_s);
   row("Total input tokens:", m.total_input);
   row("Total generated tokens:", m.total_output);
   row("Request throughput (req/s):", m.request_throughput);
+  if (!o.goodput.empty()) row("Request goodput (req/s):", m.request_goodput);
   row("Output token throughput (tok/s):", m.output_throughput);
-  row("Total Token throughput (tok/s):", m.total_token_throughput);
-  const std::pair<const char*, const bench::Distribution*> sections[] = {
-      {"Time to First Token", &m.ttft},
-      {"Time per Output Token (excl. 1st token)", &m.tpot},
-      {"Inter-token Latency", &m.itl},
-      {"End-to-end Latency", &m.e2el}};
-  const char* names[] = {"TTFT", "TPOT", "ITL", "E2EL"};
-  for (int i = 0; i < 4; ++i) {
-    banner(sections[i].first, '-');
-    row(fmt::format("Mean {} (ms):", names[i]), sections[i].second->mean);
-    row(fmt::format("Median {} (ms):", names[i]), sections[i].second->median);
-    row(fmt::format("P99 {} (ms):", names[i]), sections[i].second->p99);
+  row("Peak output token throughput (tok/s):", m.max_output_tokens_per_s);
+  row("Peak concurrent requests:", m.max_concurrent_requests);
+  row("Total token throughput (tok/s):", m.total_token_throughput);
+  for (const MetricRow& r : selected_metrics(split_commas(o.percentile_metrics), m)) {
+    banner(r.title, '-');
+    row(fmt::format("Mean {} (ms):", r.name), r.d->mean);
+    row(fmt::format("Median {} (ms):", r.name), r.d->median);
+    for (size_t i = 0; i < percentiles.size(); ++i)
+      row(fmt::format("P{} {} (ms):", percentile_word(percentiles[i]), r.name), r.d->at[i]);
   }
   banner("", '=');
   if (!m.first_error.empty()) fmt::print("First error: {}\n", m.first_error);
 }
 
 ordered_json metrics_json(const ServeBenchOptions& o, const std::string& model, double rate,
-                          const bench::ServeMetrics& m) {
+                          const std::vector<double>& percentiles, const bench::ServeMetrics& m) {
   ordered_json j = {
       {"base_url", o.base_url},
       {"model", model},
@@ -204,15 +262,21 @@ ordered_json metrics_json(const ServeBenchOptions& o, const std::string& model, 
       {"output_len", o.output_len},
       {"seed", o.seed},
       {"keep_alive", !o.no_keep_alive},
+      {"burstiness", 1.0},
       {"completed", m.completed},
       {"failed", m.failed},
       {"first_error", m.first_error.empty() ? ordered_json(nullptr) : ordered_json(m.first_error)},
+      {"duration", m.duration_s},
       {"duration_s", m.duration_s},
       {"total_input_tokens", m.total_input},
       {"total_output_tokens", m.total_output},
       {"usage_reported", m.all_usage},
       {"request_throughput", m.request_throughput},
+      {"request_goodput",
+       o.goodput.empty() ? ordered_json(nullptr) : ordered_json(m.request_goodput)},
       {"output_throughput", m.output_throughput},
+      {"max_output_tokens_per_s", m.max_output_tokens_per_s},
+      {"max_concurrent_requests", m.max_concurrent_requests},
       {"total_token_throughput", m.total_token_throughput}};
   for (const auto& [name, d] : {std::pair{"ttft", &m.ttft}, std::pair{"tpot", &m.tpot},
                                 std::pair{"itl", &m.itl}, std::pair{"e2el", &m.e2el}}) {
@@ -220,6 +284,8 @@ ordered_json metrics_json(const ServeBenchOptions& o, const std::string& model, 
     j[fmt::format("median_{}_ms", name)] = d->median;
     j[fmt::format("std_{}_ms", name)] = d->std;
     j[fmt::format("p99_{}_ms", name)] = d->p99;
+    for (size_t i = 0; i < percentiles.size(); ++i)
+      j[fmt::format("p{}_{}_ms", percentile_word(percentiles[i]), name)] = d->at[i];
   }
   return j;
 }
@@ -236,6 +302,35 @@ int run_serve_bench(const ServeBenchOptions& o) {
   }
   if (o.vocab_low < 0 || o.vocab_high <= o.vocab_low)
     return fail("--vocab-low must be >= 0 and below --vocab-high");
+  for (const std::string& k : split_commas(o.percentile_metrics))
+    if (k != "ttft" && k != "tpot" && k != "itl" && k != "e2el")
+      return fail("--percentile-metrics takes ttft, tpot, itl and e2el, not \"" + k + "\"");
+  std::vector<double> percentiles;
+  for (const std::string& p : split_commas(o.metric_percentiles)) {
+    char* end = nullptr;
+    const double v = std::strtod(p.c_str(), &end);
+    if (end == p.c_str() || *end != '\0' || !(v > 0 && v < 100))
+      return fail("--metric-percentiles takes numbers in (0, 100), not \"" + p + "\"");
+    percentiles.push_back(v);
+  }
+  bench::Slo slo;
+  for (const std::string& g : o.goodput) {
+    const size_t colon = g.find(':');
+    char* end = nullptr;
+    const std::string name = g.substr(0, colon);
+    const std::string value = colon == std::string::npos ? "" : g.substr(colon + 1);
+    const double ms = std::strtod(value.c_str(), &end);
+    if (colon == std::string::npos || end == value.c_str() || *end != '\0' || !(ms >= 0))
+      return fail("--goodput takes NAME:MILLISECONDS (ttft, tpot or e2el), not \"" + g + "\"");
+    if (name == "ttft")
+      slo.ttft_ms = ms;
+    else if (name == "tpot")
+      slo.tpot_ms = ms;
+    else if (name == "e2el")
+      slo.e2el_ms = ms;
+    else
+      return fail("--goodput takes ttft, tpot and e2el, not \"" + name + "\"");
+  }
 
   const Endpoint ep = parse_base_url(o.base_url);
   if (!httplib::Client(ep.origin).is_valid()) return fail("bad --base-url " + o.base_url);
@@ -297,7 +392,9 @@ int run_serve_bench(const ServeBenchOptions& o) {
       std::this_thread::sleep_until(start +
                                     std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(arrivals[size_t(i)])));
+      const double sent = std::chrono::duration<double>(Clock::now() - start).count();
       results[size_t(i)] = send_stream(*cli, path, headers, bodies[size_t(i)]);
+      results[size_t(i)].start = sent;
       const int d = done.fetch_add(1) + 1;
       if (d * 10 / o.num_prompts != (d - 1) * 10 / o.num_prompts || d == o.num_prompts) {
         std::lock_guard<std::mutex> lock(progress_mu);
@@ -310,15 +407,49 @@ int run_serve_bench(const ServeBenchOptions& o) {
   for (std::thread& t : pool) t.join();
   const double duration = std::chrono::duration<double>(Clock::now() - start).count();
 
-  const bench::ServeMetrics m = bench::compute_metrics(results, o.input_len, duration);
+  const bench::ServeMetrics m =
+      bench::compute_metrics(results, o.input_len, duration, percentiles, slo);
   if (!m.all_usage)
     fmt::print(stderr,
                "warning: some streams had no usage chunk; their output tokens are the "
                "number of text chunks\n");
+  ordered_json result = metrics_json(o, model, rate, percentiles, m);
   if (o.json)
-    fmt::print("{}\n", metrics_json(o, model, rate, m).dump(2));
+    fmt::print("{}\n", result.dump(2));
   else
-    print_table(o, m);
+    print_table(o, rate, percentiles, m);
+  if (o.save_result) {
+    // vLLM's result file: the figures and, per request, its lengths, TTFT, ITLs, text and error.
+    ordered_json input_lens = ordered_json::array(), output_lens = ordered_json::array(),
+                 ttfts = ordered_json::array(), itls = ordered_json::array(),
+                 texts = ordered_json::array(), errors = ordered_json::array();
+    for (const RequestResult& r : results) {
+      input_lens.push_back(o.input_len);
+      output_lens.push_back(r.success ? r.output_tokens : 0);
+      ttfts.push_back(r.success ? r.ttft : 0.0);
+      itls.push_back(r.itl);
+      texts.push_back(r.text);
+      errors.push_back(r.error);
+    }
+    result["date"] = date_string();
+    result["input_lens"] = std::move(input_lens);
+    result["output_lens"] = std::move(output_lens);
+    result["ttfts"] = std::move(ttfts);
+    result["itls"] = std::move(itls);
+    result["generated_texts"] = std::move(texts);
+    result["errors"] = std::move(errors);
+    std::string name = o.result_filename;
+    if (name.empty())
+      name = fmt::format("mla-{}qps-{}-{}.json", o.request_rate, model_file_part(model),
+                         result["date"].get<std::string>());
+    const std::string path_out = o.result_dir.empty() ? name : o.result_dir + "/" + name;
+    std::FILE* f = std::fopen(path_out.c_str(), "w");
+    if (!f) return fail("cannot write " + path_out);
+    const std::string text = result.dump(2) + "\n";
+    const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !written) return fail("cannot write " + path_out);
+    fmt::print(stderr, "results saved to {}\n", path_out);
+  }
   return m.completed > 0 ? 0 : 1;
 }
 
@@ -365,6 +496,18 @@ void register_bench_serve(CLI::App* bench, int* exit_code) {
   cmd->add_flag("--no-keep-alive", o->no_keep_alive,
                 "A new connection per request (default: one kept-alive connection per worker)");
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
+  cmd->add_option("--percentile-metrics", o->percentile_metrics,
+                  "Metrics given with percentiles, of ttft,tpot,itl,e2el (default ttft,tpot,itl)");
+  cmd->add_option("--metric-percentiles", o->metric_percentiles,
+                  "Percentiles reported, comma-separated (default 99)");
+  cmd->add_option("--goodput", o->goodput,
+                  "SLOs in ms, e.g. ttft:500 tpot:50 e2el:5000: also report the requests per "
+                  "second that met them all");
+  cmd->add_flag("--save-result", o->save_result,
+                "Write the figures and the per-request arrays to a JSON file");
+  cmd->add_option("--result-dir", o->result_dir, "Folder of the result file (default: here)");
+  cmd->add_option("--result-filename", o->result_filename,
+                  "Result file name (default mla-RATEqps-MODEL-DATE.json)");
   cmd->callback([o, exit_code] { *exit_code = run_serve_bench(*o); });
 }
 

@@ -177,3 +177,52 @@ TEST(ServeArrivals, PoissonRescaledAndSeeded) {
 }
 
 }  // namespace
+
+namespace mla::bench {
+namespace {
+
+RequestResult timed(double start, double ttft, std::vector<double> itl, int64_t tokens) {
+  RequestResult r;
+  r.success = true;
+  r.start = start;
+  r.ttft = ttft;
+  r.itl = std::move(itl);
+  r.latency = ttft;
+  for (double g : r.itl) r.latency += g;
+  r.output_tokens = tokens;
+  return r;
+}
+
+// Peaks over 1-second buckets from the first start, as vLLM counts them: A (0 s) has tokens at
+// 0.5, 0.7, 1.2 s; B (0.9 s) at 1.1, 1.3, 1.4, 2.5 s; C failed (not counted). Bucket 1 holds 4
+// tokens; A and B are both in flight during buckets 0 and 1.
+TEST(ServeMetricsPeaks, TokensAndRequestsPerSecond) {
+  std::vector<RequestResult> rs = {timed(0.0, 0.5, {0.2, 0.5}, 3),
+                                   timed(0.9, 0.2, {0.2, 0.1, 1.1}, 4)};
+  RequestResult failed;
+  failed.start = 0.1;
+  failed.error = "x";
+  rs.push_back(failed);
+  const ServeMetrics m = compute_metrics(rs, 8, 3.0, {50, 90});
+  EXPECT_EQ(m.max_output_tokens_per_s, 4.0);
+  EXPECT_EQ(m.max_concurrent_requests, 2.0);
+  ASSERT_EQ(m.ttft.at.size(), 2u);
+  EXPECT_NEAR(m.ttft.at[0], 350.0, 1e-9);  // median of 0.5 and 0.2 s
+  EXPECT_NEAR(m.ttft.at[1], 470.0, 1e-9);  // 0.2 + 0.9 · 0.3 s
+  EXPECT_EQ(m.request_goodput, 0.0);       // no SLO: not computed
+}
+
+// Goodput counts the requests within every SLO set: TTFT ≤ 300 ms keeps B only; TPOT ≤ 400 ms
+// ((1.2 − 0.5) / 2 = 350 ms for A, (1.6 − 0.2) / 3 ≈ 467 ms for B) keeps A only.
+TEST(ServeMetricsPeaks, GoodputAgainstEachSlo) {
+  const std::vector<RequestResult> rs = {timed(0.0, 0.5, {0.2, 0.5}, 3),
+                                         timed(0.9, 0.2, {0.2, 0.1, 1.1}, 4)};
+  EXPECT_EQ(compute_metrics(rs, 8, 2.0, {99}, {.ttft_ms = 300}).request_goodput, 0.5);
+  EXPECT_EQ(compute_metrics(rs, 8, 2.0, {99}, {.tpot_ms = 400}).request_goodput, 0.5);
+  EXPECT_EQ(compute_metrics(rs, 8, 2.0, {99}, {.ttft_ms = 300, .tpot_ms = 400}).request_goodput,
+            0.0);
+  EXPECT_EQ(compute_metrics(rs, 8, 2.0, {99}, {.e2el_ms = 5000}).request_goodput, 1.0);
+}
+
+}  // namespace
+}  // namespace mla::bench
