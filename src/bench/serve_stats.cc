@@ -103,6 +103,10 @@ CompletionChunk parse_completion_chunk(std::string_view data) {
     const auto& first = (*ch)[0];
     if (first.contains("text") && first["text"].is_string())
       c.text = first["text"].get<std::string>();
+    // Chat: delta.content, and an R1 model's delta.reasoning_content, which is output too.
+    if (const auto d = first.find("delta"); d != first.end() && d->is_object())
+      for (const char* k : {"reasoning_content", "content"})
+        if (d->contains(k) && (*d)[k].is_string()) c.text += (*d)[k].get<std::string>();
     c.finished = first.contains("finish_reason") && !first["finish_reason"].is_null();
   }
   return c;
@@ -215,7 +219,7 @@ ServeMetrics compute_metrics(const std::vector<RequestResult>& results, int64_t 
     }
     ++m.completed;
     m.all_usage = m.all_usage && r.usage_seen;
-    m.total_input += input_len;
+    m.total_input += r.prompt_tokens >= 0 ? r.prompt_tokens : input_len;  // the server's count
     m.total_output += r.output_tokens;
     ttft.push_back(r.ttft);
     e2el.push_back(r.latency);

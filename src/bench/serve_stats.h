@@ -48,7 +48,7 @@ class SseParser {
 struct CompletionChunk {
   enum class Kind { kDone, kText, kOther, kError };
   Kind kind = Kind::kOther;
-  std::string text;                // choices[0].text (kText; may be empty)
+  std::string text;  // choices[0].text or (chat) its delta's reasoning_content + content (kText)
   bool finished = false;           // choices[0].finish_reason is set (kText)
   int64_t completion_tokens = -1;  // usage.completion_tokens when the chunk carries usage
   int64_t prompt_tokens = -1;      // usage.prompt_tokens likewise
@@ -120,7 +120,8 @@ struct ServeMetrics {
 
 // vLLM's calculate_metrics: only successful requests enter the latencies and token counts;
 // TPOT = (E2EL − TTFT) / (output_tokens − 1) for requests with more than one token; ITL pools
-// every gap of every request. input_len is what each request sent (the prompt is token ids).
+// every gap of every request. A request's input tokens are the server's usage.prompt_tokens, or
+// input_len where it reported none.
 ServeMetrics compute_metrics(const std::vector<RequestResult>& results, int64_t input_len,
                              double duration_s, const std::vector<double>& percentiles = {99},
                              const Slo& slo = {});

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/serve_stats.h"
+#include "bench_serve_dataset.h"
 #include "commands.h"
 
 namespace mla::cli {
@@ -47,7 +48,28 @@ struct ServeBenchOptions {
   std::vector<std::string> goodput;  // "ttft:MS", "tpot:MS", "e2el:MS"
   bool save_result = false;
   std::string result_dir, result_filename;
+  // What is sent: /v1/completions or /v1/chat/completions; random ids or a ShareGPT file's
+  // conversations; the tokenizer that turns ids into text and counts a dataset's tokens.
+  std::string endpoint = "/v1/completions", dataset_name = "random", dataset_path, tokenizer;
+  int sharegpt_output_len = 0;
 };
+
+// One request's body: the prompt as ids or text, or (chat) a user message.
+std::string request_body(const std::string& model, const BenchPrompt& p, bool chat) {
+  ordered_json b = {{"model", model}};
+  if (chat)
+    b["messages"] = ordered_json::array({{{"role", "user"}, {"content", p.text}}});
+  else if (!p.ids.empty())
+    b["prompt"] = p.ids;
+  else
+    b["prompt"] = p.text;
+  b[chat ? "max_completion_tokens" : "max_tokens"] = p.output_len;
+  b["temperature"] = 0.0;
+  b["stream"] = true;
+  b["stream_options"] = {{"include_usage", true}};
+  b["ignore_eos"] = true;
+  return b.dump();
+}
 
 // "a,b,c" split at commas.
 std::vector<std::string> split_commas(const std::string& s) {
@@ -258,6 +280,8 @@ ordered_json metrics_json(const ServeBenchOptions& o, const std::string& model, 
       {"request_rate", std::isinf(rate) ? ordered_json("inf") : ordered_json(rate)},
       {"max_concurrency",
        o.max_concurrency > 0 ? ordered_json(o.max_concurrency) : ordered_json(nullptr)},
+      {"endpoint", o.endpoint},
+      {"dataset_name", o.dataset_name},
       {"input_len", o.input_len},
       {"output_len", o.output_len},
       {"seed", o.seed},
@@ -302,6 +326,14 @@ int run_serve_bench(const ServeBenchOptions& o) {
   }
   if (o.vocab_low < 0 || o.vocab_high <= o.vocab_low)
     return fail("--vocab-low must be >= 0 and below --vocab-high");
+  if (o.dataset_name == "sharegpt" && (o.dataset_path.empty() || o.tokenizer.empty()))
+    return fail(
+        "--dataset-name sharegpt needs --dataset-path FILE and --tokenizer DIR (to count "
+        "the conversations' tokens)");
+  if (o.endpoint == "/v1/chat/completions" && o.dataset_name == "random" && o.tokenizer.empty())
+    return fail(
+        "--endpoint /v1/chat/completions sends text: give --tokenizer DIR (random ids "
+        "as text) or a --dataset-path");
   for (const std::string& k : split_commas(o.percentile_metrics))
     if (k != "ttft" && k != "tpot" && k != "itl" && k != "e2el")
       return fail("--percentile-metrics takes ttft, tpot, itl and e2el, not \"" + k + "\"");
@@ -350,21 +382,27 @@ int run_serve_bench(const ServeBenchOptions& o) {
   }
 
   // Bodies up front, so building them costs nothing inside the timed run.
-  std::mt19937_64 rng(o.seed);
-  std::uniform_int_distribution<int32_t> id(o.vocab_low, o.vocab_high - 1);
-  std::vector<std::string> bodies(size_t(o.num_prompts));
-  for (std::string& b : bodies) {
-    std::vector<int32_t> prompt(size_t(o.input_len));
-    for (int32_t& t : prompt) t = id(rng);
-    b =
-        ordered_json{
-            {"model", model},     {"prompt", prompt}, {"max_tokens", o.output_len},
-            {"temperature", 0.0}, {"stream", true},   {"stream_options", {{"include_usage", true}}},
-            {"ignore_eos", true}}
-            .dump();
+  const bool chat = o.endpoint == "/v1/chat/completions";
+  std::optional<tok::LoadedTokenizer> tk;
+  if (!o.tokenizer.empty()) {
+    auto t = tok::load_tokenizer_dir(o.tokenizer);
+    if (!t.ok()) return fail(t.status().message());
+    tk = std::move(*t);
   }
-  const std::vector<double> arrivals = bench::arrival_offsets(o.num_prompts, rate, o.seed);
-  const std::string path = ep.prefix + "/v1/completions";
+  Result<std::vector<BenchPrompt>> prompts =
+      o.dataset_name == "sharegpt"
+          ? sharegpt_prompts(o.dataset_path, o.num_prompts, o.sharegpt_output_len, o.seed, *tk)
+          : random_prompts(o.num_prompts, o.input_len, o.output_len, o.vocab_low, o.vocab_high,
+                           o.seed, tk ? &*tk : nullptr);
+  if (!prompts.ok()) return fail(prompts.status().message());
+  if (int(prompts->size()) < o.num_prompts)
+    fmt::print(stderr, "warning: {} holds {} usable conversations; sending those\n", o.dataset_path,
+               prompts->size());
+  std::vector<std::string> bodies;
+  for (const BenchPrompt& p : *prompts) bodies.push_back(request_body(model, p, chat));
+  const int num_prompts = int(bodies.size());
+  const std::vector<double> arrivals = bench::arrival_offsets(num_prompts, rate, o.seed);
+  const std::string path = ep.prefix + o.endpoint;
 
   // vLLM's readiness check: the first prompt once, before timing; a server that cannot answer
   // it would only produce N identical failures.
@@ -376,9 +414,11 @@ int run_serve_bench(const ServeBenchOptions& o) {
   }
 
   const int workers =
-      o.max_concurrency > 0 ? std::min(o.max_concurrency, o.num_prompts) : o.num_prompts;
+      o.max_concurrency > 0 ? std::min(o.max_concurrency, num_prompts) : num_prompts;
   fmt::print(stderr, "sending {} requests ({} in, {} out) at rate {}, at most {} in flight...\n",
-             o.num_prompts, o.input_len, o.output_len, o.request_rate, workers);
+             num_prompts, o.dataset_name == "sharegpt" ? "ShareGPT" : std::to_string(o.input_len),
+             o.dataset_name == "sharegpt" ? "ShareGPT" : std::to_string(o.output_len),
+             o.request_rate, workers);
   // C workers take requests in arrival order, each waiting for its arrival time: request i
   // starts at max(arrival_i, a worker free), which is what vLLM's FIFO semaphore of C gives.
   // The clock of a request starts when it is sent, so time spent waiting for a slot is not TTFT.
@@ -388,17 +428,19 @@ int run_serve_bench(const ServeBenchOptions& o) {
   const Clock::time_point start = Clock::now();
   const auto worker = [&] {
     auto cli = make_client(ep.origin, o.timeout_s, !o.no_keep_alive);
-    for (int i; (i = next.fetch_add(1)) < o.num_prompts;) {
+    for (int i; (i = next.fetch_add(1)) < num_prompts;) {
       std::this_thread::sleep_until(start +
                                     std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(arrivals[size_t(i)])));
       const double sent = std::chrono::duration<double>(Clock::now() - start).count();
       results[size_t(i)] = send_stream(*cli, path, headers, bodies[size_t(i)]);
       results[size_t(i)].start = sent;
+      if (results[size_t(i)].prompt_tokens < 0)  // no usage: the dataset's count
+        results[size_t(i)].prompt_tokens = (*prompts)[size_t(i)].input_len;
       const int d = done.fetch_add(1) + 1;
-      if (d * 10 / o.num_prompts != (d - 1) * 10 / o.num_prompts || d == o.num_prompts) {
+      if (d * 10 / num_prompts != (d - 1) * 10 / num_prompts || d == num_prompts) {
         std::lock_guard<std::mutex> lock(progress_mu);
-        fmt::print(stderr, "  {}/{} done\n", d, o.num_prompts);
+        fmt::print(stderr, "  {}/{} done\n", d, num_prompts);
       }
     }
   };
@@ -424,7 +466,7 @@ int run_serve_bench(const ServeBenchOptions& o) {
                  ttfts = ordered_json::array(), itls = ordered_json::array(),
                  texts = ordered_json::array(), errors = ordered_json::array();
     for (const RequestResult& r : results) {
-      input_lens.push_back(o.input_len);
+      input_lens.push_back(r.prompt_tokens);
       output_lens.push_back(r.success ? r.output_tokens : 0);
       ttfts.push_back(r.success ? r.ttft : 0.0);
       itls.push_back(r.itl);
@@ -496,6 +538,19 @@ void register_bench_serve(CLI::App* bench, int* exit_code) {
   cmd->add_flag("--no-keep-alive", o->no_keep_alive,
                 "A new connection per request (default: one kept-alive connection per worker)");
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
+  cmd->add_option("--endpoint", o->endpoint, "/v1/completions (default) or /v1/chat/completions")
+      ->check(CLI::IsMember({"/v1/completions", "/v1/chat/completions"}));
+  cmd->add_option("--dataset-name", o->dataset_name,
+                  "random (default: --input-len random ids) or sharegpt (--dataset-path)")
+      ->check(CLI::IsMember({"random", "sharegpt"}));
+  cmd->add_option("--dataset-path", o->dataset_path,
+                  "A ShareGPT-format JSON file (implies --dataset-name sharegpt)");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "A model directory (or .gguf) whose tokenizer counts a dataset's tokens and "
+                  "turns random ids into text for the chat endpoint");
+  cmd->add_option("--sharegpt-output-len", o->sharegpt_output_len,
+                  "Tokens asked per ShareGPT request (default: its reply's length)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--percentile-metrics", o->percentile_metrics,
                   "Metrics given with percentiles, of ttft,tpot,itl,e2el (default ttft,tpot,itl)");
   cmd->add_option("--metric-percentiles", o->metric_percentiles,
@@ -508,7 +563,10 @@ void register_bench_serve(CLI::App* bench, int* exit_code) {
   cmd->add_option("--result-dir", o->result_dir, "Folder of the result file (default: here)");
   cmd->add_option("--result-filename", o->result_filename,
                   "Result file name (default mla-RATEqps-MODEL-DATE.json)");
-  cmd->callback([o, exit_code] { *exit_code = run_serve_bench(*o); });
+  cmd->callback([o, exit_code] {
+    if (!o->dataset_path.empty()) o->dataset_name = "sharegpt";
+    *exit_code = run_serve_bench(*o);
+  });
 }
 
 }  // namespace mla::cli

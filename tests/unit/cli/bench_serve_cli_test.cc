@@ -104,8 +104,51 @@ TEST(BenchServeCli, AgainstMlaServe) {
                              false);
   ASSERT_EQ(table.exit_code, 0) << table.out;
   for (const char* w : {"Serving Benchmark Result", "Successful requests:", "Mean TTFT (ms):",
-                        "P99 ITL (ms):", "Median E2EL (ms):"})
+                        "P99 ITL (ms):", "Median TPOT (ms):"})
     EXPECT_NE(table.out.find(w), std::string::npos) << w;
+
+  // vLLM's result lines and file (--save-result): peaks, chosen percentiles, per-request arrays.
+  const std::string saved = dir.file("result.json");
+  const auto full = run_mla("bench serve --base-url " + server.url() +
+                                " --num-prompts 3 --input-len 4 --output-len 3 --request-rate 50"
+                                " --metric-percentiles 50,90 --percentile-metrics ttft,e2el"
+                                " --goodput e2el:60000 --save-result --result-filename '" +
+                                saved + "'",
+                            false);
+  ASSERT_EQ(full.exit_code, 0) << full.out;
+  for (const char* w : {"Request rate configured (RPS):", "Peak output token throughput (tok/s):",
+                        "Peak concurrent requests:", "Request goodput (req/s):", "P90 TTFT (ms):",
+                        "P50 E2EL (ms):"})
+    EXPECT_NE(full.out.find(w), std::string::npos) << w;
+  EXPECT_EQ(full.out.find("Mean TPOT"), std::string::npos);  // not among --percentile-metrics
+  std::ifstream rf(saved);
+  const auto res = nlohmann::json::parse(rf);
+  EXPECT_EQ(res.at("output_lens"), nlohmann::json({3, 3, 3}));
+  EXPECT_EQ(res.at("ttfts").size(), 3u);
+  EXPECT_EQ(res.at("itls")[0].size(), 2u);  // 3 tokens: 2 gaps
+  EXPECT_GT(res.at("max_output_tokens_per_s").get<double>(), 0.0);
+  EXPECT_GE(res.at("max_concurrent_requests").get<double>(), 1.0);
+  EXPECT_EQ(res.at("request_goodput").get<double>(), res.at("request_throughput").get<double>());
+  EXPECT_GT(res.at("p90_ttft_ms").get<double>(), 0.0);
+
+  // A ShareGPT file on the chat endpoint: conversations of two turns, token counts from the
+  // model's tokenizer; the one-turn conversation is skipped.
+  const std::string sharegpt = dir.file("sharegpt.json");
+  std::ofstream(sharegpt) << R"([
+    {"conversations": [{"from": "human", "value": "Tell me about the attention of MLA models."},
+                       {"from": "gpt", "value": "It keeps a latent per token and layer."}]},
+    {"conversations": [{"from": "human", "value": "What is a KV cache and why is it large?"},
+                       {"from": "gpt", "value": "Keys and values of every past token, per head."}]},
+    {"conversations": [{"from": "human", "value": "only one turn here"}]}])";
+  const auto sg = run_mla("bench serve --base-url " + server.url() + " --dataset-path '" +
+                              sharegpt + "' --tokenizer '" + model +
+                              "' --endpoint /v1/chat/completions --num-prompts 5 --json",
+                          false);
+  ASSERT_EQ(sg.exit_code, 0) << sg.out;
+  const auto sj = nlohmann::json::parse(sg.out.substr(sg.out.find('{')));
+  EXPECT_EQ(sj.at("completed").get<int>(), 2);
+  EXPECT_EQ(sj.at("dataset_name").get<std::string>(), "sharegpt");
+  EXPECT_GT(sj.at("total_output_tokens").get<int>(), 2 * 4);
 
   const auto wrong = run_mla("bench serve --base-url " + server.url() +
                                  " --model nope --num-prompts 2 --input-len 4 --output-len 2",
