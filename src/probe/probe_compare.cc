@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "probe/probe_diagnosis.h"
@@ -52,6 +53,15 @@ Result<EndpointTokens> parse_completion_tokens(std::string_view body) {
       e.has_tokens = true;
       for (const json& s : *t) e.tokens.push_back(s.is_string() ? s.get<std::string>() : s.dump());
     }
+    if (auto t = lp->find("token_logprobs"); t != lp->end() && t->is_array())
+      for (const json& v : *t) e.token_logprobs.push_back(v.is_number() ? v.get<double>() : NAN);
+    if (auto t = lp->find("top_logprobs"); t != lp->end() && t->is_array())
+      for (const json& m : *t) {
+        e.top.emplace_back();
+        if (m.is_object())
+          for (const auto& [k, v] : m.items())
+            if (v.is_number()) e.top.back().emplace_back(k, v.get<double>());
+      }
   }
   if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens") &&
       j["usage"]["completion_tokens"].is_number_integer())
@@ -60,7 +70,8 @@ Result<EndpointTokens> parse_completion_tokens(std::string_view body) {
 }
 
 Agreement compare_tokens(std::span<const int32_t> local_ids,
-                         std::span<const std::string> local_bytes, const EndpointTokens& e) {
+                         std::span<const std::string> local_bytes, const EndpointTokens& e,
+                         std::span<const std::vector<float>> local_logprobs) {
   Agreement a;
   const size_t n = local_ids.size();
   if (e.has_tokens) {
@@ -80,6 +91,18 @@ Agreement compare_tokens(std::span<const int32_t> local_ids,
       if (a.agreed < n)
         a.local_token = ids ? fmt::format("token_id:{}", local_ids[a.agreed])
                             : as_json_text(local_bytes[a.agreed]);
+      const size_t k = a.agreed;
+      if (k < n && k < e.tokens.size()) {
+        // The endpoint's view: its token's logprob against the local token's, if listed.
+        if (k < e.top.size() && k < e.token_logprobs.size())
+          for (const auto& [tok, lp] : e.top[k])
+            if (tok == a.local_token) a.endpoint_gap = e.token_logprobs[k] - lp;
+        // The local view, where the endpoint names its token by id.
+        const int64_t theirs = token_id_of(e.tokens[k]);
+        if (k < local_logprobs.size() && theirs >= 0 && theirs < int64_t(local_logprobs[k].size()))
+          a.local_gap = double(local_logprobs[k][size_t(local_ids[k])]) -
+                        double(local_logprobs[k][size_t(theirs)]);
+      }
     }
     return a;
   }

@@ -7,9 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mla/status.h"
@@ -21,6 +23,9 @@ struct EndpointTokens {
   std::string text;
   bool has_tokens = false;          // logprobs.tokens was there
   std::vector<std::string> tokens;  // logprobs.tokens: texts, or "token_id:N"
+  // logprobs.token_logprobs[i] and logprobs.top_logprobs[i] ({token: logprob}) when given.
+  std::vector<double> token_logprobs;
+  std::vector<std::vector<std::pair<std::string, double>>> top;
   std::string finish_reason;
   int64_t completion_tokens = -1;  // usage.completion_tokens; -1 when absent
 };
@@ -36,11 +41,24 @@ struct Agreement {
   std::string method;  // "token ids", "token texts" or "text"
   // At the first divergence (as JSON strings would show them); empty past an output's end.
   std::string endpoint_token, local_token;
+  // How far apart the two choices were there, in nats (NaN when unknown): the endpoint's
+  // logprob of its token minus its logprob of the local one (when the local one is among its
+  // top logprobs), and the local model's logprob of its token minus that of the endpoint's.
+  // A near-tie (a small gap on both sides) points at numerics (KV cache dtype, BF16 products);
+  // a large one at another model or other weights.
+  double endpoint_gap = std::numeric_limits<double>::quiet_NaN();
+  double local_gap = std::numeric_limits<double>::quiet_NaN();
 };
 
-// local_ids: the local greedy output; local_bytes[i]: the bytes local_ids[i] decodes to.
+// local_ids: the local greedy output; local_bytes[i]: the bytes local_ids[i] decodes to;
+// local_logprobs (optional): [local_ids.size()][vocab] log-softmax rows that chose them.
 Agreement compare_tokens(std::span<const int32_t> local_ids,
-                         std::span<const std::string> local_bytes, const EndpointTokens& e);
+                         std::span<const std::string> local_bytes, const EndpointTokens& e,
+                         std::span<const std::vector<float>> local_logprobs = {});
+
+// Below this gap (nats) on both sides a divergence reads as a near-tie of numerics; above, as
+// another model (docs/SERVING.md, section `mla probe`).
+inline constexpr double kNearTieNats = 0.5;
 
 // bytes as a JSON string would carry them: each ill-formed UTF-8 byte becomes U+FFFD, which is
 // what our server (and nlohmann's replace mode) sends for a token that is part of a character.

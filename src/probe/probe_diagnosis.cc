@@ -91,9 +91,16 @@ Report unreachable(const ProbeRequest& req, const Observed& o) {
     r.details.push_back(
         "a server bound to 127.0.0.1 cannot be reached from another machine (`mla serve --host "
         "0.0.0.0`)");
+  } else if (o.silent) {
+    r.summary = fmt::format(
+        "{} accepted the connection and the request but sent no response before the timeout",
+        where);
+    r.details.push_back(
+        "a process listens there but does not answer: a stuck or stopped server, one busy with a "
+        "long queue, or a proxy holding the request; raise --timeout if it is only slow");
   } else if (o.timed_out) {
-    r.summary = fmt::format("no answer from {} before the timeout", where);
-    r.details.push_back("a firewall may drop the packets, or the server is stuck");
+    r.summary = fmt::format("no connection to {} before the timeout", where);
+    r.details.push_back("a firewall may drop the packets, or the host is down");
   } else {
     r.summary =
         fmt::format("the connection to {} failed before a response ({})", where, o.transport_error);
@@ -339,6 +346,14 @@ Report diagnose(const ProbeRequest& req, const Observed& o, const ModelList& mod
       r.reply = text->is_string() ? text->get<std::string>() : std::string();
       r.summary = fmt::format("HTTP {} from {} in {:.1f} ms", o.status, req.base.url(req.route),
                               o.latency_ms);
+      // OpenAI SDKs append the route ("/chat/completions") to base_url as given: without /v1
+      // they would ask {origin}/chat/completions, which this probe never tried.
+      if (!req.base.given_v1)
+        r.details.push_back(
+            fmt::format("warning: this worked because the probe adds /v1; give the openai SDK "
+                        "base_url=\"{}\" (without /v1 it would post to {})",
+                        req.base.origin + req.base.prefix + "/v1",
+                        req.base.origin + req.base.prefix + req.route.substr(3)));
     }
   }
   r.answered_by = by;

@@ -41,6 +41,7 @@ struct Observed {
   bool host_unknown = false;    // the host name does not resolve
   bool connect_failed = false;  // TCP connect failed: refused (nothing listening) or unreachable
   bool timed_out = false;       // connect or read timed out
+  bool silent = false;          // ... the read: connected and sent, but no response came
   std::string server, via, content_type, location;  // response headers, empty when absent
   std::string body;
   double latency_ms = 0;

@@ -54,7 +54,8 @@ Result<BaseUrl> parse_base_url(std::string_view url) {
   }
   b.origin = scheme + "://" + std::string(authority);
   while (!path.empty() && path.back() == '/') path.pop_back();
-  if (path.ends_with("/v1")) path.resize(path.size() - 3);
+  b.given_v1 = path.ends_with("/v1");
+  if (b.given_v1) path.resize(path.size() - 3);
   b.doubled_v1 = path.ends_with("/v1");
   b.prefix = std::move(path);
   return b;

@@ -17,6 +17,7 @@ struct BaseUrl {
   std::string host;
   int port = 0;
   bool doubled_v1 = false;  // the prefix still ends in /v1: the URL ended in /v1/v1
+  bool given_v1 = false;    // the URL as given ended in /v1 (what OpenAI SDKs need)
   // Where a route lives: prefix + "/v1/..."; the URL as a client would print it.
   std::string url(std::string_view route) const { return origin + prefix + std::string(route); }
 };

@@ -68,9 +68,10 @@ class Prober {
       o.transport_error = httplib::to_string(e);
       o.host_unknown = e == httplib::Error::Connection && !resolves(base_.host);
       o.connect_failed = e == httplib::Error::Connection && !o.host_unknown;
-      // httplib reports a read timeout as a failed read; the clock tells them apart.
-      o.timed_out = e == httplib::Error::ConnectionTimeout ||
-                    (e == httplib::Error::Read && o.latency_ms >= timeout_s_ * 1000 * 0.95);
+      // httplib reports a read timeout as a failed read (the connection and the request went
+      // through: a listener that never answers); the clock tells it from a connection cut.
+      o.silent = e == httplib::Error::Read && o.latency_ms >= timeout_s_ * 1000 * 0.95;
+      o.timed_out = e == httplib::Error::ConnectionTimeout || o.silent;
       return o;
     }
     o.status = res->status;
@@ -115,6 +116,10 @@ ordered_json compare_json(const std::vector<PromptComparison>& results) {
       j["first_divergence"] = g.full ? ordered_json(nullptr) : ordered_json(g.agreed);
       j["endpoint_token"] = g.endpoint_token;
       j["local_token"] = g.local_token;
+      j["endpoint_gap_nats"] =
+          std::isnan(g.endpoint_gap) ? ordered_json(nullptr) : ordered_json(g.endpoint_gap);
+      j["local_gap_nats"] =
+          std::isnan(g.local_gap) ? ordered_json(nullptr) : ordered_json(g.local_gap);
       j["endpoint_finish_reason"] = p.endpoint_finish;
     }
     a.push_back(std::move(j));
@@ -148,6 +153,18 @@ Diagnosis print_compare(const ProbeOptions& o, const std::vector<PromptCompariso
                  g.local_token.empty() ? "(ended)" : quoted(g.local_token));
     if (!g.full && p.endpoint_finish == "stop")
       fmt::print(" (the endpoint stopped: it may not honour ignore_eos)");
+    if (!g.full && (!std::isnan(g.endpoint_gap) || !std::isnan(g.local_gap))) {
+      const auto nats = [](double v) {
+        return std::isnan(v) ? std::string("?") : fmt::format("{:.3f}", v);
+      };
+      const bool near = (std::isnan(g.endpoint_gap) || g.endpoint_gap <= probe::kNearTieNats) &&
+                        (std::isnan(g.local_gap) || g.local_gap <= probe::kNearTieNats);
+      fmt::print("; gap there: endpoint {} nats, local {} nats: {}", nats(g.endpoint_gap),
+                 nats(g.local_gap),
+                 near ? "a near-tie, so numerics differ (KV cache dtype, BF16 products), likely "
+                        "the same model"
+                      : "one side is sure of its token: another model or other weights");
+    }
     fmt::print("\n");
   }
   if (!o.json)
@@ -254,6 +271,7 @@ int run_probe(const ProbeOptions& o) {
   } else if (!o.compare || rep.diagnosis != Diagnosis::kOk) {
     if (rep.diagnosis == Diagnosis::kOk) {
       fmt::print("ok: {}\nreply: {}\n", rep.summary, quoted(rep.reply));
+      for (const std::string& line : rep.details) fmt::print("  - {}\n", line);  // warnings
     } else {
       fmt::print("{}: {}\n", probe::diagnosis_name(rep.diagnosis), rep.summary);
       for (const std::string& line : rep.details) fmt::print("  - {}\n", line);

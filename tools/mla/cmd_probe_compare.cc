@@ -2,6 +2,7 @@
 // copy of the model (the same generate() as `mla generate`), prompt by prompt.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -15,6 +16,18 @@
 namespace mla::cli {
 
 using probe::EndpointTokens;
+
+namespace {
+std::vector<float> log_softmax(std::span<const float> x) {
+  double mx = -INFINITY, sum = 0;
+  for (float v : x) mx = std::max(mx, double(v));
+  for (float v : x) sum += std::exp(double(v) - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = float(double(x[i]) - lse);
+  return out;
+}
+}  // namespace
 
 Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
                                                          const PostJson& post) {
@@ -45,7 +58,7 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
                                  {"max_tokens", s.max_tokens},
                                  {"temperature", 0},
                                  {"ignore_eos", true},
-                                 {"logprobs", 1},
+                                 {"logprobs", 5},
                                  {"return_tokens_as_token_ids", true}};
     const probe::Observed o = post("/v1/completions", body.dump());
     std::optional<EndpointTokens> e;
@@ -65,6 +78,7 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
     go.max_new_tokens = s.max_tokens;
     go.sampling.temperature = 0;
     go.ignore_eos = true;
+    go.keep_prompt_activations = go.keep_decode_logits = true;  // the rows behind each token
     MLA_ASSIGN_OR_RETURN(GenerateResult r, generate(*model, ids, go, pool));
     if (e) {
       std::vector<std::string> bytes;
@@ -72,7 +86,16 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
         const std::string* b = tk.tokenizer.token_bytes(id);
         bytes.push_back(b ? *b : std::string());
       }
-      pc.agreement = probe::compare_tokens(r.generated, bytes, *e);
+      // Token k came from the prompt's last row (k = 0) or decode step k - 1: log-softmax rows.
+      const size_t V = size_t(model->config().vocab_size);
+      std::vector<std::vector<float>> rows;
+      for (size_t k = 0; k < r.generated.size(); ++k) {
+        const float* row = k == 0 ? r.prompt_logits.data() + (ids.size() - 1) * V
+                                  : r.decode_logits.data() + (k - 1) * V;
+        if (k > 0 && k * V > r.decode_logits.size()) break;
+        rows.push_back(log_softmax(std::span<const float>(row, V)));
+      }
+      pc.agreement = probe::compare_tokens(r.generated, bytes, *e, rows);
       pc.endpoint_finish = e->finish_reason;
     }
     out.push_back(std::move(pc));

@@ -39,18 +39,18 @@ def tearDownModule():
         assert SERVER.stop() == 0, "mla serve did not exit 0 on SIGTERM"
 
 
-def run_probe(args, base_url, model, env):
+def run_probe(args, base_url, model, env, timeout=30):
     full_env = {k: v for k, v in os.environ.items() if k not in ("MLA_API_KEY", "OPENAI_API_KEY")}
     full_env.update({"MLA_API_KEY": KEY} if env is None else env)
     cmd = [BINARY, "probe", "--base-url", base_url or SERVER.base_url,
-           "--model", model or SERVER.model_id, "--timeout", "30", *args]
+           "--model", model or SERVER.model_id, "--timeout", str(timeout), *args]
     return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=300)
 
 
-def probe(*args, base_url=None, model=None, env=None):
+def probe(*args, base_url=None, model=None, env=None, timeout=30):
     """`mla probe ARGS` → (exit code, stdout + stderr); env: the key variables to set (the usual
     ones are removed from the inherited environment first)."""
-    p = run_probe(args, base_url, model, env)
+    p = run_probe(args, base_url, model, env, timeout)
     return p.returncode, p.stdout + p.stderr
 
 
@@ -112,6 +112,9 @@ class WorkingEndpointTest(unittest.TestCase):
             self.assertIn("reply: \"", out)
             self.assertIn(f"key: MLA_API_KEY ({len(KEY)} characters)", out)
             self.assertNotIn(KEY, out)
+            # The openai SDK needs the /v1 the probe added: a warning naming the URL to give it.
+            warned = f'give the openai SDK base_url="{SERVER.base_url}/v1"' in out
+            self.assertEqual(warned, not url.endswith("/v1"), out)
 
     def test_json_and_completions(self):
         rc, j, out = probe_json("--completions", "--prompt", "The capital of France is")
@@ -158,6 +161,8 @@ class WorkingEndpointTest(unittest.TestCase):
         self.assertRegex(out, r"\d+/16 tokens agree \(by token (ids|texts)\); first divergence at "
                               r"token \d+: endpoint .+, local .+")
         self.assertRegex(out, r"mismatch: \d+/48 tokens agree over 3 prompts")
+        # How far apart the two choices were, from both sides: other weights are not a near-tie.
+        self.assertRegex(out, r"gap there: endpoint (\d+\.\d+|\?) nats, local \d+\.\d+ nats")
 
 
 class KeyTest(unittest.TestCase):
@@ -208,6 +213,18 @@ class SettingsTest(unittest.TestCase):
         rc, out = probe(base_url=SERVER.base_url + "/api")
         self.assertEqual(rc, WRONG_PATH, out)
         self.assertIn(f"try --base-url {SERVER.base_url}/v1", out)
+
+    def test_listener_that_never_answers(self):
+        # Accepts the connection and reads the request, never answers: told apart from a
+        # refused or dropped connection.
+        with socket.socket() as srv:
+            srv.bind(("127.0.0.1", 0))
+            srv.listen(4)
+            port = srv.getsockname()[1]
+            rc, out = probe(base_url=f"http://127.0.0.1:{port}/v1", timeout=1)
+        self.assertEqual(rc, UNREACHABLE, out)
+        self.assertIn(f"127.0.0.1:{port} accepted the connection and the request but sent no "
+                      "response", out)
 
     def test_nothing_listening(self):
         port = closed_port()

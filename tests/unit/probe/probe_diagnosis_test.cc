@@ -3,6 +3,7 @@
 // drives the same cases over real sockets), and the token comparison of --compare.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -285,6 +286,38 @@ TEST(ProbeDiagnose, RepliesOfBothEndpoints) {
   EXPECT_EQ(r.reply, "");
 }
 
+// OpenAI SDKs append the route to base_url as given: a URL that works only because the probe
+// added /v1 gets a warning with the URL to give them.
+TEST(ProbeDiagnose, BaseUrlWithoutV1IsAWarning) {
+  const std::string body = R"({"choices":[{"message":{"content":"Hi!"}}]})";
+  Report r = diagnose_simple(request("http://127.0.0.1:8080"), answer(200, body));
+  EXPECT_EQ(r.diagnosis, Diagnosis::kOk);
+  EXPECT_NE(all_text(r).find("give the openai SDK base_url=\"http://127.0.0.1:8080/v1\""),
+            std::string::npos)
+      << all_text(r);
+  EXPECT_NE(all_text(r).find("http://127.0.0.1:8080/chat/completions"), std::string::npos);
+  r = diagnose_simple(request("http://127.0.0.1:8080/proxy/v1"), answer(200, body));
+  EXPECT_TRUE(r.details.empty()) << all_text(r);
+}
+
+// A listener that takes the request and never answers, a connect timeout and a cut connection
+// are three different stories.
+TEST(ProbeDiagnose, SilentListenerConnectTimeoutAndCut) {
+  Observed o;
+  o.timed_out = o.silent = true;
+  o.transport_error = "Failed to read connection";
+  EXPECT_NE(diagnose_simple(request(), o).summary.find("accepted the connection and the request"),
+            std::string::npos);
+  o.silent = false;
+  o.transport_error = "Connection timed out";
+  EXPECT_NE(diagnose_simple(request(), o).summary.find("no connection to 127.0.0.1:8080"),
+            std::string::npos);
+  o.timed_out = false;
+  o.transport_error = "Failed to read connection";
+  EXPECT_NE(diagnose_simple(request(), o).summary.find("failed before a response"),
+            std::string::npos);
+}
+
 TEST(ProbeText, ExcerptAndRedact) {
   EXPECT_EQ(excerpt("short", 10), "short");
   EXPECT_EQ(excerpt("abcdef", 3), "abc... [3 more bytes]");
@@ -344,6 +377,34 @@ TEST(ProbeCompare, ByIdsTextsAndText) {
   EXPECT_FALSE(a.full);
   EXPECT_EQ(a.agreed, 2u);
   EXPECT_EQ(a.endpoint_token, "z");
+}
+
+// The gap at the first divergence, from the endpoint's top logprobs and the local rows.
+TEST(ProbeCompare, GapAtTheDivergence) {
+  auto e = parse_completion_tokens(
+      R"({"choices":[{"text":"xy","logprobs":{"tokens":["token_id:5","token_id:9"],)"
+      R"("token_logprobs":[-0.1,-0.7],"top_logprobs":[{"token_id:5":-0.1},)"
+      R"({"token_id:9":-0.7,"token_id:6":-0.9}]}}]})");
+  ASSERT_TRUE(e.ok());
+  ASSERT_EQ(e->top.size(), 2u);
+  EXPECT_EQ(e->token_logprobs, (std::vector<double>{-0.1, -0.7}));
+  const std::vector<int32_t> ids = {5, 6};
+  const std::vector<std::string> bytes = {"x", "z"};
+  // Local log-softmax rows over a vocabulary of 10: at step 1 it prefers 6 over 9 by 0.3.
+  std::vector<std::vector<float>> rows(2, std::vector<float>(10, -5.0f));
+  rows[1][6] = -0.5f;
+  rows[1][9] = -0.8f;
+  const Agreement a = compare_tokens(ids, bytes, *e, rows);
+  EXPECT_EQ(a.agreed, 1u);
+  EXPECT_NEAR(a.endpoint_gap, 0.2, 1e-12);  // -0.7 − (−0.9)
+  EXPECT_NEAR(a.local_gap, 0.3, 1e-6);
+  // Without top logprobs or rows the gaps stay unknown.
+  EndpointTokens bare;
+  bare.has_tokens = true;
+  bare.tokens = e->tokens;
+  const Agreement b = compare_tokens(ids, bytes, bare);
+  EXPECT_TRUE(std::isnan(b.endpoint_gap));
+  EXPECT_TRUE(std::isnan(b.local_gap));
 }
 
 TEST(ProbeCompare, JsonTextReplacesIllFormedBytes) {
