@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstdint>
 #include <optional>
 
 #include "dist/communicator.h"
@@ -64,6 +65,25 @@ int Model::ranks() const {
   return impl_->ranks;
 }
 
+std::string Model::split_summary() const {
+  const Impl& m = *impl_;
+  if (!m.comm) return "";
+  std::string s = fmt::format("rank {} of {}: heads {}-{}", m.rank, m.ranks, m.rank * m.heads,
+                              (m.rank + 1) * m.heads - 1);
+  for (const LayerRuntime& L : m.layers) {
+    if (!L.moe || L.experts.empty()) continue;
+    const int E = m.weights.config.n_routed_experts;
+    if (int(L.experts.size()) == E)
+      s += fmt::format(", every routed expert's width ({} of {} columns)", L.experts[0].width,
+                       m.weights.config.moe_intermediate_size);
+    else
+      s += fmt::format(", routed experts {}-{} whole", L.expert_first,
+                       L.expert_first + int(L.experts.size()) - 1);
+    break;
+  }
+  return s;
+}
+
 Model::~Model() {
   if (impl_ && impl_->comm && impl_->comm->leader()) {  // the followers' follow() returns
     StepHeader h{};
@@ -83,6 +103,13 @@ Result<ForwardStats> Model::forward(const ForwardBatch& b, KvCacheStorage& cache
     return invalid_argument(
         "forward: a model split over ranks needs a cache made from its cache_shape() (one that "
         "records its copy-on-write copies for the followers)");
+  // The leader gathers [rows, V] logits with int counts and displacements (MPI's).
+  const int64_t rows = b.all_logits ? int64_t(b.tokens.size()) : int64_t(b.seqs.size());
+  if (rows * m.weights.config.vocab_size > int64_t(INT32_MAX))
+    return invalid_argument(fmt::format(
+        "forward: {} rows of {} logits are more than one gather across ranks carries (2^31); "
+        "use shorter prefill chunks",
+        rows, m.weights.config.vocab_size));
   StepHeader h{};
   std::vector<int64_t> body = encode_step(b, cache.take_copies(), h);
   h[kLayers] = cache.num_layers();

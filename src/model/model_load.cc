@@ -404,7 +404,8 @@ Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
         LayerRuntime L,
         prepare_layer(impl->weights.layers[i], c,
                       stored_head_weights(impl->weights.checkpoint, int(i)),
-                      {impl->rank, N, &impl->slices, fmt::format("{}: layer {} ", dir, i)}));
+                      {impl->rank, N, &impl->slices, fmt::format("{}: layer {} ", dir, i),
+                       options.moe_split == MoeSplit::kWidth}));
     impl->layers.push_back(std::move(L));
   }
   impl->final_norm = widen_vector(impl->weights.norm);

@@ -151,6 +151,9 @@ class Model {
   // This process's rank and the rank count (0 and 1 alone).
   int rank() const;
   int ranks() const;
+  // What this rank holds, for logs: "rank 1 of 2: heads 8-15, routed experts 32-63 whole" or
+  // "... every routed expert's width 704-1407 of 1408"; "" alone.
+  std::string split_summary() const;
 
   struct Impl;
 

@@ -37,6 +37,7 @@ struct LiveRequest {
   Clock::time_point arrival, last_token;
   Clock::time_point first_scheduled, first_token;  // set with scheduled_once / the first token
   bool scheduled_once = false;
+  bool fork = false;  // a later sample of a submit_n prompt: its prompt is the first sample's
   int64_t generated = 0;
   std::optional<std::promise<Result<PrefixId>>> pin_done;  // set for a pin job
   // The other samples of this prompt (Engine::submit_n), carried until its prompt is computed:

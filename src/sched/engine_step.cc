@@ -33,7 +33,10 @@ Usage Engine::Impl::usage_of(const LiveRequest& r) const {
 
 void Engine::Impl::finish(LiveRequest& r, FinishReason why, std::string error, RequestEvent ev,
                           Clock::time_point now, EngineMetrics* m, StatusCode pin_code) {
-  for (auto& f : r.forks) finish(*f, why, error, {}, now, m, pin_code);  // never started
+  for (auto& f : r.forks) {  // never started
+    f->fork = true;
+    finish(*f, why, error, {}, now, m, pin_code);
+  }
   r.forks.clear();
   scheduler.finish(&r.seq);
   const RequestId id = r.seq.id;
@@ -47,7 +50,7 @@ void Engine::Impl::finish(LiveRequest& r, FinishReason why, std::string error, R
     ev.usage = usage_of(r);
     m->count_finish(why);
     m->e2e_request_latency.observe(seconds(now - r.arrival));
-    m->request_prompt_tokens.observe(double(r.seq.prompt_len));
+    if (!r.fork) m->request_prompt_tokens.observe(double(r.seq.prompt_len));  // once per prompt
     m->request_generation_tokens.observe(double(r.generated));
     if (r.scheduled_once) m->request_inference_time.observe(seconds(now - r.first_scheduled));
     if (r.generated > 0) {
@@ -200,6 +203,7 @@ void Engine::Impl::step() {
       scheduler.add_fork(&f->seq, seq);
       f->scheduled_once = true;  // its prompt was counted with the first sample's
       f->first_scheduled = r.first_scheduled;
+      f->fork = true;
       samples.push_back(f.get());
       live.emplace(f->seq.id, std::move(f));
     }

@@ -100,6 +100,7 @@ int run_generate(const GenerateCliOptions& o) {
   auto model = Model::load(o.model, *ro);
   if (!model.ok()) return fail(model.status());
   if (is_follower()) return follow_leader(**model, o.threads);
+  if ((*model)->ranks() > 1) fmt::print(stderr, "split: {}\n", (*model)->split_summary());
   const ModelConfig& c = (*model)->config();
 
   // The tokenizer is needed for a text prompt and to print text; ids alone work without one.

@@ -105,30 +105,33 @@ int run_serve(ServeCliOptions o) {
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
 
-  if (!o.api_key_file.empty()) {
-    if (!o.http.api_key.empty()) return fail(invalid_argument("give --api-key or --api-key-file"));
-    Result<std::string> key = read_key_file(o.api_key_file);
-    if (!key.ok()) return fail(key.status());
-    o.http.api_key = *key;
-  }
   // Flag errors before the port is taken.
   Result<RuntimeOptions> ro = runtime_options(o.rt);
   if (!ro.ok()) return fail(ro.status());
-
-  // One connection worker per request that may run or wait, and 64 more for idle keep-alive
-  // and slow connections (shed when all are taken).
-  if (is_follower()) {  // no server: the leader's forward passes only
+  if (is_follower()) {  // no server, no key: the leader's forward passes only
     auto model = Model::load(o.model, *ro);
     if (!model.ok()) return fail(model.status());
     return follow_leader(**model, o.threads);
   }
+  // From here until the model is loaded a failure is the leader's alone: fail_before_load ends
+  // the other ranks, which wait in the load.
+  if (!o.api_key_file.empty()) {
+    if (!o.http.api_key.empty())
+      return fail_before_load(invalid_argument("give --api-key or --api-key-file"));
+    Result<std::string> key = read_key_file(o.api_key_file);
+    if (!key.ok()) return fail_before_load(key.status());
+    o.http.api_key = *key;
+  }
+
+  // One connection worker per request that may run or wait, and 64 more for idle keep-alive
+  // and slow connections (shed when all are taken).
   if (o.http.http_threads == 0) o.http.http_threads = o.max_num_seqs + o.http.max_queue + 64;
   // glibc gives each thread that allocates an arena of up to 64 MiB of address space; with a
   // hundred connection threads that alone could pass a `ulimit -v` sized to the model.
   mallopt(M_ARENA_MAX, 4);
   server::HttpServer http(o.http);
   Result<int> port = http.bind();
-  if (!port.ok()) return fail(port.status());
+  if (!port.ok()) return fail_before_load(port.status());
   http.start();
   fmt::print(stderr, "listening on http://{}:{}\n", o.http.host, *port);
 
@@ -183,6 +186,7 @@ int run_serve(ServeCliOptions o) {
                  ? fmt::format(", chat format {}{}", tok::chat_format_name(*m.chat_format),
                                m.reasoning ? ", reasoning parser deepseek_r1" : "")
                  : ", no chat format");
+  if ((*model)->ranks() > 1) fmt::print(stderr, "split: {}\n", (*model)->split_summary());
 
   unsigned char sig = 0;
   while (read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {

@@ -49,9 +49,16 @@ bool is_follower() {
 
 int follow_leader(Model& model, int threads) {
   ThreadPool pool(threads > 0 ? threads : default_thread_pool().num_threads());
+  fmt::print(stderr, "split: {}\n", model.split_summary());
   const Status s = model.follow(pool);
   if (s.ok()) return 0;
   fmt::print(stderr, "error: rank {}: {}\n", model.rank(), s.message());
+  return 1;
+}
+
+int fail_before_load(const Status& s) {
+  if (dist::world()) dist::world()->abort(s.message());
+  fmt::print(stderr, "error: {}\n", s.message());
   return 1;
 }
 

@@ -95,6 +95,10 @@ bool is_follower();
 // A follower's part of generate, serve or bench model once its slice is loaded: it runs the
 // leader's forward passes until the leader's model is gone. Returns the exit code.
 int follow_leader(Model& model, int threads);
+// A failure of one rank before the model is loaded while the others may already wait inside its
+// load (the leader's port, its key file): across ranks every rank is ended with the message
+// (Communicator::abort), alone it is printed and 1 returned.
+int fail_before_load(const Status& s);
 // For the commands that run a model on one rank only: an error naming the command when started
 // as one of several ranks.
 Status require_one_rank(std::string_view command);

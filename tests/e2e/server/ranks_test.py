@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -170,6 +171,22 @@ class Faults(unittest.TestCase):
                 server.proc.kill()
                 server.proc.wait()
 
+    def test_leader_failing_before_the_load_ends_every_rank(self):
+        # The leader's port is taken while the follower already waits inside the load: the job
+        # ends with the leader's error instead of waiting for ever.
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            prefix, env = TWO
+            t0 = time.time()
+            r = subprocess.run([*prefix, BINARY, "serve", "-m", MODEL, "--port", str(port),
+                                "--threads", "1"], capture_output=True, text=True, env=env,
+                               timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(str(port), r.stderr)
+        self.assertLess(time.time() - t0, 60)
+
     def test_bad_rank_count_is_named(self):
         prefix, env = mpirun(3)
         r = subprocess.run([*prefix, BINARY, "generate", "-m", MODEL, "--tokens", "1,2", "-n", "1",
@@ -205,6 +222,15 @@ class Commands(unittest.TestCase):
                              env=env, timeout=120)
         self.assertEqual(two.returncode, 0, two.stderr)
         self.assertEqual(two.stdout, one.stdout)  # printed once, by the leader
+        self.assertIn("split: rank 0 of 2: heads 0-1, routed experts 0-3 whole", two.stderr)
+        self.assertIn("split: rank 1 of 2: heads 2-3, routed experts 4-7 whole", two.stderr)
+        # Experts sliced by width: every rank holds every expert, the text is the same.
+        width = subprocess.run([*prefix, BINARY, "generate", *args, "--moe-split", "width"],
+                               capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual(width.returncode, 0, width.stderr)
+        self.assertEqual(width.stdout, one.stdout)
+        self.assertRegex(width.stderr, r"split: rank 1 of 2: heads 2-3, every routed expert's "
+                                       r"width \(\d+ of \d+ columns\)")
         r = subprocess.run([*prefix, BINARY, "bench", "model", "-m", MODEL, "--tokens", "8",
                             "--segment", "4", "--prompt-len", "16", "--threads", "1", "--json"],
                            capture_output=True, text=True, env=env, timeout=300)
