@@ -523,7 +523,10 @@ def run_mla(mla, ckpt, prompt, out, kv, extra=(), launcher=None):
            "--temperature", "0", "--ignore-eos", "--kv-dtype", kv, "--dump-activations", out, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     if r.returncode != 0:
-        return None, f"exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}"
+        text = r.stderr or r.stdout
+        if launcher and built_without_mpi(text):  # mpirun's own report follows the line
+            return None, "this mla was built without MPI"
+        return None, f"exit {r.returncode}: {text.strip()[-300:]}"
     t, _ = read_safetensors(os.path.join(out, "activations.safetensors"))
     missing = [k for k in ("tokens", "logits", "generated", "decode_logits", "hidden.0") if k not in t]
     if missing:
