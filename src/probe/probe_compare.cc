@@ -71,7 +71,7 @@ Result<EndpointTokens> parse_completion_tokens(std::string_view body) {
 
 Agreement compare_tokens(std::span<const int32_t> local_ids,
                          std::span<const std::string> local_bytes, const EndpointTokens& e,
-                         std::span<const std::vector<float>> local_logprobs) {
+                         const LocalLogprob& local_logprob) {
   Agreement a;
   const size_t n = local_ids.size();
   if (e.has_tokens) {
@@ -99,9 +99,8 @@ Agreement compare_tokens(std::span<const int32_t> local_ids,
             if (tok == a.local_token) a.endpoint_gap = e.token_logprobs[k] - lp;
         // The local view, where the endpoint names its token by id.
         const int64_t theirs = token_id_of(e.tokens[k]);
-        if (k < local_logprobs.size() && theirs >= 0 && theirs < int64_t(local_logprobs[k].size()))
-          a.local_gap = double(local_logprobs[k][size_t(local_ids[k])]) -
-                        double(local_logprobs[k][size_t(theirs)]);
+        if (local_logprob && theirs >= 0)
+          a.local_gap = local_logprob(k, local_ids[k]) - local_logprob(k, int32_t(theirs));
       }
     }
     return a;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -50,11 +51,14 @@ struct Agreement {
   double local_gap = std::numeric_limits<double>::quiet_NaN();
 };
 
-// local_ids: the local greedy output; local_bytes[i]: the bytes local_ids[i] decodes to;
-// local_logprobs (optional): [local_ids.size()][vocab] log-softmax rows that chose them.
+// The local model's logprob of token `id` at output step `step` (the row that chose
+// local_ids[step]), or NaN when unknown; asked only at the first divergence.
+using LocalLogprob = std::function<double(size_t step, int32_t id)>;
+
+// local_ids: the local greedy output; local_bytes[i]: the bytes local_ids[i] decodes to.
 Agreement compare_tokens(std::span<const int32_t> local_ids,
                          std::span<const std::string> local_bytes, const EndpointTokens& e,
-                         std::span<const std::vector<float>> local_logprobs = {});
+                         const LocalLogprob& local_logprob = {});
 
 // Below this gap (nats) on both sides a divergence reads as a near-tie of numerics; above, as
 // another model (docs/SERVING.md, section `mla probe`).

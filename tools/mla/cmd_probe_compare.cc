@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "model/generator.h"
+#include "model/sampler.h"
 #include "probe_local.h"
 #include "runtime_flags.h"
 #include "tokenizer/tokenizer_config.h"
@@ -16,18 +17,6 @@
 namespace mla::cli {
 
 using probe::EndpointTokens;
-
-namespace {
-std::vector<float> log_softmax(std::span<const float> x) {
-  double mx = -INFINITY, sum = 0;
-  for (float v : x) mx = std::max(mx, double(v));
-  for (float v : x) sum += std::exp(double(v) - mx);
-  const double lse = mx + std::log(sum);
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = float(double(x[i]) - lse);
-  return out;
-}
-}  // namespace
 
 Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
                                                          const PostJson& post) {
@@ -86,16 +75,16 @@ Result<std::vector<PromptComparison>> compare_with_local(const CompareSetup& s,
         const std::string* b = tk.tokenizer.token_bytes(id);
         bytes.push_back(b ? *b : std::string());
       }
-      // Token k came from the prompt's last row (k = 0) or decode step k - 1: log-softmax rows.
+      // Token k came from the prompt's last row (k = 0) or decode step k - 1; the engine's own
+      // logprob (the one its API reports) of a token there.
       const size_t V = size_t(model->config().vocab_size);
-      std::vector<std::vector<float>> rows;
-      for (size_t k = 0; k < r.generated.size(); ++k) {
+      const auto local_logprob = [&](size_t k, int32_t id) -> double {
         const float* row = k == 0 ? r.prompt_logits.data() + (ids.size() - 1) * V
                                   : r.decode_logits.data() + (k - 1) * V;
-        if (k > 0 && k * V > r.decode_logits.size()) break;
-        rows.push_back(log_softmax(std::span<const float>(row, V)));
-      }
-      pc.agreement = probe::compare_tokens(r.generated, bytes, *e, rows);
+        if (k > 0 && k * V > r.decode_logits.size()) return NAN;
+        return token_logprobs(std::span<const float>(row, V), id, 0).logprob;
+      };
+      pc.agreement = probe::compare_tokens(r.generated, bytes, *e, local_logprob);
       pc.endpoint_finish = e->finish_reason;
     }
     out.push_back(std::move(pc));

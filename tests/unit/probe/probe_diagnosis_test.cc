@@ -379,7 +379,7 @@ TEST(ProbeCompare, ByIdsTextsAndText) {
   EXPECT_EQ(a.endpoint_token, "z");
 }
 
-// The gap at the first divergence, from the endpoint's top logprobs and the local rows.
+// The gap at the first divergence, from the endpoint's top logprobs and the local logprobs.
 TEST(ProbeCompare, GapAtTheDivergence) {
   auto e = parse_completion_tokens(
       R"({"choices":[{"text":"xy","logprobs":{"tokens":["token_id:5","token_id:9"],)"
@@ -394,7 +394,8 @@ TEST(ProbeCompare, GapAtTheDivergence) {
   std::vector<std::vector<float>> rows(2, std::vector<float>(10, -5.0f));
   rows[1][6] = -0.5f;
   rows[1][9] = -0.8f;
-  const Agreement a = compare_tokens(ids, bytes, *e, rows);
+  const Agreement a = compare_tokens(
+      ids, bytes, *e, [&](size_t k, int32_t id) { return double(rows[k][size_t(id)]); });
   EXPECT_EQ(a.agreed, 1u);
   EXPECT_NEAR(a.endpoint_gap, 0.2, 1e-12);  // -0.7 − (−0.9)
   EXPECT_NEAR(a.local_gap, 0.3, 1e-6);
