@@ -5,10 +5,11 @@
 // point) through an in-memory Stream that hands them out in pseudo-random pieces, so requests split
 // at every point are parsed; up to 5 pipelined requests per input (the keep-alive limit), and none
 // after a refused body (the server stops reading that connection). The first input word picks the
-// pieces and whether an API key is required. Invariants: a handler never sees a body over the cap
-// or other than its Content-Length (a compressed body would be inflated by the library: it must be
-// refused first), nor a protected route without the key; every response is a well-formed HTTP/1.1
-// status line; nothing is read past the input.
+// pieces, whether an API key is required (bit 0) and whether /metrics needs it too (bit 1).
+// Invariants: a handler never sees a body over the cap or other than its Content-Length (a
+// compressed body would be inflated by the library: it must be refused first), nor a protected
+// route without the key; every response is a well-formed HTTP/1.1 status line; nothing is read past
+// the input.
 #include <httplib.h>
 
 #include <algorithm>
@@ -71,22 +72,22 @@ class FuzzServer : public httplib::Server {
 
 bool g_body_refused = false;  // set by the logger of the last request
 
+// Which server an input meets: without an API key, with one (/metrics public, the default), or
+// with one and --metrics-require-key.
+enum class Access { kOpen, kKeyed, kKeyedMetrics };
+
 // The state check_request reads: the options, and a loaded model (ready); no connection deadlines.
-mla::server::HttpServer::State& checks_state(bool with_key) {
-  auto make = [](std::string key) {
-    mla::server::ServerOptions o;
-    o.max_body_bytes = kBodyCap;
-    o.api_key = std::move(key);
-    auto* st = new mla::server::HttpServer::State(o);
-    st->ready = true;
-    return st;
-  };
-  static mla::server::HttpServer::State* open = make("");
-  static mla::server::HttpServer::State* keyed = make("fuzz-key");
-  return with_key ? *keyed : *open;
+mla::server::HttpServer::State* checks_state(Access access) {
+  mla::server::ServerOptions o;
+  o.max_body_bytes = kBodyCap;
+  if (access != Access::kOpen) o.api_key = "fuzz-key";
+  o.metrics_require_key = access == Access::kKeyedMetrics;
+  auto* st = new mla::server::HttpServer::State(o);
+  st->ready = true;
+  return st;
 }
 
-FuzzServer& server(bool with_key) {
+FuzzServer& server(Access access) {
   auto make = [](mla::server::HttpServer::State* st) {
     auto* srv = new FuzzServer;
     srv->set_payload_max_length(kBodyCap);
@@ -98,9 +99,13 @@ FuzzServer& server(bool with_key) {
       return mla::server::check_request(*st, req, res);
     });
     const bool keyed = !st->options.api_key.empty();
-    auto check_body = [keyed](const httplib::Request& req, httplib::Response& res) {
-      // No parse reaches a key-protected route without the key (/health and / are public).
-      if (keyed && req.path != "/health" && req.path != "/")
+    const bool metrics_keyed = st->options.metrics_require_key;
+    auto check_body = [keyed, metrics_keyed](const httplib::Request& req, httplib::Response& res) {
+      // No parse reaches a key-protected route without the key (/health and / are public, and
+      // /metrics unless --metrics-require-key).
+      const bool is_public =
+          req.path == "/health" || req.path == "/" || (req.path == "/metrics" && !metrics_keyed);
+      if (keyed && !is_public)
         MLA_CHECK(req.get_header_value("Authorization") == "Bearer fuzz-key",
                   "{} {} reached its handler with Authorization {:?}", req.method, req.path,
                   req.get_header_value("Authorization"));
@@ -121,9 +126,10 @@ FuzzServer& server(bool with_key) {
     for (const char* path : {"/v1/models", "/metrics", "/health", "/"}) srv->Get(path, check_body);
     return srv;
   };
-  static FuzzServer* open = make(&checks_state(false));
-  static FuzzServer* keyed = make(&checks_state(true));
-  return with_key ? *keyed : *open;
+  static FuzzServer* servers[] = {make(checks_state(Access::kOpen)),
+                                  make(checks_state(Access::kKeyed)),
+                                  make(checks_state(Access::kKeyedMetrics))};
+  return *servers[static_cast<int>(access)];
 }
 
 void check_response(const std::string& out) {
@@ -142,7 +148,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t seed = in.u32();
   const std::string_view bytes = in.rest();
   MemoryStream stream(bytes.data(), bytes.size(), seed);
-  FuzzServer& srv = server((seed & 1) != 0);
+  const Access access = (seed & 1) == 0   ? Access::kOpen
+                        : (seed & 2) == 0 ? Access::kKeyed
+                                          : Access::kKeyedMetrics;
+  FuzzServer& srv = server(access);
   for (int i = 0; i < 5 && stream.is_readable(); ++i) {
     bool closed = false;
     stream.out.clear();
