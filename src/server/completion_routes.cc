@@ -6,7 +6,6 @@
 
 #include "server/connection_watch.h"
 #include "server/openai_response.h"
-#include "server/reasoning_split.h"
 #include "server/server_state.h"
 
 namespace mla::server {
@@ -139,7 +138,11 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
   const std::vector<std::string> echo = echo_per_choice(spec);
   std::vector<sched::Usage> usage(n);
   std::vector<int64_t> offsets(n, 0);  // legacy logprobs text_offset
-  std::vector<ReasoningSplitter> split(meta.reasoning && chat ? n : 0);
+  // Chat replies with reasoning or tools parse per choice (reply_parser.h).
+  std::vector<ReplyParser> parsers;
+  if (chat && (meta.reply.reasoning || meta.reply.tools))
+    for (size_t i = 0; i < n; ++i) parsers.emplace_back(meta.reply);
+  std::vector<int> next_call(n, 0);  // delta.tool_calls[].index
   for (size_t i = 0; i < n; ++i) {
     ChunkContent c;
     c.role = chat;  // the first delta carries the role only
@@ -163,18 +166,26 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
       // The status is sent already: one error event, then the end (docs/SERVING.md §Errors).
       return send(error_json(engine_error(o))) && sink.write(kDone.data(), kDone.size());
     }
+    const bool final = e.finish != sched::FinishReason::kNone;
     ChunkContent c;
-    if (split.empty()) {
+    std::vector<ParsedToolCall> calls;
+    if (parsers.empty()) {
       c.text = e.text;
     } else {
-      ReasoningSplitter::Parts parts = split[i].feed(e.text);
+      ReplyParser::Parts parts = parsers[i].feed(e.text);
+      if (final) {  // held-back text that never became a tag or a call
+        ReplyParser::Parts rest = parsers[i].finish();
+        parts.reasoning += rest.reasoning;
+        parts.content += rest.content;
+        for (ParsedToolCall& call : rest.calls) parts.calls.push_back(std::move(call));
+      }
       c.text = std::move(parts.content);
       c.reasoning = std::move(parts.reasoning);
+      calls = std::move(parts.calls);
     }
     if (meta.logprobs != LogprobsStyle::kNone && !e.logprobs.empty()) {
       c.logprobs = logprobs_json(meta, e.token_ids, e.logprobs, &offsets[i]);
     }
-    const bool final = e.finish != sched::FinishReason::kNone;
     // Completions stream one chunk per token, its text possibly empty (an unfinished UTF-8
     // sequence, an id without text), as vLLM does: benchmark clients time every chunk. Chat sends
     // only deltas with content.
@@ -182,15 +193,17 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
         (!chat && !e.token_ids.empty())) {
       if (!send(stream_chunk(meta, int(i), c, spec.include_usage))) return false;
     }
-    if (final && !split.empty()) {  // a held-back tail that never became a tag
-      ChunkContent rest;
-      rest.reasoning = split[i].finish().reasoning;
-      if (!rest.reasoning.empty() && !send(stream_chunk(meta, int(i), rest, spec.include_usage)))
+    for (const ParsedToolCall& call : calls) {  // whole calls: the name, then the arguments
+      ChunkContent head, args;
+      head.tool_calls = tool_call_header_delta(next_call[i], call);
+      args.tool_calls = tool_call_arguments_delta(next_call[i]++, call);
+      if (!send(stream_chunk(meta, int(i), head, spec.include_usage)) ||
+          !send(stream_chunk(meta, int(i), args, spec.include_usage)))
         return false;
     }
     if (final) {
       ChunkContent f;
-      f.finish = finish_reason_json(e.finish);
+      f.finish = finish_reason_json(e.finish, parsers.empty() ? 0 : parsers[i].calls_returned());
       if (!send(stream_chunk(meta, int(i), f, spec.include_usage))) return false;
       ++done;
     }
@@ -205,7 +218,7 @@ void handle_completion(const std::shared_ptr<HttpServer::State>& state, Endpoint
   json body;
   if (auto e = parse_json_object(req.body, &body)) return send_error(res, *e);
   auto spec = std::make_shared<CompletionSpec>();
-  if (auto e = parse_completion_request(endpoint, body, st.backend.model, spec.get()))
+  if (auto e = parse_completion_request(endpoint, body, st.backend.model, spec.get(), req.body))
     return send_error(res, *e);
 
   const int64_t limit = st.backend.engine->scheduler_options().max_num_seqs + st.options.max_queue;
@@ -232,10 +245,7 @@ void handle_completion(const std::shared_ptr<HttpServer::State>& state, Endpoint
   }
   if (auto e = submit_all(st, *spec, a.job)) return send_error(res, *e);
   a.fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  const tok::Tokenizer* tk =
-      st.backend.model.tokenizer ? &st.backend.model.tokenizer->tokenizer : nullptr;
-  ResponseMeta meta = make_response_meta(*spec, st.backend.model.name, tk);
-  meta.reasoning = endpoint == Endpoint::kChat && st.backend.model.reasoning;
+  const ResponseMeta meta = make_response_meta(*spec, st.backend.model);
   if (!spec->stream) return answer_whole(*spec, meta, std::move(a), res);
 
   res.set_header("Cache-Control", "no-cache");

@@ -7,6 +7,7 @@
 
 #include "server/chat_page.h"
 #include "server/openai_prompt.h"
+#include "server/openai_tools.h"
 #include "server/process_usage.h"
 #include "server/server_state.h"
 
@@ -108,7 +109,10 @@ void tokenize(HttpServer::State& st, const httplib::Request& req, httplib::Respo
                                                        : tok::json_excerpt(body["model"])));
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    if (auto e = chat_prompt(body, m, &ids)) return send_error(res, *e);
+    ToolRequest tools;
+    tok::ChatOptions opts;
+    if (auto e = parse_tools(body, req.body, m, &tools, &opts)) return send_error(res, *e);
+    if (auto e = chat_prompt(body, m, opts, &ids)) return send_error(res, *e);
   } else {
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> texts;

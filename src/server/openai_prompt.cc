@@ -44,6 +44,7 @@ MaybeError tool_calls(const json& v, const std::string& where, std::vector<tok::
       return bad_request(w, fmt::format("{} must be an object with a name", w));
     tok::ToolCall call;
     call.name = (*f)["name"].get<std::string>();
+    if (v[j].contains("id") && v[j]["id"].is_string()) call.id = v[j]["id"].get<std::string>();
     if (f->contains("arguments")) {
       const json& a = (*f)["arguments"];
       call.arguments = a.is_string() ? a.get<std::string>() : dump_json(a);
@@ -82,6 +83,8 @@ MaybeError chat_messages(const json& body, std::vector<tok::ChatMessage>* out) {
       return bad_request(w + ".content", fmt::format("{}.content is required", w));
     }
     if (m.contains("name") && m["name"].is_string()) msg.name = m["name"].get<std::string>();
+    if (m.contains("tool_call_id") && m["tool_call_id"].is_string())
+      msg.tool_call_id = m["tool_call_id"].get<std::string>();
     out->push_back(std::move(msg));
   }
   return std::nullopt;
@@ -135,7 +138,8 @@ MaybeError text_prompt(const std::string& text, const ServedModel& m, std::vecto
 
 }  // namespace
 
-MaybeError chat_prompt(const json& body, const ServedModel& m, std::vector<int32_t>* ids) {
+MaybeError chat_prompt(const json& body, const ServedModel& m, const tok::ChatOptions& opts,
+                       std::vector<int32_t>* ids) {
   std::vector<tok::ChatMessage> messages;
   if (auto e = chat_messages(body, &messages)) return e;
   if (!m.tokenizer || !m.chat_format) {
@@ -145,8 +149,9 @@ MaybeError chat_prompt(const json& body, const ServedModel& m, std::vector<int32
   size_t content_bytes = 0;
   for (const tok::ChatMessage& msg : messages)
     content_bytes += msg.content ? msg.content->size() : 0;
+  for (const std::string& t : opts.tools) content_bytes += t.size();
   if (auto e = too_long_to_encode(content_bytes, m, "messages")) return e;
-  Result<std::vector<tok::ChatPart>> parts = tok::render_chat(*m.chat_format, messages);
+  Result<std::vector<tok::ChatPart>> parts = tok::render_chat(*m.chat_format, messages, opts);
   if (!parts.ok()) return bad_request("messages", parts.status().message());
   Result<std::vector<int32_t>> r = tok::encode_chat(m.tokenizer->tokenizer, *parts);
   if (!r.ok()) return bad_request("messages", r.status().message());

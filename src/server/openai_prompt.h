@@ -15,8 +15,9 @@ namespace mla::server {
 
 // messages → prompt ids (with the generation prompt). 400 naming messages[i].<field> for an empty
 // list, an unknown role, missing content, unsupported content parts (images, audio).
+// `opts` carries the tools and a forced call (openai_tools.h).
 std::optional<ApiError> chat_prompt(const nlohmann::json& body, const ServedModel& m,
-                                    std::vector<int32_t>* ids);
+                                    const tok::ChatOptions& opts, std::vector<int32_t>* ids);
 
 // prompt → one id list per prompt (at most kMaxPrompts), and each prompt's text (for echo).
 // Strings get BOS when the tokenizer config says so; ids are checked against the logits width.

@@ -9,6 +9,7 @@
 
 #include "io/json_limits.h"
 #include "server/openai_prompt.h"
+#include "server/openai_tools.h"
 #include "tokenizer/json_read.h"
 
 namespace mla::server {
@@ -342,12 +343,15 @@ MaybeError check_lengths(const ServedModel& m, const char* prompt_param, Complet
 }  // namespace
 
 std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohmann::json& body,
-                                                 const ServedModel& model, CompletionSpec* out) {
+                                                 const ServedModel& model, CompletionSpec* out,
+                                                 std::string_view raw_body) {
   if (auto e = parse_common(endpoint, body, model, out)) return e;
   if (auto e = parse_logprobs(endpoint, body, out)) return e;
   if (endpoint == Endpoint::kChat) {
+    tok::ChatOptions opts;
+    if (auto e = parse_tools(body, raw_body, model, &out->tools, &opts)) return e;
     std::vector<int32_t> ids;
-    if (auto e = chat_prompt(body, model, &ids)) return e;
+    if (auto e = chat_prompt(body, model, opts, &ids)) return e;
     out->prompts.push_back(std::move(ids));
     if (auto e = truncate_prompts(body, model, out)) return e;
     return check_lengths(model, "messages", out);

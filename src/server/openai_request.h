@@ -40,6 +40,15 @@ struct ServedModel {
   int64_t max_token_bytes = 0;
 };
 
+// The tool-calling side of a chat request (openai_tools.h, docs/SERVING.md §Tool calling).
+struct ToolRequest {
+  std::vector<std::string> names;  // the request's functions
+  bool parse = false;              // replies go through the tool-call parser
+  bool parallel = true;            // parallel_tool_calls
+  std::string forced;              // the function tool_choice names (or the one `required` has)
+  std::string forced_prefix;       // the text of that call's opening, which ends the prompt
+};
+
 struct CompletionSpec {
   Endpoint endpoint = Endpoint::kCompletions;
   std::vector<std::vector<int32_t>> prompts;  // ids checked against vocab
@@ -53,6 +62,7 @@ struct CompletionSpec {
   // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N" (distinct tokens with
   // the same text, e.g. two invalid UTF-8 bytes, stay apart).
   bool tokens_as_ids = false;
+  ToolRequest tools;  // chat only
 
   size_t num_choices() const { return prompts.size() * size_t(n); }
 };
@@ -70,8 +80,10 @@ inline constexpr size_t kMaxPrompts = 16;
 std::optional<ApiError> parse_json_object(std::string_view body, nlohmann::json* out);
 
 // A completion request body; fills *out or returns the error (400, or 404 for an unknown model).
+// `raw_body`, the text `body` was parsed from, keeps the tools' key order in the prompt.
 std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohmann::json& body,
-                                                 const ServedModel& model, CompletionSpec* out);
+                                                 const ServedModel& model, CompletionSpec* out,
+                                                 std::string_view raw_body = {});
 
 // The 404 for a `model` other than the served one.
 ApiError model_not_found(const std::string& requested);

@@ -31,8 +31,7 @@ json token_bytes_json(const std::string& s) {
 
 }  // namespace
 
-ResponseMeta make_response_meta(const CompletionSpec& spec, const std::string& model,
-                                const tok::Tokenizer* tokenizer) {
+ResponseMeta make_response_meta(const CompletionSpec& spec, const ServedModel& model) {
   ResponseMeta m;
   m.endpoint = spec.endpoint;
   std::random_device rd;
@@ -42,14 +41,26 @@ ResponseMeta make_response_meta(const CompletionSpec& spec, const std::string& m
   m.created = std::chrono::duration_cast<std::chrono::seconds>(
                   std::chrono::system_clock::now().time_since_epoch())
                   .count();
-  m.model = model;
+  m.model = model.name;
   m.logprobs = spec.logprobs;
   m.tokens_as_ids = spec.tokens_as_ids;
-  m.tokenizer = tokenizer;
+  m.tokenizer = model.tokenizer ? &model.tokenizer->tokenizer : nullptr;
+  if (spec.endpoint != Endpoint::kChat) return m;
+  m.reply.reasoning = model.reasoning;
+  if (spec.tools.parse && model.chat_format && tool_syntax(*model.chat_format)) {
+    ToolCallParser::Options o;
+    o.syntax = *tool_syntax(*model.chat_format);
+    o.tool_names = spec.tools.names;
+    o.parallel = spec.tools.parallel;
+    o.id_prefix = fmt::format("call_{:08x}{:08x}_", rd(), rd());
+    m.reply.tools = std::move(o);
+    m.reply.forced_prefix = spec.tools.forced_prefix;
+  }
   return m;
 }
 
-const char* finish_reason_json(sched::FinishReason r) {
+const char* finish_reason_json(sched::FinishReason r, int tool_calls) {
+  if (r == sched::FinishReason::kStop && tool_calls > 0) return "tool_calls";
   return r == sched::FinishReason::kLength ? "length" : "stop";
 }
 
@@ -115,19 +126,22 @@ json completion_response(const ResponseMeta& meta, std::span<const sched::Reques
     const sched::RequestOutput& o = outputs[i];
     const std::string prefix = i < echo.size() ? echo[i] : std::string();
     json c = {{"index", i}};
-    if (chat && meta.reasoning) {
-      ReasoningSplitter::Parts parts = split_reasoning(o.text);
-      c["message"] = {{"role", "assistant"},
-                      {"content", parts.content.empty() ? json(nullptr) : json(parts.content)},
-                      {"reasoning_content", std::move(parts.reasoning)}};
-    } else if (chat) {
-      c["message"] = {{"role", "assistant"}, {"content", o.text}};
+    int calls = 0;
+    if (chat) {
+      ReplyParser::Parts parts = parse_reply(meta.reply, o.text, &calls);
+      const bool null_if_empty = meta.reply.reasoning || calls > 0;
+      json msg = {{"role", "assistant"},
+                  {"content",
+                   parts.content.empty() && null_if_empty ? json(nullptr) : json(parts.content)}};
+      if (meta.reply.reasoning) msg["reasoning_content"] = std::move(parts.reasoning);
+      if (!parts.calls.empty()) msg["tool_calls"] = tool_calls_json(parts.calls);
+      c["message"] = std::move(msg);
     } else {
       c["text"] = prefix + o.text;
     }
     int64_t offset = int64_t(prefix.size());
     c["logprobs"] = logprobs_json(meta, o.token_ids, o.logprobs, &offset);
-    c["finish_reason"] = finish_reason_json(o.finish);
+    c["finish_reason"] = finish_reason_json(o.finish, calls);
     choices.push_back(std::move(c));
     usage.push_back(o.usage);
   }
@@ -148,6 +162,7 @@ json stream_chunk(const ResponseMeta& meta, int index, const ChunkContent& c, bo
     if (c.role) delta["role"] = "assistant";
     if (!c.reasoning.empty()) delta["reasoning_content"] = c.reasoning;
     if (!c.text.empty()) delta["content"] = c.text;
+    if (!c.tool_calls.is_null()) delta["tool_calls"] = c.tool_calls;
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = c.text;
@@ -162,6 +177,26 @@ json stream_chunk(const ResponseMeta& meta, int index, const ChunkContent& c, bo
             {"choices", json::array({std::move(choice)})}};
   if (usage_null) j["usage"] = nullptr;
   return j;
+}
+
+json tool_calls_json(std::span<const ParsedToolCall> calls) {
+  json list = json::array();
+  for (const ParsedToolCall& c : calls)
+    list.push_back({{"id", c.id},
+                    {"type", "function"},
+                    {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return list;
+}
+
+json tool_call_header_delta(int index, const ParsedToolCall& call) {
+  return json::array({{{"index", index},
+                       {"id", call.id},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", ""}}}}});
+}
+
+json tool_call_arguments_delta(int index, const ParsedToolCall& call) {
+  return json::array({{{"index", index}, {"function", {{"arguments", call.arguments}}}}});
 }
 
 json usage_chunk(const ResponseMeta& meta, std::span<const sched::Usage> usage) {

@@ -11,6 +11,7 @@
 
 #include "sched/request.h"
 #include "server/openai_request.h"
+#include "server/reply_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mla::server {
@@ -24,14 +25,22 @@ struct ResponseMeta {
   LogprobsStyle logprobs = LogprobsStyle::kNone;
   const tok::Tokenizer* tokenizer = nullptr;  // token texts for logprobs (else "token_id:N")
   bool tokens_as_ids = false;                 // logprobs name tokens "token_id:N" regardless
-  // Chat replies split into reasoning_content and content (reasoning_split.h; R1 formats).
-  bool reasoning = false;
+  // Chat: how a reply splits into reasoning_content, content and tool_calls (reply_parser.h).
+  ReplyOptions reply;
 };
-ResponseMeta make_response_meta(const CompletionSpec& spec, const std::string& model,
-                                const tok::Tokenizer* tokenizer);
+// `model` serves the request: its chat format picks the tool-call syntax, and its reasoning flag
+// (R1 formats, --reasoning-parser) the reasoning split.
+ResponseMeta make_response_meta(const CompletionSpec& spec, const ServedModel& model);
 
-// "stop" / "length" for a finished choice.
-const char* finish_reason_json(sched::FinishReason r);
+// "stop" / "length" for a finished choice; "tool_calls" for a stop after tool calls.
+const char* finish_reason_json(sched::FinishReason r, int tool_calls = 0);
+
+// OpenAI's message.tool_calls entries (index: the first call's position in the reply).
+nlohmann::json tool_calls_json(std::span<const ParsedToolCall> calls);
+// The two stream deltas of one call, as OpenAI streams them: id, type and name with empty
+// arguments, then the arguments.
+nlohmann::json tool_call_header_delta(int index, const ParsedToolCall& call);
+nlohmann::json tool_call_arguments_delta(int index, const ParsedToolCall& call);
 
 // usage over all choices: prompt, completion and total tokens, prompt_tokens_details.cached_tokens.
 nlohmann::json usage_json(std::span<const sched::Usage> usage);
@@ -52,7 +61,8 @@ nlohmann::json completion_response(const ResponseMeta& meta,
 struct ChunkContent {
   bool role = false;  // chat: {"role": "assistant"}
   std::string text;
-  std::string reasoning;         // chat with ResponseMeta::reasoning: delta.reasoning_content
+  std::string reasoning;         // chat with reasoning split: delta.reasoning_content
+  nlohmann::json tool_calls;     // chat: delta.tool_calls (null when none)
   nlohmann::json logprobs;       // null when none
   const char* finish = nullptr;  // null until the final chunk
 };

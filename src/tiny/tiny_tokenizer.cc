@@ -95,7 +95,12 @@ constexpr Added kKimiTrailing[] = {{"<|im_end|>", true},
                                    {"<|im_user|>", true},
                                    {"<|im_assistant|>", true},
                                    {"<|im_system|>", true},
-                                   {"<|im_middle|>", true}};
+                                   {"<|im_middle|>", true},
+                                   {"<|tool_calls_section_begin|>", true},
+                                   {"<|tool_calls_section_end|>", true},
+                                   {"<|tool_call_begin|>", true},
+                                   {"<|tool_call_argument_begin|>", true},
+                                   {"<|tool_call_end|>", true}};
 
 // Jinja templates of each chat format (docs/TOKENIZER.md §Chat formats), matching
 // tok::render_chat's output for messages without tool calls; detect_chat_format keys on their

@@ -50,6 +50,46 @@ std::string_view after_reasoning(std::string_view s) {
   return at == std::string_view::npos ? s : s.substr(at + 8);
 }
 
+constexpr const char* kCallsBegin = "<｜tool▁calls▁begin｜>";
+constexpr const char* kCallsEnd = "<｜tool▁calls▁end｜>";
+constexpr const char* kCallBegin = "<｜tool▁call▁begin｜>";
+constexpr const char* kCallEnd = "<｜tool▁call▁end｜>";
+constexpr const char* kToolSep = "<｜tool▁sep｜>";
+
+// DeepSeek's shipped templates take no `tools`: they are listed after the system prompt, one
+// JSON object a line, with the call syntax the models were trained to write (docs/TOKENIZER.md
+// §Tools).
+void deepseek_tools(std::span<const std::string> tools, bool after_system, Out* out) {
+  out->text(after_system ? "\n\n## Tools\n\n" : "## Tools\n\n");
+  out->text("These functions can be called (parameters as JSON Schema):\n");
+  for (const std::string& t : tools) out->text("\n" + t);
+  out->text("\n\nTo call functions, write ");
+  out->control(kCallsBegin);
+  out->text(", then for each call ");
+  out->control(kCallBegin);
+  out->text("function");
+  out->control(kToolSep);
+  out->text("FUNCTION_NAME\n```json\nARGUMENTS_AS_JSON\n```");
+  out->control(kCallEnd);
+  out->text(", and after the last call ");
+  out->control(kCallsEnd);
+  out->text(".");
+}
+
+void deepseek_calls(std::span<const ToolCall> calls, Out* out) {
+  out->control(kCallsBegin);
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const ToolCall& c = calls[k];
+    if (k > 0) out->text("\n");
+    out->control(kCallBegin);
+    out->text(c.type);
+    out->control(kToolSep);
+    out->text(c.name + "\n```json\n" + c.arguments + "\n```");
+    out->control(kCallEnd);
+  }
+  out->control(kCallsEnd);
+}
+
 Result<std::vector<ChatPart>> render_deepseek(ChatFormat f, std::span<const ChatMessage> msgs,
                                               const ChatOptions& opts) {
   const bool r1 = f == ChatFormat::kDeepSeekR1 || f == ChatFormat::kDeepSeekR1Original;
@@ -63,9 +103,11 @@ Result<std::vector<ChatPart>> render_deepseek(ChatFormat f, std::span<const Chat
     out.text(m.content.value_or(""));
     first_system = false;
   }
+  if (!opts.tools.empty()) deepseek_tools(opts.tools, !first_system, &out);
   bool in_tool_outputs = false;
   const auto close_outputs = [&] {
     if (in_tool_outputs) out.control("<｜tool▁outputs▁end｜>");
+    in_tool_outputs = false;
   };
   for (size_t i = 0; i < msgs.size(); ++i) {
     const ChatMessage& m = msgs[i];
@@ -73,35 +115,27 @@ Result<std::vector<ChatPart>> render_deepseek(ChatFormat f, std::span<const Chat
     if (m.role == "user") {
       if (!m.content) return bad_message(i, m, "a user message needs content");
       close_outputs();
-      in_tool_outputs = false;
       out.control(kUser);
       out.text(*m.content);
     } else if (m.role == "assistant") {
       if (!m.content && m.tool_calls.empty())
         return bad_message(i, m, "an assistant message needs content or tool_calls");
-      if (!m.content) {
+      const std::string_view content = !m.content ? std::string_view()
+                                       : r1       ? after_reasoning(*m.content)
+                                                  : *m.content;
+      if (!m.tool_calls.empty()) {
+        // Content, if any, then the calls (the shipped template renders calls only without
+        // content; vLLM's tool template renders both).
         close_outputs();
-        in_tool_outputs = false;
         out.control(kAssistant);
-        out.control("<｜tool▁calls▁begin｜>");
-        for (size_t k = 0; k < m.tool_calls.size(); ++k) {
-          const ToolCall& c = m.tool_calls[k];
-          if (k > 0) out.text("\n");
-          out.control("<｜tool▁call▁begin｜>");
-          out.text(c.type);
-          out.control("<｜tool▁sep｜>");
-          out.text(c.name + "\n```json\n" + c.arguments + "\n```");
-          out.control("<｜tool▁call▁end｜>");
-        }
-        out.control("<｜tool▁calls▁end｜>");
+        out.text(content);
+        deepseek_calls(m.tool_calls, &out);
         out.control(kEos);
         continue;
       }
-      const std::string_view content = r1 ? after_reasoning(*m.content) : *m.content;
       if (in_tool_outputs) {
         // After tool results the answer follows the outputs' end marker directly.
-        out.control("<｜tool▁outputs▁end｜>");
-        in_tool_outputs = false;
+        close_outputs();
       } else {
         out.control(kAssistant);
       }
@@ -122,8 +156,9 @@ Result<std::vector<ChatPart>> render_deepseek(ChatFormat f, std::span<const Chat
       return bad_message(i, m, "expected system, user, assistant or tool");
     }
   }
+  const bool answer_follows = in_tool_outputs;
   close_outputs();
-  if (opts.add_generation_prompt && !in_tool_outputs) {
+  if (opts.add_generation_prompt && !answer_follows) {
     out.control(kAssistant);
     if (f == ChatFormat::kDeepSeekR1) {
       out.control("<think>");
@@ -156,36 +191,58 @@ Result<std::vector<ChatPart>> render_v2(std::span<const ChatMessage> msgs,
   return std::move(out.parts);
 }
 
+// Kimi-K2's template (docs/TOKENIZER.md §Chat formats): tools in a tool_declare turn first;
+// calls after the content as <|tool_call_begin|>ID<|tool_call_argument_begin|>ARGS<|tool_call_end|>
+// inside one section; a tool result as "## Return of ID\n" + content under <|im_system|>.
 Result<std::vector<ChatPart>> render_kimi(ChatFormat f, std::span<const ChatMessage> msgs,
                                           const ChatOptions& opts) {
   Out out;
-  const auto turn = [&](const char* marker, std::string_view name, std::string_view content) {
+  const auto open = [&](const char* marker, std::string_view name) {
     out.control(marker);
     out.text(name);
     out.control("<|im_middle|>");
-    out.text(content);
-    out.control("<|im_end|>");
   };
-  if (msgs.empty() || msgs[0].role != "system")
-    turn("<|im_system|>", "system",
-         f == ChatFormat::kMoonlight ? kMoonlightDefaultSystem : kKimiDefaultSystem);
+  if (!opts.tools.empty()) {
+    open("<|im_system|>", "tool_declare");
+    std::string list = "[";
+    for (size_t k = 0; k < opts.tools.size(); ++k) list += (k ? "," : "") + opts.tools[k];
+    out.text(list + "]");
+    out.control("<|im_end|>");
+  }
+  if (msgs.empty() || msgs[0].role != "system") {
+    open("<|im_system|>", "system");
+    out.text(f == ChatFormat::kMoonlight ? kMoonlightDefaultSystem : kKimiDefaultSystem);
+    out.control("<|im_end|>");
+  }
   for (size_t i = 0; i < msgs.size(); ++i) {
     const ChatMessage& m = msgs[i];
-    if (!m.content || !m.tool_calls.empty())
-      return unimplemented(
-          fmt::format("messages[{}]: {} tool calls are not built in", i, chat_format_name(f)));
-    const char* marker = m.role == "system"      ? "<|im_system|>"
-                         : m.role == "user"      ? "<|im_user|>"
-                         : m.role == "assistant" ? "<|im_assistant|>"
-                                                 : nullptr;
-    if (!marker) return bad_message(i, m, "expected system, user or assistant");
-    turn(marker, m.name.empty() ? m.role : m.name, *m.content);
+    const bool assistant = m.role == "assistant";
+    if (!m.content && !(assistant && !m.tool_calls.empty()))
+      return bad_message(i, m, "needs content");
+    if (!m.tool_calls.empty() && !assistant)
+      return bad_message(i, m, "only assistant messages have tool_calls");
+    const char* marker = m.role == "user"                         ? "<|im_user|>"
+                         : assistant                              ? "<|im_assistant|>"
+                         : m.role == "system" || m.role == "tool" ? "<|im_system|>"
+                                                                  : nullptr;
+    if (!marker) return bad_message(i, m, "expected system, user, assistant or tool");
+    open(marker, m.name.empty() ? m.role : m.name);
+    if (m.role == "tool") out.text("## Return of " + m.tool_call_id + "\n");
+    out.text(m.content.value_or(""));
+    if (!m.tool_calls.empty()) {
+      out.control("<|tool_calls_section_begin|>");
+      for (const ToolCall& c : m.tool_calls) {
+        out.control("<|tool_call_begin|>");
+        out.text(c.id);
+        out.control("<|tool_call_argument_begin|>");
+        out.text(c.arguments);
+        out.control("<|tool_call_end|>");
+      }
+      out.control("<|tool_calls_section_end|>");
+    }
+    out.control("<|im_end|>");
   }
-  if (opts.add_generation_prompt) {
-    out.control("<|im_assistant|>");
-    out.text("assistant");
-    out.control("<|im_middle|>");
-  }
+  if (opts.add_generation_prompt) open("<|im_assistant|>", "assistant");
   return std::move(out.parts);
 }
 
@@ -256,19 +313,51 @@ Result<ChatFormat> detect_chat_format(std::string_view t) {
                   chat_format_names()));
 }
 
+bool chat_format_has_tools(ChatFormat f) {
+  return f != ChatFormat::kDeepSeekV2 && f != ChatFormat::kChatMl;
+}
+
+std::vector<ChatPart> forced_tool_call_prefix(ChatFormat f, std::string_view name) {
+  Out out;
+  if (f == ChatFormat::kKimiK2 || f == ChatFormat::kMoonlight) {
+    out.control("<|tool_calls_section_begin|>");
+    out.control("<|tool_call_begin|>");
+    out.text("functions." + std::string(name) + ":0");
+    out.control("<|tool_call_argument_begin|>");
+    return std::move(out.parts);
+  }
+  if (f == ChatFormat::kDeepSeekR1) {  // the prompt opened a thought: close it, empty
+    out.control("</think>");
+    out.text("\n\n");
+  }
+  out.control(kCallsBegin);
+  out.control(kCallBegin);
+  out.text("function");
+  out.control(kToolSep);
+  out.text(std::string(name) + "\n```json\n");
+  return std::move(out.parts);
+}
+
 Result<std::vector<ChatPart>> render_chat(ChatFormat f, std::span<const ChatMessage> messages,
                                           const ChatOptions& opts) {
-  switch (f) {
-    case ChatFormat::kDeepSeekV2:
-      return render_v2(messages, opts);
-    case ChatFormat::kKimiK2:
-    case ChatFormat::kMoonlight:
-      return render_kimi(f, messages, opts);
-    case ChatFormat::kChatMl:
-      return render_chatml(messages, opts);
-    default:
-      return render_deepseek(f, messages, opts);
-  }
+  if ((!opts.tools.empty() || !opts.forced_tool.empty()) && !chat_format_has_tools(f))
+    return unimplemented(fmt::format("the {} chat format has no tool calls", chat_format_name(f)));
+  Result<std::vector<ChatPart>> parts = [&]() -> Result<std::vector<ChatPart>> {
+    switch (f) {
+      case ChatFormat::kDeepSeekV2:
+        return render_v2(messages, opts);
+      case ChatFormat::kKimiK2:
+      case ChatFormat::kMoonlight:
+        return render_kimi(f, messages, opts);
+      case ChatFormat::kChatMl:
+        return render_chatml(messages, opts);
+      default:
+        return render_deepseek(f, messages, opts);
+    }
+  }();
+  if (parts.ok() && !opts.forced_tool.empty() && opts.add_generation_prompt)
+    for (ChatPart& p : forced_tool_call_prefix(f, opts.forced_tool)) parts->push_back(std::move(p));
+  return parts;
 }
 
 std::string chat_text(std::span<const ChatPart> parts) {
@@ -328,6 +417,8 @@ Result<std::vector<ChatMessage>> parse_chat_messages(const Json& j, std::string_
       msg.content = c->get<std::string>();
     }
     if (m.contains("name") && m["name"].is_string()) msg.name = m["name"].get<std::string>();
+    if (m.contains("tool_call_id") && m["tool_call_id"].is_string())
+      msg.tool_call_id = m["tool_call_id"].get<std::string>();
     if (const auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
       if (!tc->is_array()) return invalid_argument(where + ".tool_calls: expected a list");
       for (size_t k = 0; k < tc->size(); ++k) {
@@ -336,6 +427,7 @@ Result<std::vector<ChatMessage>> parse_chat_messages(const Json& j, std::string_
         if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
           return invalid_argument(cw + ": expected {\"type\", \"function\": {...}}");
         ToolCall t;
+        if (call.contains("id") && call["id"].is_string()) t.id = call["id"].get<std::string>();
         if (call.contains("type") && call["type"].is_string())
           t.type = call["type"].get<std::string>();
         const Json& fn = call["function"];

@@ -38,6 +38,7 @@ std::string chat_format_names();
 Result<ChatFormat> detect_chat_format(std::string_view chat_template);
 
 struct ToolCall {
+  std::string id;  // Kimi renders it (functions.NAME:IDX); DeepSeek's formats do not
   std::string type = "function";
   std::string name;
   std::string arguments;  // JSON text, inserted verbatim
@@ -47,11 +48,20 @@ struct ChatMessage {
   std::string role;                    // system, user, assistant, tool
   std::optional<std::string> content;  // none: an assistant turn made only of tool calls
   std::vector<ToolCall> tool_calls;
-  std::string name;  // Kimi: shown instead of the role when set
+  std::string name;          // Kimi: shown instead of the role when set
+  std::string tool_call_id;  // role tool: the call it answers (Kimi: "## Return of ID")
 };
 
 struct ChatOptions {
   bool add_generation_prompt = true;  // end with the assistant prefix, ready to generate
+  // The request's tools, each one OpenAI `tools` entry as compact JSON
+  // ({"type":"function","function":{"name":...,"parameters":{...}}}). DeepSeek's formats list
+  // them in the system prompt with the call syntax (docs/TOKENIZER.md §Tools), Kimi's in a
+  // tool_declare turn first. Formats without tool calls refuse them.
+  std::vector<std::string> tools;
+  // A function the reply must call (tool_choice naming one): the prompt ends with the opening
+  // of that call (forced_tool_call_prefix), so the model writes only its arguments.
+  std::string forced_tool;
 };
 
 // A rendered prompt: control parts are added-token texts (encoded to their ids); text parts are
@@ -63,6 +73,14 @@ struct ChatPart {
 
 Result<std::vector<ChatPart>> render_chat(ChatFormat f, std::span<const ChatMessage> messages,
                                           const ChatOptions& opts = {});
+
+// True for formats with tool calls: DeepSeek-V3 / R1, Kimi-K2, Moonlight.
+bool chat_format_has_tools(ChatFormat f);
+
+// The opening of a call to `name` that ChatOptions::forced_tool appends to the prompt (after the
+// generation prompt; R1 closes its thought first). Its text is the start of the reply as the
+// tool-call parser reads it.
+std::vector<ChatPart> forced_tool_call_prefix(ChatFormat f, std::string_view name);
 
 // The parts joined: the prompt text the Jinja template would produce.
 std::string chat_text(std::span<const ChatPart> parts);

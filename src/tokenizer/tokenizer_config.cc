@@ -93,10 +93,10 @@ Result<LoadedTokenizer> finish_loaded_tokenizer(Tokenizer tok, TokenizerConfig c
   // (docs/RELIABILITY.md §Checklist R30): render and encode a conversation that uses every role.
   if (!config.chat_template.empty())
     if (Result<ChatFormat> f = detect_chat_format(config.chat_template); f.ok()) {
-      const std::vector<ChatMessage> probe = {{"system", std::string("s"), {}, ""},
-                                              {"user", std::string("u"), {}, ""},
-                                              {"assistant", std::string("a"), {}, ""},
-                                              {"user", std::string("u"), {}, ""}};
+      const std::vector<ChatMessage> probe = {{"system", std::string("s"), {}, "", ""},
+                                              {"user", std::string("u"), {}, "", ""},
+                                              {"assistant", std::string("a"), {}, "", ""},
+                                              {"user", std::string("u"), {}, "", ""}};
       Result<std::vector<ChatPart>> parts = render_chat(*f, probe);
       Status st = parts.ok() ? encode_chat(tok, *parts).status() : parts.status();
       if (!st.ok())
