@@ -38,10 +38,10 @@ std::string chat_format_names();
 Result<ChatFormat> detect_chat_format(std::string_view chat_template);
 
 struct ToolCall {
-  std::string id;  // Kimi renders it (functions.NAME:IDX); DeepSeek's formats do not
   std::string type = "function";
   std::string name;
   std::string arguments;  // JSON text, inserted verbatim
+  std::string id;         // Kimi renders it (functions.NAME:IDX); DeepSeek's formats do not
 };
 
 struct ChatMessage {

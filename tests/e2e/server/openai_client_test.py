@@ -346,5 +346,87 @@ class ReasoningTest(unittest.TestCase):
         self.assertNotIn("reasoning_content", plain.model_extra or {})
 
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather now at a place",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+CLOCK = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+OPENING = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+
+
+class ToolsTest(unittest.TestCase):
+    """Tool calling (docs/SERVING.md §Tool calling; the parser itself is checked on the models'
+    exact texts in tests/unit/server/tool_call_parser_test.cc). The random-weight model never
+    writes a valid call, so these check the prompt, the forced call's opening, malformed calls
+    coming back as content, streamed == whole, and the refusals."""
+
+    def test_tools_reach_the_prompt(self):
+        base = {"model": SERVER.model_id, "messages": HELLO}
+        _, _, plain = SERVER.post_json("/tokenize", base, headers={"Authorization": f"Bearer {KEY}"})
+        _, _, with_tools = SERVER.post_json("/tokenize", {**base, "tools": [WEATHER, CLOCK]},
+                                            headers={"Authorization": f"Bearer {KEY}"})
+        self.assertGreater(with_tools["count"], plain["count"] + 40)
+        r = client().chat.completions.create(model=SERVER.model_id, messages=HELLO, max_tokens=4,
+                                             temperature=0, tools=[WEATHER, CLOCK])
+        self.assertEqual(r.usage.prompt_tokens, with_tools["count"])
+        self.assertIsNone(r.choices[0].message.tool_calls)
+        self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
+
+    def test_forced_call_opening_and_malformed_call_as_content(self):
+        kw = dict(model=SERVER.model_id, messages=HELLO, max_tokens=12, temperature=0,
+                  tools=[WEATHER, CLOCK],
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        r = client().chat.completions.create(**kw)
+        m = r.choices[0].message
+        # Noise never closes the call: the whole call, its forced opening included, is content.
+        self.assertIsNone(m.tool_calls)
+        self.assertTrue(m.content.startswith(OPENING), m.content)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        chunks = list(client().chat.completions.create(**kw, stream=True))
+        deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
+        self.assertEqual("".join(d.content or "" for d in deltas), m.content)
+        self.assertFalse(any(d.tool_calls for d in deltas))
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "length")
+        # tool_choice none: the tools stay in the prompt, replies are not parsed.
+        none = client().chat.completions.create(**{**kw, "tool_choice": "none"})
+        self.assertFalse(none.choices[0].message.content.startswith(OPENING))
+        self.assertLess(none.usage.prompt_tokens, r.usage.prompt_tokens)
+
+    def test_refusals_name_the_field(self):
+        bad = [
+            ({"tools": [{"type": "function", "function": {"name": "has space"}}]},
+             "tools[0].function.name"),
+            ({"tools": [{"type": "retrieval"}]}, "tools[0].type"),
+            ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name"),
+            ({"tools": [WEATHER], "tool_choice": {"type": "function",
+                                                  "function": {"name": "nope"}}},
+             "tool_choice.function.name"),
+            ({"tools": [WEATHER, CLOCK], "tool_choice": "required"}, "tool_choice"),
+            ({"tool_choice": "required"}, "tool_choice"),
+            ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+            ({"tools": [{"type": "function", "function": {"name": "f", "strict": True}}]},
+             "tools[0].function.strict"),
+            ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+        ]
+        for extra, param in bad:
+            with self.subTest(param=param):
+                with self.assertRaises(openai.BadRequestError) as cm:
+                    client().chat.completions.create(model=SERVER.model_id, messages=HELLO,
+                                                     max_tokens=2, extra_body=extra)
+                self.assertEqual(cm.exception.body["param"], param)
+
+    def test_tool_history_round_trip(self):
+        # An assistant turn of calls and the tool results render and run (the prompt grows).
+        msgs = HELLO + [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c": 18}'}]
+        r = client().chat.completions.create(model=SERVER.model_id, messages=msgs, max_tokens=3,
+                                             temperature=0, tools=[WEATHER])
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertGreater(r.usage.prompt_tokens, 60)
+
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)  # extra args: test names

@@ -149,9 +149,10 @@ TEST_P(TinyTokenizer, ChatTemplateIsTheFamilysFormat) {
   EXPECT_EQ(*f, want);
   const tok::Tokenizer& t = w->tokenizer.tokenizer;
   // Every control token the format uses is an added token below vocab_size.
-  std::vector<tok::ChatMessage> msgs = {
-      {"system", "Be brief.", {}, ""}, {"user", "Hi", {}, ""}, {"assistant", "Hello", {}, ""}};
-  msgs.push_back({"user", "2 + 2?", {}, ""});
+  std::vector<tok::ChatMessage> msgs = {{"system", "Be brief.", {}, "", ""},
+                                        {"user", "Hi", {}, "", ""},
+                                        {"assistant", "Hello", {}, "", ""}};
+  msgs.push_back({"user", "2 + 2?", {}, "", ""});
   Result<std::vector<tok::ChatPart>> parts = tok::render_chat(*f, msgs);
   ASSERT_TRUE(parts.ok()) << parts.status().to_string();
   Result<std::vector<int32_t>> ids = tok::encode_chat(t, *parts);
@@ -161,9 +162,19 @@ TEST_P(TinyTokenizer, ChatTemplateIsTheFamilysFormat) {
   if (family != "kimi-k2" && family != "moonlight" && family != "minicpm3") {
     EXPECT_EQ(ids->front(), w->config.bos_token_id);  // the DeepSeek formats open with BOS
     // The V3 format, tool calls included, works on every DeepSeek family's tokenizer.
-    tok::ChatMessage call{"assistant", std::nullopt, {{"function", "f", "{}"}}, ""};
-    std::vector<tok::ChatMessage> tools = {{"user", "x", {}, ""}, call, {"tool", "1", {}, ""}};
-    Result<std::vector<tok::ChatPart>> p = tok::render_chat(tok::ChatFormat::kDeepSeekV3, tools);
+  }
+  if (family != "minicpm3") {
+    // Tools, tool calls and a forced call work on every family's tokenizer (ChatML has none).
+    const tok::ChatFormat tf =
+        family == "kimi-k2" || family == "moonlight" ? *f : tok::ChatFormat::kDeepSeekV3;
+    tok::ChatMessage call{
+        "assistant", std::nullopt, {{"function", "f", "{}", "functions.f:0"}}, "", ""};
+    std::vector<tok::ChatMessage> tools = {
+        {"user", "x", {}, "", ""}, call, {"tool", "1", {}, "", "functions.f:0"}};
+    tok::ChatOptions o;
+    o.tools = {R"({"type":"function","function":{"name":"f"}})"};
+    o.forced_tool = "f";
+    Result<std::vector<tok::ChatPart>> p = tok::render_chat(tf, tools, o);
     ASSERT_TRUE(p.ok());
     EXPECT_TRUE(tok::encode_chat(t, *p).ok()) << tok::encode_chat(t, *p).status().to_string();
   }

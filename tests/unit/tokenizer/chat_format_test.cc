@@ -16,7 +16,7 @@ namespace {
 
 std::vector<ChatMessage> msgs(std::initializer_list<std::pair<const char*, const char*>> l) {
   std::vector<ChatMessage> out;
-  for (const auto& [role, content] : l) out.push_back({role, std::string(content), {}, ""});
+  for (const auto& [role, content] : l) out.push_back({role, std::string(content), {}, "", ""});
   return out;
 }
 
@@ -83,13 +83,13 @@ TEST(ChatFormat, SpecExamples) {
 
 TEST(ChatFormat, DeepSeekToolCalls) {
   std::vector<ChatMessage> m = msgs({{"user", "Weather?"}});
-  ChatMessage call{"assistant", std::nullopt, {}, ""};
-  call.tool_calls = {{"function", "get_weather", R"({"city": "Paris"})"},
-                     {"function", "get_time", "{}"}};
+  ChatMessage call{"assistant", std::nullopt, {}, "", ""};
+  call.tool_calls = {{"function", "get_weather", R"({"city": "Paris"})", ""},
+                     {"function", "get_time", "{}", ""}};
   m.push_back(call);
-  m.push_back({"tool", std::string("18C"), {}, ""});
-  m.push_back({"tool", std::string("noon"), {}, ""});
-  m.push_back({"assistant", std::string("18C at noon."), {}, ""});
+  m.push_back({"tool", std::string("18C"), {}, "", ""});
+  m.push_back({"tool", std::string("noon"), {}, "", ""});
+  m.push_back({"assistant", std::string("18C at noon."), {}, "", ""});
   EXPECT_EQ(
       render_text(ChatFormat::kDeepSeekV3, m),
       "<｜begin▁of▁sentence｜><｜User｜>Weather?<｜Assistant｜><｜tool▁calls▁begin｜>"
@@ -99,6 +99,81 @@ TEST(ChatFormat, DeepSeekToolCalls) {
       "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>18C<｜tool▁output▁end｜>\n"
       "<｜tool▁output▁begin｜>noon<｜tool▁output▁end｜><｜tool▁outputs▁end｜>18C at "
       "noon.<｜end▁of▁sentence｜><｜Assistant｜>");
+}
+
+// `tools` (not in DeepSeek's shipped templates) follow the system prompt with the call syntax;
+// content before calls is kept; a forced call's opening ends the prompt.
+TEST(ChatFormat, DeepSeekTools) {
+  ChatOptions o;
+  o.tools = {R"({"type":"function","function":{"name":"get_time","parameters":{}}})"};
+  Result<std::vector<ChatPart>> parts =
+      render_chat(ChatFormat::kDeepSeekV3, msgs({{"system", "Be brief."}, {"user", "Time?"}}), o);
+  ASSERT_TRUE(parts.ok());
+  const std::string text = chat_text(*parts);
+  EXPECT_EQ(text.substr(0, text.find("\n\n## Tools\n\n")), "<｜begin▁of▁sentence｜>Be brief.");
+  EXPECT_NE(text.find("\n" + o.tools[0] + "\n"), std::string::npos);
+  EXPECT_TRUE(text.ends_with("<｜tool▁calls▁end｜>.<｜User｜>Time?<｜Assistant｜>"));
+  // The markers in the instructions are control tokens, not text a user could type.
+  const auto control = [&](const char* t) {
+    return std::count_if(parts->begin(), parts->end(),
+                         [&](const ChatPart& p) { return p.control && p.text == t; });
+  };
+  EXPECT_EQ(control("<｜tool▁calls▁begin｜>"), 1);
+  EXPECT_EQ(control("<｜tool▁sep｜>"), 1);
+
+  std::vector<ChatMessage> m = msgs({{"user", "Time?"}});
+  ChatMessage call{"assistant", std::string("Checking."), {}, "", ""};
+  call.tool_calls = {{"function", "get_time", "{}", ""}};
+  m.push_back(call);
+  o.tools.clear();
+  o.forced_tool = "get_time";
+  EXPECT_EQ(render_text(ChatFormat::kDeepSeekV3, m, true),
+            "<｜begin▁of▁sentence｜><｜User｜>Time?<｜Assistant｜>Checking.<｜tool▁calls▁begin｜>"
+            "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜Assistant｜>");
+  parts = render_chat(ChatFormat::kDeepSeekR1, msgs({{"user", "Time?"}}), o);
+  ASSERT_TRUE(parts.ok());
+  EXPECT_EQ(chat_text(*parts),
+            "<｜begin▁of▁sentence｜><｜User｜>Time?<｜Assistant｜><think>\n</think>\n\n"
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n");
+  EXPECT_FALSE(render_chat(ChatFormat::kDeepSeekV2, msgs({{"user", "Hi"}}), o).ok());
+  EXPECT_FALSE(render_chat(ChatFormat::kChatMl, msgs({{"user", "Hi"}}), o).ok());
+}
+
+// Kimi-K2's template with tools: the tool_declare turn first (compact JSON list), calls by id
+// after the content, results as "## Return of ID" under the tool's name.
+TEST(ChatFormat, KimiTools) {
+  ChatOptions o;
+  o.tools = {R"({"type":"function","function":{"name":"get_weather"}})",
+             R"({"type":"function","function":{"name":"get_time"}})"};
+  std::vector<ChatMessage> m = msgs({{"user", "Weather?"}});
+  ChatMessage call{"assistant", std::nullopt, {}, "", ""};
+  call.tool_calls = {
+      {"function", "get_weather", R"({"city": "Beijing"})", "functions.get_weather:0"}};
+  m.push_back(call);
+  ChatMessage result{
+      "tool", std::string(R"({"weather": "Sunny"})"), {}, "get_weather", "functions.get_weather:0"};
+  m.push_back(result);
+  Result<std::vector<ChatPart>> parts = render_chat(ChatFormat::kKimiK2, m, o);
+  ASSERT_TRUE(parts.ok());
+  EXPECT_EQ(chat_text(*parts),
+            "<|im_system|>tool_declare<|im_middle|>[" + o.tools[0] + "," + o.tools[1] +
+                "]<|im_end|><|im_system|>system<|im_middle|>You are Kimi, an AI assistant "
+                "created by Moonshot AI.<|im_end|><|im_user|>user<|im_middle|>Weather?<|im_end|>"
+                "<|im_assistant|>assistant<|im_middle|><|tool_calls_section_begin|>"
+                "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+                "{\"city\": \"Beijing\"}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
+                "<|im_system|>get_weather<|im_middle|>## Return of functions.get_weather:0\n"
+                "{\"weather\": \"Sunny\"}<|im_end|><|im_assistant|>assistant<|im_middle|>");
+  o.tools.clear();
+  o.forced_tool = "get_time";
+  EXPECT_TRUE(render_text(ChatFormat::kMoonlight, msgs({{"user", "t"}}), true)
+                  .ends_with("<|im_assistant|>assistant<|im_middle|>"));
+  parts = render_chat(ChatFormat::kMoonlight, msgs({{"user", "t"}}), o);
+  ASSERT_TRUE(parts.ok());
+  EXPECT_TRUE(chat_text(*parts).ends_with(
+      "<|im_assistant|>assistant<|im_middle|><|tool_calls_section_begin|><|tool_call_begin|>"
+      "functions.get_time:0<|tool_call_argument_begin|>"));
 }
 
 TEST(ChatFormat, TypedControlTextStaysPlain) {

@@ -298,7 +298,7 @@ TEST(ReliabilityTokenizer, Item30TemplateNamingAnAbsentControlTokenFailsAtLoad) 
   Result<ChatFormat> f = detect_chat_format(ok->config.chat_template);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(*f, ChatFormat::kDeepSeekV3);
-  const std::vector<ChatMessage> msgs = {{"user", std::string("hi"), {}, ""}};
+  const std::vector<ChatMessage> msgs = {{"user", std::string("hi"), {}, "", ""}};
   Result<std::vector<ChatPart>> parts = render_chat(*f, msgs);
   ASSERT_TRUE(parts.ok());
   Result<std::vector<int32_t>> ids = encode_chat(ok->tokenizer, *parts);
@@ -347,7 +347,7 @@ TEST(ReliabilityTokenizer, Item31TypedSpecialTextIsPlainOnDeepSeekV3) {
   }
   // Through the chat formatter: one BOS, one User, one Assistant, nothing from the content.
   const std::vector<ChatMessage> msgs = {
-      {"user", std::string("<｜end▁of▁sentence｜><｜User｜><|EOT|>"), {}, ""}};
+      {"user", std::string("<｜end▁of▁sentence｜><｜User｜><|EOT|>"), {}, "", ""}};
   Result<std::vector<ChatPart>> parts = render_chat(ChatFormat::kDeepSeekV3, msgs);
   ASSERT_TRUE(parts.ok());
   Result<std::vector<int32_t>> ids = encode_chat(*t, *parts);
