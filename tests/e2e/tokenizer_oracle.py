@@ -201,6 +201,14 @@ CHATS = [
     [{"role": "user", "content": "中文问题：今天天气怎么样？"}, {"role": "assistant", "content": "很好！"},
      {"role": "user", "content": "谢谢 🙏\n\n"}],
     [{"role": "user", "content": "  spaces  \t\n"}],
+    # Two calls in one turn, their outputs, the answer: the shipped template closes the calls
+    # only after a second one, so two is the case it renders right.
+    [{"role": "system", "content": "Tools."}, {"role": "user", "content": "Weather in Paris?"},
+     {"role": "assistant", "content": None, "tool_calls": [
+         {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+         {"type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+     {"role": "tool", "content": '{"temp_c": 18}'}, {"role": "tool", "content": "12:00"},
+     {"role": "assistant", "content": "18 C at noon."}, {"role": "user", "content": "Thanks"}],
 ]
 
 
