@@ -1,8 +1,9 @@
-// F10 (docs/RELIABILITY.md §Checklist): a message list (roles, contents, tool calls, names) → the
-// built-in chat formatter of each family. Contents often hold special-token text. Invariants: the
-// control parts do not depend on what messages say (rendering the same structure with placeholder
-// text gives the same control parts), and after encoding, the added-token ids in the prompt are
-// exactly the control parts: text a user typed never becomes a special id.
+// F10 (docs/RELIABILITY.md §Checklist): a message list (roles, contents, tool calls and their ids,
+// tool_call_id, names), tools and a forced call → the built-in chat formatter of each family.
+// Contents often hold special-token text. Invariants: the control parts do not depend on what
+// messages say (rendering the same structure with placeholder text gives the same control parts),
+// and after encoding, the added-token ids in the prompt are exactly the control parts: text a user
+// typed never becomes a special id.
 #include <cstdint>
 #include <set>
 #include <string>
@@ -66,20 +67,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (in.u8() % 4 != 0) m.content = text(in);
     if (in.u8() % 4 == 0) m.name = text(in);
     for (int t = in.u8() % 4 == 0 ? in.u8() % 3 : 0; t > 0; --t)
-      m.tool_calls.push_back(ToolCall{"function", text(in), text(in)});
+      m.tool_calls.push_back(ToolCall{"function", text(in), text(in), text(in)});
+    if (in.u8() % 4 == 0) m.tool_call_id = text(in);
     ChatMessage p = m;
     if (p.content) p.content = placeholder(*p.content);
     p.name = placeholder(p.name);
     for (ToolCall& c : p.tool_calls) {
       c.name = placeholder(c.name);
       c.arguments = placeholder(c.arguments);
+      c.id = placeholder(c.id);
     }
+    p.tool_call_id = placeholder(p.tool_call_id);
     msgs.push_back(std::move(m));
     plain.push_back(std::move(p));
   }
+  // Tools and a forced call: their text is the client's too.
+  ChatOptions plain_opts = opts;
+  for (int t = in.u8() % 4 == 0 ? 1 + in.u8() % 2 : 0; t > 0; --t) {
+    opts.tools.push_back(text(in));
+    plain_opts.tools.push_back("x");
+  }
+  if (in.u8() % 4 == 0) {
+    opts.forced_tool = text(in);
+    plain_opts.forced_tool = placeholder(opts.forced_tool);
+  }
   Result<std::vector<ChatPart>> parts = render_chat(kFormats[f], msgs, opts);
   if (!parts.ok()) return 0;
-  Result<std::vector<ChatPart>> plain_parts = render_chat(kFormats[f], plain, opts);
+  Result<std::vector<ChatPart>> plain_parts = render_chat(kFormats[f], plain, plain_opts);
   if (plain_parts.ok())
     MLA_CHECK(controls(*parts) == controls(*plain_parts),
               "control parts depend on message text ({} vs {})", controls(*parts).size(),
