@@ -24,6 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     m.vocab = m.tokenizer->tokenizer.id_limit() + 7;  // the logits may be wider than the vocab
     m.max_context = 256;
     m.max_total_tokens = 200;
+    m.vocab_trie = VocabTrie::from_tokenizer(m.tokenizer->tokenizer, m.vocab);
     return m;
   }();
   nlohmann::json j;
@@ -32,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   CompletionSpec spec;
-  if (std::optional<ApiError> e = parse_completion_request(endpoint, j, model, &spec)) {
+  if (std::optional<ApiError> e = parse_completion_request(endpoint, j, model, &spec, body)) {
     MLA_CHECK(e->status >= 400 && e->status < 500, "status {}", e->status);
     return 0;
   }

@@ -74,6 +74,7 @@ Status validate(const SamplingParams& p, int64_t vocab) {
 }
 
 Sampler::Sampler(SamplingParams params) : params_(std::move(params)) {
+  if (params_.constraint) constraint_ = params_.constraint->start(params_.constraint_end_ids);
   uint64_t x = params_.seed;
   for (uint64_t& s : state_) s = splitmix64(&x);
 }
@@ -126,11 +127,15 @@ void Sampler::adjust(std::span<float> l) const {
 std::vector<float> Sampler::adjusted_logits(std::span<const float> logits) const {
   std::vector<float> l(logits.begin(), logits.end());
   adjust(l);
+  if (constraint_) constraint_->mask(l);
   return l;
 }
 
 Result<int32_t> Sampler::sample(std::span<const float> logits) {
   MLA_ASSIGN_OR_RETURN(const int32_t token, pick(logits));
+  if (constraint_ && !constraint_->accept(token))
+    return invalid_argument(
+        fmt::format("sample: token {} broke the constraint it was drawn under", token));
   ++sampled_;
   const auto at = std::lower_bound(output_counts_.begin(), output_counts_.end(),
                                    std::pair<int32_t, int>{token, 0});
@@ -153,11 +158,15 @@ Result<int32_t> Sampler::pick(std::span<const float> logits) {
   // makes it certain.
   const bool plain = params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
                      params_.frequency_penalty == 0 && params_.presence_penalty == 0 &&
-                     sampled_ >= params_.min_tokens;
+                     sampled_ >= params_.min_tokens && !constraint_;
   std::span<const float> row = logits;
   if (!plain) {
     adjusted_.assign(logits.begin(), logits.end());
     adjust(adjusted_);
+    if (constraint_ && !constraint_->mask(adjusted_))
+      return invalid_argument(
+          "sample: no token can continue the reply under its response format (the grammar "
+          "allows none of this vocabulary's tokens here)");
     row = adjusted_;
   }
   std::vector<std::pair<float, int32_t>>& c = scratch_;

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "mla/status.h"
+#include "model/token_constraint.h"
 
 namespace mla {
 
@@ -34,6 +36,12 @@ struct SamplingParams {
   // EOS ids and the request's stop_token_ids there) cannot be.
   int min_tokens = 0;
   std::vector<int32_t> min_tokens_blocked;
+  // Constrained decoding (token_constraint.h, docs/SERVING.md §Structured output): every Sampler
+  // starts its own state from the spec and draws only tokens it allows, after the bias and the
+  // penalties. The engine puts the ids that end a reply (EOS, stop_token_ids) in
+  // constraint_end_ids.
+  std::shared_ptr<const TokenConstraintSpec> constraint;
+  std::vector<int32_t> constraint_end_ids;
 };
 
 // invalid_argument naming the field: temperature < 0 or not finite, top_k < 0, top_p outside
@@ -52,7 +60,8 @@ class Sampler {
   // The token returned counts as output for the penalties and min_tokens from then on.
   Result<int32_t> sample(std::span<const float> logits);
   // logits [vocab] as sample() sees them before temperature: logit_bias added (FP32), the
-  // min_tokens ids at -inf while they are blocked, then the penalties.
+  // min_tokens ids at -inf while they are blocked, then the penalties, then the constraint's
+  // mask.
   std::vector<float> adjusted_logits(std::span<const float> logits) const;
   int64_t sampled() const { return sampled_; }
 
@@ -62,6 +71,7 @@ class Sampler {
   Result<int32_t> pick(std::span<const float> logits);
 
   SamplingParams params_;
+  std::unique_ptr<TokenConstraint> constraint_;         // from params_.constraint
   std::vector<int32_t> prompt_tokens_;                  // sorted, unique (repetition_penalty)
   std::vector<std::pair<int32_t, int>> output_counts_;  // sorted by id: (id, times sampled)
   int64_t sampled_ = 0;

@@ -103,6 +103,13 @@ Result<std::unique_ptr<LiveRequest>> Engine::Impl::make_request(Request request,
       for (int64_t id : e.eos_ids)
         if (id >= 0 && id < e.model.config().vocab_size) blocked.push_back(int32_t(id));
   }
+  // A constrained reply may end (EOS, a stop id) only once its grammar is whole.
+  if (request.sampling.constraint) {
+    std::vector<int32_t>& ends = request.sampling.constraint_end_ids;
+    ends = request.stop_token_ids;
+    for (int64_t id : e.eos_ids)
+      if (id >= 0 && id < e.model.config().vocab_size) ends.push_back(int32_t(id));
+  }
   const RequestId id = e.next_id.fetch_add(1);
   auto live = std::make_unique<LiveRequest>(id, std::move(request), total, &e.block_pool, &e.cache);
   live->stream = std::make_shared<RequestStream>(id, std::move(callback), e.inbox);

@@ -160,15 +160,6 @@ MaybeError check_accepted_extras(const json& body) {
   std::optional<int64_t> i;
   for (const char* k : {"n_keep", "n_discard", "n_probs"})
     if (auto e = get_int(body, k, 0, INT32_MAX, &i)) return e;
-  if (const json* rf = field(body, "response_format")) {
-    const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
-    if (!type || !type->is_string())
-      return bad_request("response_format", "response_format must be an object with a type");
-    if (type->get<std::string>() != "text")
-      return bad_request("response_format.type",
-                         fmt::format("response_format type {} is not supported (only \"text\")",
-                                     tok::json_excerpt(*type)));
-  }
   // Template knobs reach the prompt renderer: strictly allowlisted, and the list is empty.
   if (const json* kw = field(body, "chat_template_kwargs")) {
     if (!kw->is_object())
@@ -347,9 +338,11 @@ std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohma
                                                  std::string_view raw_body) {
   if (auto e = parse_common(endpoint, body, model, out)) return e;
   if (auto e = parse_logprobs(endpoint, body, out)) return e;
+  if (auto e = parse_response_format(body, raw_body, model, &out->request.sampling)) return e;
   if (endpoint == Endpoint::kChat) {
     tok::ChatOptions opts;
-    if (auto e = parse_tools(body, raw_body, model, &out->tools, &opts)) return e;
+    if (auto e = parse_tools(body, raw_body, model, &out->tools, &opts, &out->request.sampling))
+      return e;
     std::vector<int32_t> ids;
     if (auto e = chat_prompt(body, model, opts, &ids)) return e;
     out->prompts.push_back(std::move(ids));

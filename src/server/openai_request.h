@@ -4,12 +4,14 @@
 // echo). Every refusal names the field; unknown fields are ignored, never rejected.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "model/json_constraint.h"
 #include "sched/request.h"
 #include "server/api_error.h"
 #include "tokenizer/chat_format.h"
@@ -38,6 +40,9 @@ struct ServedModel {
   // The longest token text in bytes (0: unknown). A text of B bytes encodes to at least
   // B / max_token_bytes tokens, so a prompt that cannot fit is refused before it is encoded.
   int64_t max_token_bytes = 0;
+  // The tokenizer's tokens as a byte trie, for constrained decoding (response_format, forced
+  // tool calls); none without a tokenizer.
+  std::shared_ptr<const VocabTrie> vocab_trie;
 };
 
 // The tool-calling side of a chat request (openai_tools.h, docs/SERVING.md §Tool calling).

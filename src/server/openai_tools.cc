@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <variant>
 
+#include "model/json_grammar.h"
+#include "server/tool_call_parser.h"
 #include "tokenizer/json_read.h"
 
 namespace mla::server {
@@ -17,6 +21,31 @@ bool valid_name(const std::string& s) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
            c == '-';
   });
+}
+
+// The body as ordered JSON (keys in the client's order: property order is the order a schema's
+// properties are written in), or null when it cannot be had.
+nlohmann::ordered_json ordered_body(std::string_view raw_body) {
+  if (raw_body.empty()) return nullptr;
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(raw_body, nullptr, false);
+  return j.is_discarded() ? nlohmann::ordered_json() : j;
+}
+
+// `path` inside the ordered body if it is there, else the same value from the sorted one.
+nlohmann::ordered_json pick(const nlohmann::ordered_json& ordered, const json& sorted,
+                            std::initializer_list<std::variant<const char*, size_t>> path) {
+  const nlohmann::ordered_json* o = &ordered;
+  for (const auto& step : path) {
+    if (std::holds_alternative<size_t>(step)) {
+      const size_t i = std::get<size_t>(step);
+      o = o->is_array() && i < o->size() ? &(*o)[i] : nullptr;
+    } else {
+      const char* k = std::get<const char*>(step);
+      o = o->is_object() && o->contains(k) ? &(*o)[k] : nullptr;
+    }
+    if (!o) return nlohmann::ordered_json::parse(dump_json(sorted));
+  }
+  return *o;
 }
 
 MaybeError check_tool(const json& t, size_t i, std::vector<std::string>* names) {
@@ -48,10 +77,6 @@ MaybeError check_tool(const json& t, size_t i, std::vector<std::string>* names) 
       return bad_request(w + ".function.strict", fmt::format("{}.function.strict must be a "
                                                              "boolean",
                                                              w));
-    if (s->get<bool>())
-      return bad_request(w + ".function.strict",
-                         "strict function calling needs constrained decoding, which this server "
-                         "does not have yet");
   }
   names->push_back(n);
   return std::nullopt;
@@ -101,11 +126,81 @@ MaybeError check_choice(const json* choice, const std::vector<std::string>& name
   return std::nullopt;
 }
 
+// The forced call's constraint: its arguments under the tool's parameters, then the call's end
+// in the format's syntax (tool_call_parser.h), then the end of the reply.
+MaybeError forced_call_constraint(const nlohmann::ordered_json& params, size_t tool,
+                                  const ServedModel& m, SamplingParams* sampling) {
+  const std::string where = fmt::format("tools[{}].function.parameters", tool);
+  if (!m.vocab_trie || !m.tokenizer || !m.chat_format)
+    return bad_request("tool_choice", "a forced tool call needs the model's tokenizer");
+  std::shared_ptr<const grammar::Grammar> g;
+  if (params.is_null()) {
+    g = grammar::Grammar::any_object();
+  } else {
+    Result<std::shared_ptr<const grammar::Grammar>> r = grammar::Grammar::from_schema(params);
+    if (!r.ok()) return bad_request(where, where + ": " + r.status().message());
+    g = *r;
+  }
+  const bool kimi = tool_syntax(*m.chat_format) == ToolSyntax::kKimi;
+  std::vector<TailPart> tail;
+  if (!kimi) tail.push_back({"\n```", -1});
+  static constexpr std::array<const char*, 2> kKimiEnd = {"<|tool_call_end|>",
+                                                          "<|tool_calls_section_end|>"};
+  static constexpr std::array<const char*, 2> kDeepSeekEnd = {"<｜tool▁call▁end｜>",
+                                                              "<｜tool▁calls▁end｜>"};
+  for (const char* control : kimi ? kKimiEnd : kDeepSeekEnd) {
+    const std::optional<int32_t> id = m.tokenizer->tokenizer.token_to_id(control);
+    if (!id) return bad_request("tool_choice", fmt::format("the tokenizer lacks {}", control));
+    tail.push_back({"", *id});
+  }
+  sampling->constraint = std::make_shared<JsonConstraintSpec>(g, m.vocab_trie, std::move(tail));
+  return std::nullopt;
+}
+
 }  // namespace
 
+std::optional<ApiError> parse_response_format(const json& body, std::string_view raw_body,
+                                              const ServedModel& m, SamplingParams* sampling) {
+  const auto rf = body.find("response_format");
+  if (rf == body.end() || rf->is_null()) return std::nullopt;
+  if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+    return bad_request("response_format", "response_format must be an object with a type");
+  const std::string type = (*rf)["type"].get<std::string>();
+  if (type == "text") return std::nullopt;
+  if (type != "json_object" && type != "json_schema")
+    return bad_request("response_format.type",
+                       fmt::format("response_format type {} is not text, json_object or "
+                                   "json_schema",
+                                   tok::json_excerpt((*rf)["type"])));
+  if (!m.vocab_trie)
+    return bad_request("response_format", "response_format needs the model's tokenizer");
+  std::shared_ptr<const grammar::Grammar> g;
+  if (type == "json_object") {
+    g = grammar::Grammar::any_object();
+  } else {
+    const auto js = rf->find("json_schema");
+    if (js == rf->end() || !js->is_object() || !js->contains("schema") ||
+        !(*js)["schema"].is_object())
+      return bad_request("response_format.json_schema",
+                         "response_format.json_schema must be {\"name\", \"schema\": {...}, "
+                         "\"strict\"?}");
+    if (js->contains("strict") && !(*js)["strict"].is_null() && !(*js)["strict"].is_boolean())
+      return bad_request("response_format.json_schema.strict", "strict must be a boolean");
+    const nlohmann::ordered_json schema =
+        pick(ordered_body(raw_body), (*js)["schema"], {"response_format", "json_schema", "schema"});
+    Result<std::shared_ptr<const grammar::Grammar>> r = grammar::Grammar::from_schema(schema);
+    if (!r.ok())
+      return bad_request("response_format.json_schema.schema",
+                         "response_format.json_schema.schema: " + r.status().message());
+    g = *r;
+  }
+  sampling->constraint = std::make_shared<JsonConstraintSpec>(g, m.vocab_trie);
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_tools(const json& body, std::string_view raw_body,
-                                    const ServedModel& m, ToolRequest* out,
-                                    tok::ChatOptions* opts) {
+                                    const ServedModel& m, ToolRequest* out, tok::ChatOptions* opts,
+                                    SamplingParams* sampling) {
   const auto present = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
   std::vector<std::string> names;
   if (present("tools")) {
@@ -117,9 +212,7 @@ std::optional<ApiError> parse_tools(const json& body, std::string_view raw_body,
     for (size_t i = 0; i < tools.size(); ++i)
       if (auto e = check_tool(tools[i], i, &names)) return e;
     // The prompt shows each tool with the client's key order (the body parses sorted).
-    nlohmann::ordered_json ordered = raw_body.empty()
-                                         ? nlohmann::ordered_json()
-                                         : nlohmann::ordered_json::parse(raw_body, nullptr, false);
+    const nlohmann::ordered_json ordered = ordered_body(raw_body);
     const bool in_order = ordered.is_object() && ordered.contains("tools") &&
                           ordered["tools"].is_array() && ordered["tools"].size() == tools.size();
     for (size_t i = 0; i < tools.size(); ++i)
@@ -137,6 +230,28 @@ std::optional<ApiError> parse_tools(const json& body, std::string_view raw_body,
   if (!names.empty() && m.chat_format && !tok::chat_format_has_tools(*m.chat_format))
     return bad_request("tools", fmt::format("the model's chat format ({}) has no tool calls",
                                             tok::chat_format_name(*m.chat_format)));
+  // strict: a forced call is decoded under its schema (and no other tool can be called then);
+  // calls the model chooses (tool_choice auto) are checked as JSON objects only.
+  for (size_t i = 0;
+       present("tools") && out->parse && out->forced.empty() && i < body["tools"].size(); ++i) {
+    const json& f = body["tools"][i]["function"];
+    if (f.contains("strict") && f["strict"].is_boolean() && f["strict"].get<bool>())
+      return bad_request(fmt::format("tools[{}].function.strict", i),
+                         "strict: true is honoured when tool_choice forces the call (decoded "
+                         "under the schema); with tool_choice auto the arguments are checked as "
+                         "a JSON object only, so it is refused");
+  }
+  if (!out->forced.empty() && sampling) {
+    if (sampling->constraint)
+      return bad_request("response_format",
+                         "response_format cannot be combined with a forced "
+                         "tool call");
+    const size_t i = size_t(std::find(names.begin(), names.end(), out->forced) - names.begin());
+    const nlohmann::ordered_json params = pick(
+        ordered_body(raw_body), body["tools"][i]["function"].value("parameters", json(nullptr)),
+        {"tools", i, "function", "parameters"});
+    if (auto e = forced_call_constraint(params, i, m, sampling)) return e;
+  }
   out->names = std::move(names);
   opts->forced_tool = out->forced;
   if (!out->forced.empty() && m.chat_format)

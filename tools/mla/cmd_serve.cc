@@ -173,10 +173,12 @@ int run_serve(ServeCliOptions o) {
   m.vocab = (*model)->config().vocab_size;
   m.max_context = (*model)->max_context();
   m.max_total_tokens = int64_t((*engine)->num_blocks()) * (*engine)->page_size();
-  if (tk)
+  if (tk) {
     for (int32_t id = 0; id < tk->tokenizer.id_limit(); ++id)
       if (const std::string* b = tk->tokenizer.token_bytes(id))
         m.max_token_bytes = std::max(m.max_token_bytes, int64_t(b->size()));
+    m.vocab_trie = VocabTrie::from_tokenizer(tk->tokenizer, m.vocab);
+  }
   if (!o.warm_prefix.empty())
     if (Status s = warm_prefixes(o.warm_prefix, **engine, m); !s.ok()) return fail(s);
   http.set_backend(b);

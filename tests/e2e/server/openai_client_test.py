@@ -356,9 +356,10 @@ OPENING = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```
 
 class ToolsTest(unittest.TestCase):
     """Tool calling (docs/SERVING.md §Tool calling; the parser itself is checked on the models'
-    exact texts in tests/unit/server/tool_call_parser_test.cc). The random-weight model never
-    writes a valid call, so these check the prompt, the forced call's opening, malformed calls
-    coming back as content, streamed == whole, and the refusals."""
+    exact texts in tests/unit/server/tool_call_parser_test.cc; forced calls decoded under their
+    schema end to end in structured_output_test.py). The random-weight model never writes a
+    valid call by itself, so these check the prompt, the forced call's opening, a call cut by
+    max_tokens coming back as content, streamed == whole, and the refusals."""
 
     def test_tools_reach_the_prompt(self):
         base = {"model": SERVER.model_id, "messages": HELLO}
@@ -378,7 +379,7 @@ class ToolsTest(unittest.TestCase):
                   tool_choice={"type": "function", "function": {"name": "get_weather"}})
         r = client().chat.completions.create(**kw)
         m = r.choices[0].message
-        # Noise never closes the call: the whole call, its forced opening included, is content.
+        # max_tokens cuts the call: the whole call, its forced opening included, is content.
         self.assertIsNone(m.tool_calls)
         self.assertTrue(m.content.startswith(OPENING), m.content)
         self.assertEqual(r.choices[0].finish_reason, "length")
