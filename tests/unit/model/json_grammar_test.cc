@@ -167,7 +167,9 @@ TEST(JsonConstraint, MaskEqualsTryingEveryToken) {
       EXPECT_EQ(logits[size_t(id)] == 0.0f, takes_it)
           << "token " << id << " after " << step << " tokens";
     }
-    if (step < reply.size()) ASSERT_TRUE(state->accept(reply[step])) << step;
+    if (step < reply.size()) {
+      ASSERT_TRUE(state->accept(reply[step])) << step;
+    }
   }
 }
 
