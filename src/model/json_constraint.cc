@@ -1,7 +1,10 @@
 // VocabTrie and the JSON token constraint (json_constraint.h).
 #include "model/json_constraint.h"
 
+#include "core/check.h"
+
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <set>
 
@@ -65,17 +68,20 @@ VocabTrie::Trie make_trie(const std::vector<std::string>& bytes, std::vector<int
 }
 
 struct Cursor {
-  grammar::Matcher m;
-  uint32_t part = 0, off = 0;  // the tail: part, and bytes of its text matched
+  uint64_t alive = 0;          // branches still possible; one once the head is decided
+  uint8_t stage = 0;           // 0: the head, 1: the JSON, 2: the tail
+  uint32_t part = 0, off = 0;  // head or tail: the part, and bytes of its text matched
+  grammar::Matcher m;          // the decided branch's JSON (stage 1 and on)
 };
 
 class JsonConstraint final : public TokenConstraint {
  public:
   JsonConstraint(const JsonConstraintSpec* spec, std::span<const int32_t> end_ids)
       : spec_(spec),
-        tail_(spec->tail()),
-        cur_{grammar::Matcher(&spec->grammar())},
+        branches_(spec->branches()),
+        cur_{.m = grammar::Matcher(branches_[0].grammar.get())},
         end_ids_(end_ids.begin(), end_ids.end()) {
+    cur_.alive = branches_.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << branches_.size()) - 1;
     settle(cur_);
   }
 
@@ -85,11 +91,11 @@ class JsonConstraint final : public TokenConstraint {
     const auto allow = [&](int32_t id) {
       if (id >= 0 && size_t(id) < allow_.size()) allow_[size_t(id)] = 1;
     };
-    if (cur_.m.complete() && cur_.part == tail_.size()) {
+    if (at_end(cur_)) {
       for (int32_t id : end_ids_) allow(id);
-    } else if (cur_.m.complete() && tail_[cur_.part].control >= 0) {
-      allow(tail_[cur_.part].control);
-    } else if (!cur_.m.complete() && cur_.m.in_free_string()) {
+    } else if (const int32_t control = next_control(cur_); control >= 0) {
+      allow(control);
+    } else if (cur_.stage == 1 && cur_.m.in_free_string()) {
       for (int32_t id : v.plain()) allow(id);
       walk(v.special(), 0, cur_);
     } else {
@@ -107,15 +113,13 @@ class JsonConstraint final : public TokenConstraint {
   }
 
   bool accept(int32_t token) override {
-    if (cur_.m.complete()) {
-      if (cur_.part == tail_.size())
-        return std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end();
-      if (tail_[cur_.part].control >= 0) {
-        if (token != tail_[cur_.part].control) return false;
-        ++cur_.part;
-        settle(cur_);
-        return true;
-      }
+    if (at_end(cur_)) return std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end();
+    if (const int32_t control = next_control(cur_); control >= 0) {
+      if (token != control) return false;
+      ++cur_.part;
+      cur_.off = 0;
+      settle(cur_);
+      return true;
     }
     if (token < 0 || token >= spec_->vocab().vocab()) return false;
     const std::string& bytes = spec_->vocab().bytes(token);
@@ -126,23 +130,65 @@ class JsonConstraint final : public TokenConstraint {
   }
 
  private:
+  const ConstraintBranch& branch(const Cursor& c) const {
+    return branches_[size_t(std::countr_zero(c.alive))];
+  }
+  // The head's or the tail's parts (the first live branch's: while several live, their heads
+  // are texts that differ before any of them ends).
+  const std::vector<TailPart>& parts(const Cursor& c) const {
+    return c.stage == 0 ? branch(c).head : branch(c).tail;
+  }
+  bool at_end(const Cursor& c) const { return c.stage == 2 && c.part == parts(c).size(); }
+  int32_t next_control(const Cursor& c) const {
+    if (c.stage == 1 || c.part >= parts(c).size()) return -1;
+    return parts(c)[c.part].control;
+  }
+
+  // Moves past finished text parts, a decided head and a whole JSON value.
   void settle(Cursor& c) const {
-    while (c.m.complete() && c.part < tail_.size() && tail_[c.part].control < 0 &&
-           c.off == tail_[c.part].text.size()) {
-      ++c.part;
-      c.off = 0;
+    for (;;) {
+      if (c.stage == 1) {
+        if (!c.m.complete()) return;
+        c.stage = 2;
+        c.part = c.off = 0;
+        continue;
+      }
+      if (c.stage == 0 && std::popcount(c.alive) > 1) return;
+      const std::vector<TailPart>& p = parts(c);
+      if (c.part < p.size() && p[c.part].control < 0 && c.off == p[c.part].text.size()) {
+        ++c.part;
+        c.off = 0;
+        continue;
+      }
+      if (c.stage == 0 && c.part == p.size()) {
+        c.stage = 1;
+        c.m = grammar::Matcher(branch(c).grammar.get());
+        continue;
+      }
+      return;
     }
   }
 
   bool advance(Cursor& c, unsigned char b) const {
-    if (!c.m.complete()) {
+    if (c.stage == 1) {
       if (!c.m.advance(b)) return false;
-      settle(c);
-      return true;
+    } else if (c.stage == 0) {
+      uint64_t alive = 0;
+      for (uint64_t m = c.alive; m; m &= m - 1) {
+        const std::vector<TailPart>& h = branches_[size_t(std::countr_zero(m))].head;
+        if (c.part < h.size() && h[c.part].control < 0 && c.off < h[c.part].text.size() &&
+            uint8_t(h[c.part].text[c.off]) == b)
+          alive |= m & -m;
+      }
+      if (!alive) return false;
+      c.alive = alive;
+      ++c.off;
+    } else {
+      const std::vector<TailPart>& t = parts(c);
+      if (c.part == t.size() || t[c.part].control >= 0 || uint8_t(t[c.part].text[c.off]) != b)
+        return false;
+      ++c.off;
     }
-    if (c.part == tail_.size() || tail_[c.part].control >= 0) return false;
-    if (uint8_t(tail_[c.part].text[c.off]) != b) return false;
-    ++c.off;
     settle(c);
     return true;
   }
@@ -161,7 +207,7 @@ class JsonConstraint final : public TokenConstraint {
   }
 
   const JsonConstraintSpec* spec_;
-  const std::vector<TailPart>& tail_;
+  const std::vector<ConstraintBranch>& branches_;
   Cursor cur_;
   std::vector<int32_t> end_ids_;
   mutable std::vector<uint8_t> allow_;  // [vocab] scratch of mask()
@@ -196,7 +242,14 @@ std::shared_ptr<const VocabTrie> VocabTrie::from_tokenizer(const tok::Tokenizer&
 JsonConstraintSpec::JsonConstraintSpec(std::shared_ptr<const grammar::Grammar> g,
                                        std::shared_ptr<const VocabTrie> vocab,
                                        std::vector<TailPart> tail)
-    : grammar_(std::move(g)), vocab_(std::move(vocab)), tail_(std::move(tail)) {}
+    : JsonConstraintSpec({ConstraintBranch{{}, std::move(g), std::move(tail)}}, std::move(vocab)) {}
+
+JsonConstraintSpec::JsonConstraintSpec(std::vector<ConstraintBranch> branches,
+                                       std::shared_ptr<const VocabTrie> vocab)
+    : branches_(std::move(branches)), vocab_(std::move(vocab)) {
+  MLA_CHECK(!branches_.empty() && branches_.size() <= 64, "{} constraint branches (1 to 64)",
+            branches_.size());
+}
 
 std::unique_ptr<TokenConstraint> JsonConstraintSpec::start(std::span<const int32_t> end_ids) const {
   return std::make_unique<JsonConstraint>(this, end_ids);

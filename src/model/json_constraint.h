@@ -1,7 +1,7 @@
 // Token masks for JSON under a schema (json_grammar.h): every token whose bytes the matcher
 // accepts from the current state, found by a depth-first walk of the vocabulary's byte trie. A
-// tail (text and control tokens, e.g. the end of a forced tool call) may follow the JSON, then
-// only the end ids.
+// head may come before the JSON and a tail after it (text and control tokens: the name and the
+// end of a forced tool call), then only the end ids.
 //
 // Cost: inside a string of any content, every token made only of plain string bytes is allowed
 // as a block (precomputed), and only the tokens holding '"', '\\', control bytes or a partial
@@ -57,20 +57,30 @@ struct TailPart {
   int32_t control = -1;
 };
 
+// One way the constrained text may go: a head (text and control tokens), JSON under a grammar,
+// a tail. Several branches (tool_choice required: one per tool) are told apart by their heads'
+// texts, which must differ before any of them ends (a function name, then a byte no name has).
+struct ConstraintBranch {
+  std::vector<TailPart> head;
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::vector<TailPart> tail;
+};
+
 class JsonConstraintSpec : public TokenConstraintSpec {
  public:
   JsonConstraintSpec(std::shared_ptr<const grammar::Grammar> g,
                      std::shared_ptr<const VocabTrie> vocab, std::vector<TailPart> tail = {});
+  // 1 to 64 branches.
+  JsonConstraintSpec(std::vector<ConstraintBranch> branches,
+                     std::shared_ptr<const VocabTrie> vocab);
   std::unique_ptr<TokenConstraint> start(std::span<const int32_t> end_ids) const override;
 
-  const grammar::Grammar& grammar() const { return *grammar_; }
+  const std::vector<ConstraintBranch>& branches() const { return branches_; }
   const VocabTrie& vocab() const { return *vocab_; }
-  const std::vector<TailPart>& tail() const { return tail_; }
 
  private:
-  std::shared_ptr<const grammar::Grammar> grammar_;
+  std::vector<ConstraintBranch> branches_;
   std::shared_ptr<const VocabTrie> vocab_;
-  std::vector<TailPart> tail_;
 };
 
 }  // namespace mla

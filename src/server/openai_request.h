@@ -51,6 +51,7 @@ struct ToolRequest {
   bool parse = false;              // replies go through the tool-call parser
   bool parallel = true;            // parallel_tool_calls
   std::string forced;              // the function tool_choice names (or the one `required` has)
+  bool forced_any = false;         // `required` with several tools: a call to one of them
   std::string forced_prefix;       // the text of that call's opening, which ends the prompt
 };
 

@@ -96,12 +96,14 @@ MaybeError check_choice(const json* choice, const std::vector<std::string>& name
     if (c == "auto") return std::nullopt;
     if (c == "required") {
       if (names.empty()) return bad_request("tool_choice", "tool_choice \"required\" needs tools");
-      if (names.size() > 1)
+      if (names.size() > 64)
         return bad_request("tool_choice",
-                           "tool_choice \"required\" with more than one tool needs constrained "
-                           "decoding, which this server does not have yet; name the function "
+                           "tool_choice \"required\" takes at most 64 tools; name the function "
                            "({\"type\": \"function\", \"function\": {\"name\": ...}})");
-      out->forced = names[0];
+      if (names.size() == 1)
+        out->forced = names[0];
+      else
+        out->forced_any = true;
       return std::nullopt;
     }
     return bad_request("tool_choice",
@@ -126,34 +128,39 @@ MaybeError check_choice(const json* choice, const std::vector<std::string>& name
   return std::nullopt;
 }
 
-// The forced call's constraint: its arguments under the tool's parameters, then the call's end
-// in the format's syntax (tool_call_parser.h), then the end of the reply.
-MaybeError forced_call_constraint(const nlohmann::ordered_json& params, size_t tool,
-                                  const ServedModel& m, SamplingParams* sampling) {
+// The constraint branch of a forced call to tool i: (with `head`, its name first, in the
+// format's syntax), its arguments under the tool's parameters, then the call's end
+// (tool_call_parser.h).
+MaybeError call_branch(const nlohmann::ordered_json& params, size_t tool, const std::string& name,
+                       bool head, const ServedModel& m, ConstraintBranch* out) {
   const std::string where = fmt::format("tools[{}].function.parameters", tool);
   if (!m.vocab_trie || !m.tokenizer || !m.chat_format)
     return bad_request("tool_choice", "a forced tool call needs the model's tokenizer");
-  std::shared_ptr<const grammar::Grammar> g;
   if (params.is_null()) {
-    g = grammar::Grammar::any_object();
+    out->grammar = grammar::Grammar::any_object();
   } else {
     Result<std::shared_ptr<const grammar::Grammar>> r = grammar::Grammar::from_schema(params);
     if (!r.ok()) return bad_request(where, where + ": " + r.status().message());
-    g = *r;
+    out->grammar = *r;
   }
   const bool kimi = tool_syntax(*m.chat_format) == ToolSyntax::kKimi;
-  std::vector<TailPart> tail;
-  if (!kimi) tail.push_back({"\n```", -1});
-  static constexpr std::array<const char*, 2> kKimiEnd = {"<|tool_call_end|>",
-                                                          "<|tool_calls_section_end|>"};
-  static constexpr std::array<const char*, 2> kDeepSeekEnd = {"<｜tool▁call▁end｜>",
-                                                              "<｜tool▁calls▁end｜>"};
-  for (const char* control : kimi ? kKimiEnd : kDeepSeekEnd) {
-    const std::optional<int32_t> id = m.tokenizer->tokenizer.token_to_id(control);
-    if (!id) return bad_request("tool_choice", fmt::format("the tokenizer lacks {}", control));
-    tail.push_back({"", *id});
+  const auto control = [&](const char* text, std::vector<TailPart>* parts) -> MaybeError {
+    const std::optional<int32_t> id = m.tokenizer->tokenizer.token_to_id(text);
+    if (!id) return bad_request("tool_choice", fmt::format("the tokenizer lacks {}", text));
+    parts->push_back({"", *id});
+    return std::nullopt;
+  };
+  if (head && kimi) {
+    out->head.push_back({name + ":0", -1});
+    if (auto e = control("<|tool_call_argument_begin|>", &out->head)) return e;
+  } else if (head) {
+    out->head.push_back({name + "\n```json\n", -1});
   }
-  sampling->constraint = std::make_shared<JsonConstraintSpec>(g, m.vocab_trie, std::move(tail));
+  if (!kimi) out->tail.push_back({"\n```", -1});
+  for (const char* end :
+       kimi ? std::array<const char*, 2>{"<|tool_call_end|>", "<|tool_calls_section_end|>"}
+            : std::array<const char*, 2>{"<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"})
+    if (auto e = control(end, &out->tail)) return e;
   return std::nullopt;
 }
 
@@ -232,8 +239,9 @@ std::optional<ApiError> parse_tools(const json& body, std::string_view raw_body,
                                             tok::chat_format_name(*m.chat_format)));
   // strict: a forced call is decoded under its schema (and no other tool can be called then);
   // calls the model chooses (tool_choice auto) are checked as JSON objects only.
-  for (size_t i = 0;
-       present("tools") && out->parse && out->forced.empty() && i < body["tools"].size(); ++i) {
+  for (size_t i = 0; present("tools") && out->parse && out->forced.empty() && !out->forced_any &&
+                     i < body["tools"].size();
+       ++i) {
     const json& f = body["tools"][i]["function"];
     if (f.contains("strict") && f["strict"].is_boolean() && f["strict"].get<bool>())
       return bad_request(fmt::format("tools[{}].function.strict", i),
@@ -241,22 +249,30 @@ std::optional<ApiError> parse_tools(const json& body, std::string_view raw_body,
                          "under the schema); with tool_choice auto the arguments are checked as "
                          "a JSON object only, so it is refused");
   }
-  if (!out->forced.empty() && sampling) {
+  if ((!out->forced.empty() || out->forced_any) && sampling) {
     if (sampling->constraint)
       return bad_request("response_format",
-                         "response_format cannot be combined with a forced "
-                         "tool call");
-    const size_t i = size_t(std::find(names.begin(), names.end(), out->forced) - names.begin());
-    const nlohmann::ordered_json params = pick(
-        ordered_body(raw_body), body["tools"][i]["function"].value("parameters", json(nullptr)),
-        {"tools", i, "function", "parameters"});
-    if (auto e = forced_call_constraint(params, i, m, sampling)) return e;
+                         "response_format cannot be combined with a forced tool call");
+    const nlohmann::ordered_json ordered = ordered_body(raw_body);
+    std::vector<ConstraintBranch> branches;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!out->forced_any && names[i] != out->forced) continue;
+      const nlohmann::ordered_json params =
+          pick(ordered, body["tools"][i]["function"].value("parameters", json(nullptr)),
+               {"tools", i, "function", "parameters"});
+      ConstraintBranch b;
+      if (auto e = call_branch(params, i, names[i], out->forced_any, m, &b)) return e;
+      branches.push_back(std::move(b));
+    }
+    sampling->constraint = std::make_shared<JsonConstraintSpec>(std::move(branches), m.vocab_trie);
   }
   out->names = std::move(names);
   opts->forced_tool = out->forced;
-  if (!out->forced.empty() && m.chat_format)
+  opts->force_tool_call = out->forced_any;
+  const bool forced = !out->forced.empty() || out->forced_any;
+  if (forced && m.chat_format)
     out->forced_prefix = tok::chat_text(tok::forced_tool_call_prefix(*m.chat_format, out->forced));
-  if (!out->forced.empty()) out->parse = true;
+  if (forced) out->parse = true;
   return std::nullopt;
 }
 

@@ -22,10 +22,11 @@ inline constexpr size_t kMaxTools = 128;
 // keeps each tool's keys in the client's order in the prompt; empty: sorted keys. 400 naming the
 // field for: a tool that is not {"type": "function", "function": {"name", ...}}, a name outside
 // [A-Za-z0-9_-]{1,64} or given twice, a tool_choice other than none / auto / required / a named
-// tool of the list, `required` with several tools, `strict: true` with tool_choice auto (only a
-// forced call is decoded under its schema), parameters outside the supported
-// schema subset, and tools for a chat format without tool calls. With `sampling`, a forced call
-// gets its constraint: the arguments under the tool's parameters schema, then the call's end.
+// tool of the list, `required` with more than 64 tools, `strict: true` with tool_choice auto (only
+// a forced call is decoded under its schema), parameters outside the supported schema subset, and
+// tools for a chat format without tool calls. With `sampling`, a forced call gets its constraint:
+// the arguments under the tool's parameters schema, then the call's end; `required` with several
+// tools, one branch per tool, its name first.
 std::optional<ApiError> parse_tools(const nlohmann::json& body, std::string_view raw_body,
                                     const ServedModel& m, ToolRequest* out, tok::ChatOptions* opts,
                                     SamplingParams* sampling = nullptr);

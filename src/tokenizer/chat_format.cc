@@ -322,8 +322,8 @@ std::vector<ChatPart> forced_tool_call_prefix(ChatFormat f, std::string_view nam
   if (f == ChatFormat::kKimiK2 || f == ChatFormat::kMoonlight) {
     out.control("<|tool_calls_section_begin|>");
     out.control("<|tool_call_begin|>");
-    out.text("functions." + std::string(name) + ":0");
-    out.control("<|tool_call_argument_begin|>");
+    out.text("functions." + std::string(name) + (name.empty() ? "" : ":0"));
+    if (!name.empty()) out.control("<|tool_call_argument_begin|>");
     return std::move(out.parts);
   }
   if (f == ChatFormat::kDeepSeekR1) {  // the prompt opened a thought: close it, empty
@@ -334,13 +334,14 @@ std::vector<ChatPart> forced_tool_call_prefix(ChatFormat f, std::string_view nam
   out.control(kCallBegin);
   out.text("function");
   out.control(kToolSep);
-  out.text(std::string(name) + "\n```json\n");
+  if (!name.empty()) out.text(std::string(name) + "\n```json\n");
   return std::move(out.parts);
 }
 
 Result<std::vector<ChatPart>> render_chat(ChatFormat f, std::span<const ChatMessage> messages,
                                           const ChatOptions& opts) {
-  if ((!opts.tools.empty() || !opts.forced_tool.empty()) && !chat_format_has_tools(f))
+  const bool forced = !opts.forced_tool.empty() || opts.force_tool_call;
+  if ((!opts.tools.empty() || forced) && !chat_format_has_tools(f))
     return unimplemented(fmt::format("the {} chat format has no tool calls", chat_format_name(f)));
   Result<std::vector<ChatPart>> parts = [&]() -> Result<std::vector<ChatPart>> {
     switch (f) {
@@ -355,7 +356,7 @@ Result<std::vector<ChatPart>> render_chat(ChatFormat f, std::span<const ChatMess
         return render_deepseek(f, messages, opts);
     }
   }();
-  if (parts.ok() && !opts.forced_tool.empty() && opts.add_generation_prompt)
+  if (parts.ok() && forced && opts.add_generation_prompt)
     for (ChatPart& p : forced_tool_call_prefix(f, opts.forced_tool)) parts->push_back(std::move(p));
   return parts;
 }

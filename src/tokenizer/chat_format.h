@@ -62,6 +62,9 @@ struct ChatOptions {
   // A function the reply must call (tool_choice naming one): the prompt ends with the opening
   // of that call (forced_tool_call_prefix), so the model writes only its arguments.
   std::string forced_tool;
+  // A call to one of the tools must come (tool_choice required): the prompt ends with the
+  // opening of a call up to the function's name.
+  bool force_tool_call = false;
 };
 
 // A rendered prompt: control parts are added-token texts (encoded to their ids); text parts are
@@ -78,7 +81,8 @@ Result<std::vector<ChatPart>> render_chat(ChatFormat f, std::span<const ChatMess
 bool chat_format_has_tools(ChatFormat f);
 
 // The opening of a call to `name` that ChatOptions::forced_tool appends to the prompt (after the
-// generation prompt; R1 closes its thought first). Its text is the start of the reply as the
+// generation prompt; R1 closes its thought first); with an empty name, the opening up to where
+// the name goes (ChatOptions::force_tool_call). Its text is the start of the reply as the
 // tool-call parser reads it.
 std::vector<ChatPart> forced_tool_call_prefix(ChatFormat f, std::string_view name);
 

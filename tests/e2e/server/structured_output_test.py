@@ -151,6 +151,22 @@ class StructuredOutputTest(unittest.TestCase):
             self.assertEqual(args, first.choices[0].message.tool_calls[0].function.arguments)
             self.assertEqual(chunks[-1].choices[0].finish_reason, "tool_calls")
 
+    def test_required_picks_one_of_the_tools(self):
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMAS[4]}},
+                 {"type": "function", "function": {"name": "get_time", "parameters": SCHEMAS[1]}},
+                 {"type": "function", "function": {"name": "get_time_zone"}}]
+        by_name = {"get_weather": SCHEMAS[4], "get_time": SCHEMAS[1], "get_time_zone": {"type": "object"}}
+        r = client().chat.completions.create(model=SERVER.model_id, messages=ASK, tools=tools,
+                                             tool_choice="required", n=12, temperature=1.0,
+                                             seed=11, max_tokens=1500, logit_bias=closing_bias())
+        seen = set()
+        for c in r.choices:
+            self.assertEqual(c.finish_reason, "tool_calls")
+            (call,) = c.message.tool_calls
+            jsonschema.validate(json.loads(call.function.arguments), by_name[call.function.name])
+            seen.add(call.function.name)
+        self.assertGreater(len(seen), 1, "12 samples all chose one tool")
+
     def test_refusals_name_the_keyword(self):
         bad = [
             (schema_format(obj({"a": {"type": "string", "pattern": "^x"}})),

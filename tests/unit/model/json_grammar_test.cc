@@ -173,5 +173,42 @@ TEST(JsonConstraint, MaskEqualsTryingEveryToken) {
   }
 }
 
+// Branches (tool_choice required): heads told apart by their texts, a control token in a head,
+// each branch's own grammar after it; masks equal to trying every token.
+TEST(JsonConstraint, BranchesByHead) {
+  const std::vector<std::string> bytes = {"g",  "get", "got", "_x",   ":0", "\n",       "{",  "}",
+                                          "{}", "\"",  "a",   "\":1", "1",  "\"a\":1}", "\"a"};
+  const auto vocab = std::make_shared<const VocabTrie>(bytes);
+  const int32_t kSep = 100, kEnd = 101, kEos = 102;
+  const int64_t width = 103;
+  std::vector<ConstraintBranch> branches;
+  branches.push_back({{{"get:0", -1}, {"", kSep}}, Grammar::any_object(), {{"", kEnd}}});
+  branches.push_back({{{"got_x:0", -1}, {"", kSep}},
+                      compile(R"({"type":"object","properties":{"a":{"type":"integer"}},
+                                  "required":["a"]})"),
+                      {{"", kEnd}}});
+  JsonConstraintSpec spec(std::move(branches), vocab);
+  const std::vector<int32_t> ends = {kEos};
+  for (const std::vector<int32_t>& reply :
+       {std::vector<int32_t>{1, 4, kSep, 8, kEnd, kEos},         // get:0 {}
+        std::vector<int32_t>{2, 3, 4, kSep, 6, 13, kEnd, kEos},  // got_x:0 {"a":1}
+        std::vector<int32_t>{2, 3, 4, kSep, 6, 14, 11, 7, kEnd}}) {
+    auto state = spec.start(ends);
+    for (size_t step = 0; step <= reply.size(); ++step) {
+      std::vector<float> logits(size_t(width), 0.0f);
+      state->mask(logits);
+      for (int32_t id = 0; id < width; ++id) {
+        auto probe = spec.start(ends);
+        for (size_t k = 0; k < step; ++k) ASSERT_TRUE(probe->accept(reply[k]));
+        EXPECT_EQ(logits[size_t(id)] == 0.0f, probe->accept(id))
+            << "token " << id << " after " << step << " tokens";
+      }
+      if (step < reply.size()) {
+        ASSERT_TRUE(state->accept(reply[step])) << step;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mla::grammar
