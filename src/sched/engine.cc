@@ -14,7 +14,7 @@ LiveRequest::LiveRequest(RequestId id, Request r, int64_t max_total, BlockPool* 
     : seq(id, r.prompt, max_total, pool, storage),
       req(std::move(r)),
       sampler(req.sampling),
-      stops(req.stop) {
+      stops(req.stop, req.include_stop_str_in_output) {
   sampler.set_prompt(req.prompt);
 }
 
@@ -113,7 +113,9 @@ Result<std::unique_ptr<LiveRequest>> Engine::Impl::make_request(Request request,
   const RequestId id = e.next_id.fetch_add(1);
   auto live = std::make_unique<LiveRequest>(id, std::move(request), total, &e.block_pool, &e.cache);
   live->stream = std::make_shared<RequestStream>(id, std::move(callback), e.inbox);
-  if (e.tokenizer) live->decoder.emplace(*e.tokenizer, tok::DecodeOptions{.skip_special = true});
+  if (e.tokenizer)
+    live->decoder.emplace(*e.tokenizer,
+                          tok::DecodeOptions{.skip_special = live->req.skip_special_tokens});
   live->arrival = Clock::now();
   return live;
 }

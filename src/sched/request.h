@@ -23,6 +23,8 @@ struct Request {
   // engine with a tokenizer.
   std::vector<std::string> stop;
   bool ignore_eos = false;  // keep going past the model's EOS ids (benchmarks want exact lengths)
+  bool include_stop_str_in_output = false;  // a stop string that ends the reply stays in its text
+  bool skip_special_tokens = true;          // special tokens' text is left out of the reply
   // Report each generated token's logprob and this many alternatives (0..kMaxTopLogprobs);
   // -1: no logprobs.
   int logprobs = -1;

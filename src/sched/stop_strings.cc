@@ -7,7 +7,8 @@
 
 namespace mla::sched {
 
-StopStringFilter::StopStringFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopStringFilter::StopStringFilter(std::vector<std::string> stops, bool include_stop)
+    : stops_(std::move(stops)), include_stop_(include_stop) {
   for (const std::string& s : stops_) max_len_ = std::max(max_len_, s.size());
 }
 
@@ -15,11 +16,17 @@ std::string StopStringFilter::push(std::string_view piece, bool* stopped) {
   *stopped = false;
   held_.append(piece);
   if (stops_.empty()) return std::exchange(held_, {});
-  size_t earliest = std::string::npos;
-  for (const std::string& s : stops_) earliest = std::min(earliest, held_.find(s));
+  // The earliest stop string; of two starting there, the shorter (it completed first).
+  size_t earliest = std::string::npos, end = 0;
+  for (const std::string& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at == std::string::npos) continue;
+    if (at < earliest || (at == earliest && at + s.size() < end)) end = at + s.size();
+    earliest = std::min(earliest, at);
+  }
   if (earliest != std::string::npos) {
     *stopped = true;
-    std::string out = held_.substr(0, earliest);
+    std::string out = held_.substr(0, include_stop_ ? end : earliest);
     held_.clear();
     return out;
   }

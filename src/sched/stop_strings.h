@@ -14,7 +14,9 @@ namespace mla::sched {
 class StopStringFilter {
  public:
   StopStringFilter() = default;
-  explicit StopStringFilter(std::vector<std::string> stops);
+  // include_stop: the stop string itself is part of the text that comes out (vLLM's
+  // include_stop_str_in_output); what follows it still never does.
+  explicit StopStringFilter(std::vector<std::string> stops, bool include_stop = false);
 
   bool empty() const { return stops_.empty(); }
 
@@ -29,6 +31,7 @@ class StopStringFilter {
 
  private:
   std::vector<std::string> stops_;
+  bool include_stop_ = false;
   size_t max_len_ = 0;
   std::string held_;
 };

@@ -129,6 +129,9 @@ MaybeError text_prompt(const std::string& text, const ServedModel& m, std::vecto
   if (auto e = too_long_to_encode(text.size(), m, "prompt")) return e;
   tok::EncodeOptions eo;
   eo.add_bos = m.tokenizer->adds_bos();
+  // Added-token text in a completions prompt is that token, as Hugging Face `tokenizers` (and
+  // vLLM) encode it: clients that apply the chat template themselves send it so.
+  eo.parse_special = true;
   Result<std::vector<int32_t>> r = m.tokenizer->tokenizer.encode(text, eo);
   if (!r.ok()) return bad_request("prompt", r.status().message());
   if (r->empty()) return bad_request("prompt", "the prompt is empty");

@@ -191,9 +191,10 @@ class ChatTest(unittest.TestCase):
 
 
 class CompletionsTest(unittest.TestCase):
-    def greedy(self, prompt, n, **kw):
+    def greedy(self, prompt, n, extra=None, **kw):
         return client().completions.create(model=SERVER.model_id, prompt=prompt, max_tokens=n,
-                                           temperature=0, extra_body={"ignore_eos": True}, **kw)
+                                           temperature=0,
+                                           extra_body={"ignore_eos": True, **(extra or {})}, **kw)
 
     def test_default_max_tokens_is_16(self):
         r = client().completions.create(model=SERVER.model_id, prompt="The capital of France is",
@@ -224,6 +225,28 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(r.choices[0].text, full[:full.find(stop)])
         self.assertEqual(r.choices[0].finish_reason, "stop")
 
+    def test_include_stop_str_and_special_tokens(self):
+        full = self.greedy("Once upon a time", 24).choices[0].text
+        stop = next((full[i:i + 2] for i in range(4, len(full) - 2)
+                     if full[i:i + 2].isprintable() and "\ufffd" not in full[i:i + 2]), None)
+        self.assertIsNotNone(stop, f"no usable stop string in {full!r}")
+        r = self.greedy("Once upon a time", 24, stop=[stop],
+                        extra={"include_stop_str_in_output": True})
+        self.assertEqual(r.choices[0].text, full[:full.find(stop) + len(stop)])
+        # Special-token text in a completions prompt is the token (as HF tokenizers encode it).
+        auth = {"Authorization": f"Bearer {KEY}"}
+        bos = "<｜begin▁of▁sentence｜>"
+        _, _, one = SERVER.post_json("/tokenize", {"prompt": bos}, headers=auth)
+        _, _, two = SERVER.post_json("/tokenize", {"prompt": "x" + bos}, headers=auth)
+        self.assertEqual(one["count"], 1)
+        self.assertEqual(two["tokens"][-1], one["tokens"][0])
+        # skip_special_tokens: a special token's text stays out of the reply unless asked for.
+        bias = {str(one["tokens"][0]): 100}
+        kept = self.greedy("Hi", 3, logit_bias=bias, extra={"skip_special_tokens": False})
+        skipped = self.greedy("Hi", 3, logit_bias=bias)
+        self.assertEqual(kept.choices[0].text, bos * 3)
+        self.assertEqual(skipped.choices[0].text, "")
+
     def test_stream_legacy_logprobs(self):
         chunks = list(client().completions.create(
             model=SERVER.model_id, prompt="Hi", max_tokens=5, temperature=0, logprobs=2,
@@ -251,12 +274,23 @@ class ErrorsTest(unittest.TestCase):
         cases = [({"n": 17}, "n"), ({"n": 2, "best_of": 3}, "best_of"),
                  ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
                  ({"max_tokens": 0}, "max_tokens"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-                 ({"logit_bias": {"-1": 5}}, "logit_bias"), ({"top_logprobs": 3}, "top_logprobs")]
+                 ({"logit_bias": {"-1": 5}}, "logit_bias"), ({"top_logprobs": 3}, "top_logprobs"),
+                 # vLLM extensions not served: refused by name, unless they ask for the default.
+                 ({"use_beam_search": True}, "use_beam_search"),
+                 ({"guided_json": {"type": "object"}}, "guided_json"),
+                 ({"prompt_logprobs": 1}, "prompt_logprobs"),
+                 ({"add_generation_prompt": False}, "add_generation_prompt"),
+                 ({"cache_salt": "tenant-a"}, "cache_salt")]
         for extra, param in cases:
             with self.subTest(param=param), self.assertRaises(openai.BadRequestError) as cm:
                 client().chat.completions.create(model=SERVER.model_id, messages=HELLO,
                                                  extra_body=extra)
             self.assertEqual(cm.exception.body["param"], param)
+        defaults = {"use_beam_search": False, "length_penalty": 1.0, "add_generation_prompt": True,
+                    "spaces_between_special_tokens": True, "priority": 5, "request_id": "r1"}
+        r = client().chat.completions.create(model=SERVER.model_id, messages=HELLO, max_tokens=2,
+                                             extra_body=defaults)
+        self.assertEqual(len(r.choices), 1)
 
     def test_context_length_400_names_both_counts(self):
         with self.assertRaises(openai.BadRequestError) as cm:

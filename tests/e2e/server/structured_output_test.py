@@ -87,7 +87,7 @@ def closing_bias():
     """logit_bias for the tokens of '"', '}' and ']' (see the module docstring)."""
     bias = {}
     for text in ('"', "}", "]"):
-        _, _, r = SERVER.post_json("/tokenize", {"prompt": text, "add_special_tokens": False})
+        _, _, r = SERVER.post_json("/tokenize", {"prompt": text})
         bias[str(r["tokens"][-1])] = 4
     return bias
 

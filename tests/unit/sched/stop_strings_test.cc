@@ -66,5 +66,16 @@ TEST(StopStrings, StopAtTheVeryStartAndMultibyteText) {
   EXPECT_EQ(f.push("?", &s), "é?");
 }
 
+// include_stop_str_in_output: the first stop string stays, nothing after it; of two starting at
+// one place, the shorter (it was whole first).
+TEST(StopStrings, IncludeTheStopString) {
+  auto [out, stopped] = run(StopStringFilter({"world", "lo w"}, true), {"hel", "lo world!"});
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(out, "hello w");
+  auto [out2, stopped2] = run(StopStringFilter({"abc", "ab"}, true), {"xa", "bcd"});
+  EXPECT_TRUE(stopped2);
+  EXPECT_EQ(out2, "xab");
+}
+
 }  // namespace
 }  // namespace mla::sched
