@@ -122,7 +122,32 @@ void answer_whole(const CompletionSpec& spec, const ResponseMeta& meta, Admitted
     if (failed(o.finish)) return send_error(res, engine_error(o));
   for (size_t c = 0; c < outputs.size(); ++c)
     outputs[c].usage = choice_usage(spec, c, outputs[c].usage);
-  send_json(res, 200, completion_response(meta, outputs, echo_per_choice(spec)));
+  if (spec.keep == 0)
+    return send_json(res, 200, completion_response(meta, outputs, echo_per_choice(spec)));
+  // best_of: each prompt's `keep` samples of the highest cumulative logprob, best first; the
+  // usage counts every sample.
+  std::vector<sched::Usage> usage;
+  for (const sched::RequestOutput& o : outputs) usage.push_back(o.usage);
+  const std::vector<std::string> echo = echo_per_choice(spec);
+  std::vector<sched::RequestOutput> kept;
+  std::vector<std::string> kept_echo;
+  const auto cumulative = [](const sched::RequestOutput& o) {
+    double sum = 0;
+    for (const TokenLogprobs& lp : o.logprobs) sum += lp.logprob;
+    return sum;
+  };
+  for (size_t p = 0; p < spec.prompts.size(); ++p) {
+    std::vector<size_t> order(size_t(spec.n));
+    for (size_t j = 0; j < order.size(); ++j) order[j] = p * size_t(spec.n) + j;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return cumulative(outputs[a]) > cumulative(outputs[b]);
+    });
+    for (size_t j = 0; j < size_t(spec.keep); ++j) {
+      kept.push_back(std::move(outputs[order[j]]));
+      if (!echo.empty()) kept_echo.push_back(echo[order[j]]);
+    }
+  }
+  send_json(res, 200, completion_response(meta, kept, kept_echo, usage));
 }
 
 // Writes the event stream; false when the client is gone (its requests are then cancelled).

@@ -267,12 +267,15 @@ MaybeError parse_common(Endpoint endpoint, const json& body, const ServedModel& 
   std::optional<int64_t> n, best_of;
   if (auto e = get_int(body, "n", 1, sched::kMaxSamplesPerPrompt, &n)) return e;
   out->n = int(n.value_or(1));
-  // best_of > n would rank extra samples by their likelihood and return the best n: not served.
+  // best_of > n: best_of samples per prompt, the n with the highest cumulative logprob returned.
   if (auto e = get_int(body, "best_of", INT64_MIN, INT64_MAX, &best_of)) return e;
-  if (best_of && *best_of != out->n)
-    return bad_request(
-        "best_of",
-        fmt::format("best_of is {} and n is {}; only best_of = n is supported", *best_of, out->n));
+  if (best_of && (*best_of < out->n || *best_of > sched::kMaxSamplesPerPrompt))
+    return bad_request("best_of", fmt::format("best_of is {}; it must be in [n, {}] (n is {})",
+                                              *best_of, sched::kMaxSamplesPerPrompt, out->n));
+  if (best_of && *best_of > out->n) {
+    out->keep = out->n;
+    out->n = int(*best_of);
+  }
 
   std::optional<int64_t> max_tokens;
   const char* mt_key =
@@ -387,6 +390,11 @@ std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohma
                                                  std::string_view raw_body) {
   if (auto e = parse_common(endpoint, body, model, out)) return e;
   if (auto e = parse_logprobs(endpoint, body, out)) return e;
+  if (out->keep > 0) {
+    if (out->stream)  // the best samples are known only at the end (OpenAI refuses it too)
+      return bad_request("best_of", "best_of above n cannot be streamed");
+    out->request.logprobs = std::max(out->request.logprobs, 0);  // the ranking needs them
+  }
   if (auto e = parse_response_format(body, raw_body, model, &out->request.sampling)) return e;
   if (endpoint == Endpoint::kChat) {
     tok::ChatOptions opts;

@@ -59,6 +59,9 @@ struct CompletionSpec {
   Endpoint endpoint = Endpoint::kCompletions;
   std::vector<std::vector<int32_t>> prompts;  // ids checked against vocab
   int n = 1;  // samples of each prompt: choice c is sample c % n of prompt c / n
+  // best_of > n: n above is best_of, and the `keep` samples of each prompt with the highest
+  // cumulative logprob are returned (0: all n are).
+  int keep = 0;
   std::vector<std::string> echo_texts;  // completions with echo: each prompt's text
   sched::Request request;               // sampling, limits, stops; prompt left empty
   bool max_tokens_given = false;        // else: chat takes the rest of the context, completions 16

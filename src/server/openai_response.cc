@@ -118,7 +118,8 @@ json logprobs_json(const ResponseMeta& meta, std::span<const int32_t> ids,
 }
 
 json completion_response(const ResponseMeta& meta, std::span<const sched::RequestOutput> outputs,
-                         std::span<const std::string> echo) {
+                         std::span<const std::string> echo,
+                         std::span<const sched::Usage> all_usage) {
   const bool chat = meta.endpoint == Endpoint::kChat;
   json choices = json::array();
   std::vector<sched::Usage> usage;
@@ -145,13 +146,14 @@ json completion_response(const ResponseMeta& meta, std::span<const sched::Reques
     choices.push_back(std::move(c));
     usage.push_back(o.usage);
   }
-  return {{"id", meta.id},
-          {"object", chat ? "chat.completion" : "text_completion"},
-          {"created", meta.created},
-          {"model", meta.model},
-          {"system_fingerprint", "mla"},
-          {"choices", std::move(choices)},
-          {"usage", usage_json(usage)}};
+  return {
+      {"id", meta.id},
+      {"object", chat ? "chat.completion" : "text_completion"},
+      {"created", meta.created},
+      {"model", meta.model},
+      {"system_fingerprint", "mla"},
+      {"choices", std::move(choices)},
+      {"usage", usage_json(all_usage.empty() ? std::span<const sched::Usage>(usage) : all_usage)}};
 }
 
 json stream_chunk(const ResponseMeta& meta, int index, const ChunkContent& c, bool usage_null) {

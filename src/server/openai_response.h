@@ -51,9 +51,11 @@ nlohmann::json logprobs_json(const ResponseMeta& meta, std::span<const int32_t> 
                              std::span<const TokenLogprobs> lps, int64_t* text_offset);
 
 // The whole non-streamed response; outputs[i] is choice i, echo[i] its prompt text (or none).
+// usage: every sample's (best_of counts the samples not returned); empty: the outputs'.
 nlohmann::json completion_response(const ResponseMeta& meta,
                                    std::span<const sched::RequestOutput> outputs,
-                                   std::span<const std::string> echo);
+                                   std::span<const std::string> echo,
+                                   std::span<const sched::Usage> usage = {});
 
 // One stream chunk for choice `index`: the role-only first delta (chat), new text (with its
 // logprobs or null), or the final chunk with finish_reason (null otherwise). `usage_null`:

@@ -247,6 +247,22 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(kept.choices[0].text, bos * 3)
         self.assertEqual(skipped.choices[0].text, "")
 
+    def test_best_of_returns_the_most_likely_samples(self):
+        # best_of 5, n 2: the 2 of the 5 seeded samples (sample i draws with seed + i, as the
+        # n = 5 request shows) with the highest cumulative logprob, best first.
+        kw = dict(model=SERVER.model_id, prompt="Once", max_tokens=8, temperature=1.0, seed=42,
+                  extra_body={"ignore_eos": True})
+        all5 = client().completions.create(n=5, logprobs=0, **kw)
+        ranked = sorted(all5.choices, key=lambda c: -sum(c.logprobs.token_logprobs))
+        best = client().completions.create(n=2, best_of=5, **kw)
+        self.assertEqual([c.text for c in best.choices], [c.text for c in ranked[:2]])
+        self.assertEqual([c.index for c in best.choices], [0, 1])
+        self.assertIsNone(best.choices[0].logprobs)  # not asked for
+        self.assertEqual(best.usage.completion_tokens, all5.usage.completion_tokens)
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().completions.create(n=1, best_of=2, stream=True, **kw)
+        self.assertEqual(cm.exception.body["param"], "best_of")
+
     def test_stream_legacy_logprobs(self):
         chunks = list(client().completions.create(
             model=SERVER.model_id, prompt="Hi", max_tokens=5, temperature=0, logprobs=2,
@@ -271,7 +287,8 @@ class ErrorsTest(unittest.TestCase):
         self.assertEqual(cm.exception.body["code"], "model_not_found")
 
     def test_bad_params_400_name_the_param(self):
-        cases = [({"n": 17}, "n"), ({"n": 2, "best_of": 3}, "best_of"),
+        cases = [({"n": 17}, "n"), ({"n": 2, "best_of": 1}, "best_of"),
+                 ({"n": 2, "best_of": 17}, "best_of"),
                  ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
                  ({"max_tokens": 0}, "max_tokens"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
                  ({"logit_bias": {"-1": 5}}, "logit_bias"), ({"top_logprobs": 3}, "top_logprobs"),
