@@ -271,7 +271,10 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int k
   };
 
   TokenLogprobs r;
+  r.token = token;
   r.logprob = logprob(logits[size_t(token)]);
+  const float own = logits[size_t(token)];
+  for (float v : logits) r.rank += v > own;  // NaN compares false
   if (k <= 0) return r;
   std::vector<std::pair<float, int32_t>> order;
   order.reserve(logits.size());

@@ -86,6 +86,8 @@ class Sampler {
 struct TokenLogprobs {
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top;
+  int64_t rank = 1;    // 1 + the tokens with a higher logit (vLLM's prompt_logprobs report it)
+  int32_t token = -1;  // the token whose logprob this is
 };
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int k);
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
 #include "sched/engine_impl.h"
@@ -113,6 +114,14 @@ Result<std::unique_ptr<LiveRequest>> Engine::Impl::make_request(Request request,
   const RequestId id = e.next_id.fetch_add(1);
   auto live = std::make_unique<LiveRequest>(id, std::move(request), total, &e.block_pool, &e.cache);
   live->stream = std::make_shared<RequestStream>(id, std::move(callback), e.inbox);
+  live->seq.skip_prefix_cache = live->req.prompt_logprobs >= 0;
+  if (live->req.prompt_logprobs >= 0) {
+    TokenLogprobs first;
+    first.token = live->req.prompt[0];
+    first.rank = 0;
+    first.logprob = std::numeric_limits<float>::quiet_NaN();
+    live->prompt_lps.push_back(std::move(first));
+  }
   if (e.tokenizer)
     live->decoder.emplace(*e.tokenizer,
                           tok::DecodeOptions{.skip_special = live->req.skip_special_tokens});

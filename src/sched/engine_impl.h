@@ -39,6 +39,10 @@ struct LiveRequest {
   bool scheduled_once = false;
   bool fork = false;  // a later sample of a submit_n prompt: its prompt is the first sample's
   int64_t generated = 0;
+  // Request::prompt_logprobs: collected per prefill chunk, sent with the first token; the next
+  // prompt position to report (a preempted request recomputes its prompt without repeats).
+  std::vector<TokenLogprobs> prompt_lps;
+  int64_t prompt_lps_next = 1;
   std::optional<std::promise<Result<PrefixId>>> pin_done;  // set for a pin job
   // The other samples of this prompt (Engine::submit_n), carried until its prompt is computed:
   // then they fork its pages and run as requests of their own; they end with it if it ends
@@ -88,6 +92,10 @@ struct Engine::Impl {
     RequestEvent event;
   };
   // logits: the row token was sampled from ([vocab]), for the request's logprobs.
+  // Request::prompt_logprobs of this step's prompt rows (logits of every row: first_row[i] is
+  // chunk i's first).
+  void collect_prompt_logprobs(const StepPlan& plan, std::span<const int64_t> first_row,
+                               std::span<const float> logits);
   void on_token(LiveRequest& r, int32_t token, std::span<const float> logits, Clock::time_point now,
                 EngineMetrics* m);
   // Ends r with a final event (any reason), releasing its blocks; r is destroyed. A pin job gets

@@ -63,6 +63,25 @@ void Engine::Impl::finish(LiveRequest& r, FinishReason why, std::string error, R
   live.erase(id);
 }
 
+void Engine::Impl::collect_prompt_logprobs(const StepPlan& plan, std::span<const int64_t> first_row,
+                                           std::span<const float> logits) {
+  const int64_t vocab = model.config().vocab_size;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    LiveRequest& r = *live.at(c.seq->id);
+    if (r.req.prompt_logprobs < 0) continue;
+    // Row k predicts token start + k + 1: a prompt token's logprob, until the prompt ends.
+    for (int k = 0; k < c.n_tokens; ++k) {
+      const int64_t target = c.start + k + 1;
+      if (target >= c.seq->prompt_len || target < r.prompt_lps_next) continue;
+      const std::span<const float> row(logits.data() + (first_row[i] + k) * vocab, size_t(vocab));
+      r.prompt_lps.push_back(
+          token_logprobs(row, c.seq->tokens[size_t(target)], r.req.prompt_logprobs));
+      r.prompt_lps_next = target + 1;
+    }
+  }
+}
+
 void Engine::Impl::on_token(LiveRequest& r, int32_t token, std::span<const float> logits,
                             Clock::time_point now, EngineMetrics* m) {
   r.seq.tokens.push_back(token);
@@ -78,6 +97,7 @@ void Engine::Impl::on_token(LiveRequest& r, int32_t token, std::span<const float
 
   RequestEvent ev;
   ev.token_ids.push_back(token);
+  if (r.generated == 1) ev.prompt_logprobs = std::move(r.prompt_lps);
   if (r.req.logprobs >= 0) ev.logprobs.push_back(token_logprobs(logits, token, r.req.logprobs));
   FinishReason why = FinishReason::kNone;
   bool stop_string = false;
@@ -141,6 +161,17 @@ void Engine::Impl::step() {
     }
   }
   batch.tokens = tokens;
+  // Prompt logprobs need the logits of every row: then the whole batch computes them all.
+  for (const ScheduledChunk& c : plan.chunks) {
+    const LiveRequest& r = *live.at(c.seq->id);
+    if (r.req.prompt_logprobs >= 0 && c.start + 1 < c.seq->prompt_len) batch.all_logits = true;
+  }
+  // The row of each chunk's first token in the logits.
+  std::vector<int64_t> first_row(plan.chunks.size());
+  for (size_t i = 0, row = 0; i < plan.chunks.size(); ++i) {
+    first_row[i] = batch.all_logits ? int64_t(row) : int64_t(i);
+    row += size_t(plan.chunks[i].n_tokens);
+  }
 
   ForwardStats fs;
   if (!plan.chunks.empty()) {
@@ -177,6 +208,7 @@ void Engine::Impl::step() {
   }
 
   const int64_t vocab = model.config().vocab_size;
+  if (batch.all_logits) collect_prompt_logprobs(plan, first_row, logits);
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     Sequence* seq = plan.chunks[i].seq;
     if (seq->remaining() > 0) continue;  // a prefill chunk short of the last token
@@ -189,7 +221,8 @@ void Engine::Impl::step() {
       live.erase(seq->id);
       continue;
     }
-    const std::span<const float> row(logits.data() + int64_t(i) * vocab, size_t(vocab));
+    const int64_t last = first_row[i] + (batch.all_logits ? plan.chunks[i].n_tokens - 1 : 0);
+    const std::span<const float> row(logits.data() + last * vocab, size_t(vocab));
     // NaN logits (NaN or Inf weights are valid in a checkpoint) fail this request alone
     // (docs/RELIABILITY.md §Checklist R20); the others in the batch carry on.
     if (std::any_of(row.begin(), row.end(), [](float v) { return std::isnan(v); })) {
@@ -208,6 +241,8 @@ void Engine::Impl::step() {
       live.emplace(f->seq.id, std::move(f));
     }
     r.forks.clear();
+    for (LiveRequest* s : samples)  // every sample reports the prompt's logprobs
+      if (s != &r) s->prompt_lps = r.prompt_lps;
     for (LiveRequest* s : samples) {
       Result<int32_t> token = s->sampler.sample(row);
       if (!token.ok()) {

@@ -24,6 +24,7 @@ std::string_view finish_reason_name(FinishReason r) {
 void RequestOutput::add(const RequestEvent& e) {
   token_ids.insert(token_ids.end(), e.token_ids.begin(), e.token_ids.end());
   logprobs.insert(logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+  prompt_logprobs.insert(prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
   text += e.text;
   if (e.finish != FinishReason::kNone) {
     finish = e.finish;
@@ -47,6 +48,9 @@ Status validate(const Request& r, int64_t vocab) {
   if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
     return invalid_argument(
         fmt::format("request: logprobs is {}, must be in [-1, {}]", r.logprobs, kMaxTopLogprobs));
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxTopLogprobs)
+    return invalid_argument(fmt::format("request: prompt_logprobs is {}, must be in [-1, {}]",
+                                        r.prompt_logprobs, kMaxTopLogprobs));
   for (const std::string& s : r.stop)
     if (s.empty()) return invalid_argument("request: a stop string is empty");
   return validate(r.sampling, vocab);

@@ -28,6 +28,10 @@ struct Request {
   // Report each generated token's logprob and this many alternatives (0..kMaxTopLogprobs);
   // -1: no logprobs.
   int logprobs = -1;
+  // vLLM's prompt_logprobs: each prompt token's logprob (from the second on) and this many
+  // alternatives (0..kMaxTopLogprobs), on the first event; -1: none. Such a request skips the
+  // prefix cache (cached rows have no logits), and its steps compute the logits of every row.
+  int prompt_logprobs = -1;
 };
 
 inline constexpr int kMaxTopLogprobs = 20;
@@ -59,6 +63,9 @@ struct RequestEvent {
   // Request::logprobs >= 0: one entry per id of token_ids (the model's own distribution,
   // before temperature and bias, as OpenAI reports it).
   std::vector<TokenLogprobs> logprobs;
+  // Request::prompt_logprobs >= 0, on the first event: every prompt token in order, the first
+  // with no logprob (rank 0: nothing predicts it).
+  std::vector<TokenLogprobs> prompt_logprobs;
   // New text (engine with a tokenizer): complete UTF-8 only; text that could be the start of a
   // stop string is held back until it is not; a stop string and what follows never appear, nor
   // does the text of an EOS / stop token id.
@@ -72,6 +79,7 @@ struct RequestEvent {
 struct RequestOutput {
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;
+  std::vector<TokenLogprobs> prompt_logprobs;
   std::string text;
   FinishReason finish = FinishReason::kNone;
   std::string error;

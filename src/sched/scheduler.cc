@@ -105,7 +105,7 @@ bool Scheduler::admit(Sequence* seq, int budget, StepPlan* plan) {
   MLA_CHECK(seq->num_computed() == 0, "waiting sequence {} holds {} rows", seq->id,
             seq->num_computed());
   int64_t hit = 0;
-  if (prefix_) {
+  if (prefix_ && !seq->skip_prefix_cache) {
     const std::span<const int32_t> all(seq->tokens);
     hit = prefix_->acquire(all.first(all.size() - 1), &seq->blocks);
   }

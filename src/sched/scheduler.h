@@ -45,6 +45,7 @@ struct Sequence {
   int num_preemptions = 0;
   int64_t cached_tokens = -1;  // prefix-cache hit tokens at first admission; -1 before it
   bool admitted_once = false;
+  bool skip_prefix_cache = false;  // every prompt row is computed here (prompt logprobs)
   // Samples that will fork from it once its prompt is computed (Engine::submit_n): admission
   // keeps a running slot for each, so the forks never take running past max_num_seqs.
   int pending_forks = 0;

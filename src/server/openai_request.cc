@@ -172,7 +172,6 @@ MaybeError check_accepted_extras(const json& body) {
   static const Unserved kUnserved[] = {
       {"use_beam_search", false, "beam search is not implemented"},
       {"length_penalty", 1.0, "it applies to beam search, which is not implemented"},
-      {"prompt_logprobs", nullptr, "prompt logprobs are not implemented"},
       {"allowed_token_ids", nullptr, "use logit_bias"},
       {"bad_words", nullptr, "use logit_bias"},
       {"guided_json", nullptr, "use response_format json_schema"},
@@ -314,6 +313,15 @@ MaybeError parse_common(Endpoint endpoint, const json& body, const ServedModel& 
 MaybeError parse_logprobs(Endpoint endpoint, const json& body, CompletionSpec* out) {
   if (auto e = get_bool(body, "return_tokens_as_token_ids", &out->tokens_as_ids)) return e;
   std::optional<int64_t> k;
+  // vLLM's prompt_logprobs: every prompt token's logprob and k alternatives (non-streamed).
+  if (auto e = get_int(body, "prompt_logprobs", 0, sched::kMaxTopLogprobs, &k)) return e;
+  if (k) {
+    if (out->stream)
+      return bad_request("prompt_logprobs", "prompt_logprobs cannot be streamed here");
+    out->prompt_logprobs = true;
+    out->request.prompt_logprobs = int(*k);
+  }
+  k.reset();
   if (endpoint == Endpoint::kCompletions) {
     // Legacy: logprobs is the number of alternatives (0 still reports the chosen token's).
     if (auto e = get_int(body, "logprobs", 0, sched::kMaxTopLogprobs, &k)) return e;
@@ -415,8 +423,12 @@ std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohma
   if (const json* suffix = field(body, "suffix"))
     if (!suffix->is_string() || !suffix->get<std::string>().empty())
       return bad_request("suffix", "suffix is not supported");
-  if (echo && out->logprobs != LogprobsStyle::kNone)
-    return bad_request("echo", "echo together with logprobs (prompt logprobs) is not supported");
+  if (echo && out->logprobs != LogprobsStyle::kNone) {
+    // The legacy logprobs then start with the prompt's tokens (OpenAI's echo with logprobs).
+    if (out->stream)
+      return bad_request("echo", "echo together with logprobs cannot be streamed here");
+    out->request.prompt_logprobs = std::max(out->request.prompt_logprobs, out->request.logprobs);
+  }
   std::vector<std::string> texts;
   if (auto e = completion_prompts(body, model, &out->prompts, &texts)) return e;
   if (out->num_choices() > kMaxPrompts)

@@ -71,7 +71,8 @@ struct CompletionSpec {
   // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N" (distinct tokens with
   // the same text, e.g. two invalid UTF-8 bytes, stay apart).
   bool tokens_as_ids = false;
-  ToolRequest tools;  // chat only
+  bool prompt_logprobs = false;  // choices carry vLLM's prompt_logprobs list
+  ToolRequest tools;             // chat only
 
   size_t num_choices() const { return prompts.size() * size_t(n); }
 };

@@ -45,6 +45,7 @@ ResponseMeta make_response_meta(const CompletionSpec& spec, const ServedModel& m
   m.logprobs = spec.logprobs;
   m.tokens_as_ids = spec.tokens_as_ids;
   m.tokenizer = model.tokenizer ? &model.tokenizer->tokenizer : nullptr;
+  m.prompt_logprobs = spec.prompt_logprobs;
   if (spec.endpoint != Endpoint::kChat) return m;
   m.reply.reasoning = model.reasoning;
   if (spec.tools.parse && model.chat_format && tool_syntax(*model.chat_format)) {
@@ -117,6 +118,50 @@ json logprobs_json(const ResponseMeta& meta, std::span<const int32_t> ids,
   return nullptr;
 }
 
+// vLLM's prompt_logprobs: null for the first prompt token, then per token {"<id>": {logprob,
+// rank, decoded_token}} for the token itself and its alternatives.
+json prompt_logprobs_json(const ResponseMeta& meta, std::span<const TokenLogprobs> lps) {
+  json list = json::array();
+  for (size_t i = 0; i < lps.size(); ++i) {
+    if (i == 0) {
+      list.push_back(nullptr);
+      continue;
+    }
+    json entry = json::object();
+    const auto add = [&](int32_t id, float lp, int64_t rank) {
+      entry[std::to_string(id)] = {
+          {"logprob", lp}, {"rank", rank}, {"decoded_token", token_text(meta, id)}};
+    };
+    add(lps[i].token, lps[i].logprob, lps[i].rank);
+    for (size_t k = 0; k < lps[i].top.size(); ++k)
+      if (lps[i].top[k].first != lps[i].token)
+        add(lps[i].top[k].first, lps[i].top[k].second, int64_t(k) + 1);
+    list.push_back(std::move(entry));
+  }
+  return list;
+}
+
+// Completions with echo and logprobs: the legacy object starts with the prompt's tokens (the
+// first with null logprob and alternatives), then the generated ones'.
+json echo_logprobs_json(const ResponseMeta& meta, const sched::RequestOutput& o) {
+  int64_t offset = 0;
+  const std::span<const TokenLogprobs> prompt(o.prompt_logprobs);
+  std::vector<int32_t> ids;
+  for (const TokenLogprobs& lp : prompt) ids.push_back(lp.token);
+  json first = {{"tokens", json::array({token_name(meta, ids[0])})},
+                {"token_logprobs", json::array({nullptr})},
+                {"top_logprobs", json::array({nullptr})},
+                {"text_offset", json::array({0})}};
+  offset += int64_t(token_text(meta, ids[0]).size());
+  json rest = logprobs_json(meta, std::span(ids).subspan(1), prompt.subspan(1), &offset);
+  json gen = logprobs_json(meta, o.token_ids, o.logprobs, &offset);
+  for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (json& v : rest[k]) first[k].push_back(std::move(v));
+    for (json& v : gen[k]) first[k].push_back(std::move(v));
+  }
+  return first;
+}
+
 json completion_response(const ResponseMeta& meta, std::span<const sched::RequestOutput> outputs,
                          std::span<const std::string> echo,
                          std::span<const sched::Usage> all_usage) {
@@ -141,7 +186,11 @@ json completion_response(const ResponseMeta& meta, std::span<const sched::Reques
       c["text"] = prefix + o.text;
     }
     int64_t offset = int64_t(prefix.size());
-    c["logprobs"] = logprobs_json(meta, o.token_ids, o.logprobs, &offset);
+    const bool echo_logprobs =
+        i < echo.size() && meta.logprobs == LogprobsStyle::kLegacy && !o.prompt_logprobs.empty();
+    c["logprobs"] = echo_logprobs ? echo_logprobs_json(meta, o)
+                                  : logprobs_json(meta, o.token_ids, o.logprobs, &offset);
+    if (meta.prompt_logprobs) c["prompt_logprobs"] = prompt_logprobs_json(meta, o.prompt_logprobs);
     c["finish_reason"] = finish_reason_json(o.finish, calls);
     choices.push_back(std::move(c));
     usage.push_back(o.usage);

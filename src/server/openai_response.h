@@ -27,6 +27,7 @@ struct ResponseMeta {
   bool tokens_as_ids = false;                 // logprobs name tokens "token_id:N" regardless
   // Chat: how a reply splits into reasoning_content, content and tool_calls (reply_parser.h).
   ReplyOptions reply;
+  bool prompt_logprobs = false;  // choices carry vLLM's prompt_logprobs list
 };
 // `model` serves the request: its chat format picks the tool-call syntax, and its reasoning flag
 // (R1 formats, --reasoning-parser) the reasoning split.

@@ -527,7 +527,7 @@ def bad_requests(model_id, max_model_len):
                          ("stream", "yes"), ("top_k", 1.5), ("seed", "x"), ("stop", 5)]:
         out.append(Bad(f"type {field}", {400}, body=chat(**{field: value})))
     # 39: out of range.
-    for field, value in [("max_tokens", 0), ("max_tokens", -5), ("n", 17), ("best_of", 4),
+    for field, value in [("max_tokens", 0), ("max_tokens", -5), ("n", 17), ("best_of", 17), ("prompt_logprobs", 21),
                          ("temperature", -1), ("temperature", 2.5), ("top_p", 0), ("top_p", 1.5),
                          ("top_k", -2), ("top_k", 10 ** 6), ("min_p", 2),
                          ("presence_penalty", 3), ("frequency_penalty", -2.5),

@@ -263,6 +263,50 @@ class CompletionsTest(unittest.TestCase):
             client().completions.create(n=1, best_of=2, stream=True, **kw)
         self.assertEqual(cm.exception.body["param"], "best_of")
 
+    def test_prompt_logprobs_and_echo_with_logprobs(self):
+        # The logprob of token t after prompt P, as the sampler reported it when generating t,
+        # equals t's prompt logprob in the prompt P + [t]: the same row computed the same way
+        # (prompts this short run on the dot-product path, row by row). It is bit for bit here;
+        # 1e-5 allows a host whose kernels group rows differently to reassociate FP32 sums
+        # (~1e-7 relative on logits of size ~10, ~1e-6 after log-softmax).
+        auth = {"Authorization": f"Bearer {KEY}"}
+        _, _, tok = SERVER.post_json("/tokenize", {"prompt": "Once upon a"}, headers=auth)
+        prompt = tok["tokens"]
+        gen = client().completions.create(model=SERVER.model_id, prompt=prompt, max_tokens=2,
+                                          temperature=0, logprobs=0,
+                                          extra_body={"ignore_eos": True})
+        t1 = gen.choices[0].logprobs.tokens[0]
+        lp1 = gen.choices[0].logprobs.token_logprobs[0]
+        t1_id = int(t1.split(":")[1]) if t1.startswith("token_id:") else None
+        if t1_id is None:
+            _, _, t = SERVER.post_json("/tokenize", {"prompt": t1}, headers=auth)
+            t1_id = t["tokens"][-1]
+        for attempt in range(2):  # the second time the prompt is in the prefix cache
+            r = client().completions.create(model=SERVER.model_id, prompt=prompt + [t1_id],
+                                            max_tokens=1, temperature=0,
+                                            extra_body={"prompt_logprobs": 2, "ignore_eos": True})
+            plp = r.choices[0].model_extra["prompt_logprobs"]
+            self.assertEqual(len(plp), len(prompt) + 1)
+            self.assertIsNone(plp[0])
+            last = plp[-1][str(t1_id)]
+            self.assertAlmostEqual(last["logprob"], lp1, delta=1e-5)
+            self.assertGreaterEqual(last["rank"], 1)
+            self.assertTrue(all(len(p) >= 1 and len(p) <= 3 for p in plp[1:]))
+        # echo + logprobs: the legacy object starts with the prompt's tokens, the first null.
+        e = client().completions.create(model=SERVER.model_id, prompt=prompt + [t1_id],
+                                        max_tokens=2, temperature=0, logprobs=1, echo=True,
+                                        extra_body={"ignore_eos": True})
+        lp = e.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), len(prompt) + 1 + 2)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        self.assertAlmostEqual(lp.token_logprobs[len(prompt)], lp1, delta=1e-5)
+        self.assertEqual(lp.text_offset, sorted(lp.text_offset))
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().completions.create(model=SERVER.model_id, prompt="x", max_tokens=1,
+                                        logprobs=1, echo=True, stream=True)
+        self.assertEqual(cm.exception.body["param"], "echo")
+
     def test_stream_legacy_logprobs(self):
         chunks = list(client().completions.create(
             model=SERVER.model_id, prompt="Hi", max_tokens=5, temperature=0, logprobs=2,
@@ -295,7 +339,7 @@ class ErrorsTest(unittest.TestCase):
                  # vLLM extensions not served: refused by name, unless they ask for the default.
                  ({"use_beam_search": True}, "use_beam_search"),
                  ({"guided_json": {"type": "object"}}, "guided_json"),
-                 ({"prompt_logprobs": 1}, "prompt_logprobs"),
+                 ({"prompt_logprobs": 21}, "prompt_logprobs"),
                  ({"add_generation_prompt": False}, "add_generation_prompt"),
                  ({"cache_salt": "tenant-a"}, "cache_salt")]
         for extra, param in cases:

@@ -287,5 +287,16 @@ TEST(TokenLogprobs, ProbabilitiesSumToOne) {
   EXPECT_NEAR(sum, 1.0, 2e-6);
 }
 
+// The rank vLLM's prompt_logprobs report: 1 + the tokens with a strictly higher logit (ties
+// share a rank, NaN never outranks), and the token itself.
+TEST(TokenLogprobs, RankAndToken) {
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, std::nanf(""), -2.0f, 0.5f};
+  EXPECT_EQ(token_logprobs(logits, 1, 0).rank, 1);
+  EXPECT_EQ(token_logprobs(logits, 2, 0).rank, 1);
+  EXPECT_EQ(token_logprobs(logits, 0, 0).rank, 3);
+  EXPECT_EQ(token_logprobs(logits, 4, 2).rank, 5);
+  EXPECT_EQ(token_logprobs(logits, 4, 2).token, 4);
+}
+
 }  // namespace
 }  // namespace mla
