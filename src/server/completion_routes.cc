@@ -168,10 +168,13 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
   if (chat && (meta.reply.reasoning || meta.reply.tools))
     for (size_t i = 0; i < n; ++i) parsers.emplace_back(meta.reply);
   std::vector<int> next_call(n, 0);  // delta.tool_calls[].index
+  // Echo with logprobs: the echo goes out with the prompt's logprobs, on the first event.
+  const bool echo_logprobs =
+      !echo.empty() && meta.logprobs == LogprobsStyle::kLegacy && spec.request.prompt_logprobs >= 0;
   for (size_t i = 0; i < n; ++i) {
     ChunkContent c;
     c.role = chat;  // the first delta carries the role only
-    if (i < echo.size()) c.text = echo[i];
+    if (i < echo.size() && !echo_logprobs) c.text = echo[i];
     offsets[i] = int64_t(c.text.size());
     if ((c.role || !c.text.empty()) && !send(stream_chunk(meta, int(i), c, spec.include_usage)))
       return false;
@@ -192,7 +195,16 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
       return send(error_json(engine_error(o))) && sink.write(kDone.data(), kDone.size());
     }
     const bool final = e.finish != sched::FinishReason::kNone;
+    if (echo_logprobs && !e.prompt_logprobs.empty()) {
+      ChunkContent ec;
+      ec.text = echo[i];
+      offsets[i] = 0;
+      ec.logprobs = echo_prompt_logprobs_json(meta, e.prompt_logprobs, &offsets[i]);
+      if (!send(stream_chunk(meta, int(i), ec, spec.include_usage))) return false;
+    }
     ChunkContent c;
+    if (meta.prompt_logprobs && !e.prompt_logprobs.empty())
+      c.prompt_logprobs = prompt_logprobs_json(meta, e.prompt_logprobs);
     std::vector<ParsedToolCall> calls;
     if (parsers.empty()) {
       c.text = e.text;
@@ -215,7 +227,7 @@ bool write_stream(const CompletionSpec& spec, const ResponseMeta& meta, const Ad
     // sequence, an id without text), as vLLM does: benchmark clients time every chunk. Chat sends
     // only deltas with content.
     if (!c.text.empty() || !c.reasoning.empty() || !c.logprobs.is_null() ||
-        (!chat && !e.token_ids.empty())) {
+        !c.prompt_logprobs.is_null() || (!chat && !e.token_ids.empty())) {
       if (!send(stream_chunk(meta, int(i), c, spec.include_usage))) return false;
     }
     for (const ParsedToolCall& call : calls) {  // whole calls: the name, then the arguments

@@ -316,8 +316,6 @@ MaybeError parse_logprobs(Endpoint endpoint, const json& body, CompletionSpec* o
   // vLLM's prompt_logprobs: every prompt token's logprob and k alternatives (non-streamed).
   if (auto e = get_int(body, "prompt_logprobs", 0, sched::kMaxTopLogprobs, &k)) return e;
   if (k) {
-    if (out->stream)
-      return bad_request("prompt_logprobs", "prompt_logprobs cannot be streamed here");
     out->prompt_logprobs = true;
     out->request.prompt_logprobs = int(*k);
   }
@@ -425,8 +423,6 @@ std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohma
       return bad_request("suffix", "suffix is not supported");
   if (echo && out->logprobs != LogprobsStyle::kNone) {
     // The legacy logprobs then start with the prompt's tokens (OpenAI's echo with logprobs).
-    if (out->stream)
-      return bad_request("echo", "echo together with logprobs cannot be streamed here");
     out->request.prompt_logprobs = std::max(out->request.prompt_logprobs, out->request.logprobs);
   }
   std::vector<std::string> texts;

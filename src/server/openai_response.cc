@@ -143,23 +143,31 @@ json prompt_logprobs_json(const ResponseMeta& meta, std::span<const TokenLogprob
 
 // Completions with echo and logprobs: the legacy object starts with the prompt's tokens (the
 // first with null logprob and alternatives), then the generated ones'.
-json echo_logprobs_json(const ResponseMeta& meta, const sched::RequestOutput& o) {
-  int64_t offset = 0;
-  const std::span<const TokenLogprobs> prompt(o.prompt_logprobs);
+json echo_prompt_logprobs_json(const ResponseMeta& meta, std::span<const TokenLogprobs> prompt,
+                               int64_t* text_offset) {
   std::vector<int32_t> ids;
   for (const TokenLogprobs& lp : prompt) ids.push_back(lp.token);
   json first = {{"tokens", json::array({token_name(meta, ids[0])})},
                 {"token_logprobs", json::array({nullptr})},
                 {"top_logprobs", json::array({nullptr})},
-                {"text_offset", json::array({0})}};
-  offset += int64_t(token_text(meta, ids[0]).size());
-  json rest = logprobs_json(meta, std::span(ids).subspan(1), prompt.subspan(1), &offset);
-  json gen = logprobs_json(meta, o.token_ids, o.logprobs, &offset);
-  for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
-    for (json& v : rest[k]) first[k].push_back(std::move(v));
-    for (json& v : gen[k]) first[k].push_back(std::move(v));
-  }
+                {"text_offset", json::array({*text_offset})}};
+  *text_offset += int64_t(token_text(meta, ids[0]).size());
+  append_logprobs(logprobs_json(meta, std::span(ids).subspan(1), prompt.subspan(1), text_offset),
+                  &first);
   return first;
+}
+
+void append_logprobs(json rest, json* to) {
+  for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (json& v : rest[k]) (*to)[k].push_back(std::move(v));
+}
+
+// The legacy object of a reply echoed with logprobs: the prompt's tokens, then the generated.
+json echo_logprobs_json(const ResponseMeta& meta, const sched::RequestOutput& o) {
+  int64_t offset = 0;
+  json all = echo_prompt_logprobs_json(meta, o.prompt_logprobs, &offset);
+  append_logprobs(logprobs_json(meta, o.token_ids, o.logprobs, &offset), &all);
+  return all;
 }
 
 json completion_response(const ResponseMeta& meta, std::span<const sched::RequestOutput> outputs,
@@ -219,6 +227,7 @@ json stream_chunk(const ResponseMeta& meta, int index, const ChunkContent& c, bo
     choice["text"] = c.text;
   }
   choice["logprobs"] = c.logprobs;
+  if (!c.prompt_logprobs.is_null()) choice["prompt_logprobs"] = c.prompt_logprobs;
   choice["finish_reason"] = c.finish ? json(c.finish) : json(nullptr);
   json j = {{"id", meta.id},
             {"object", chat ? "chat.completion.chunk" : "text_completion"},

@@ -51,6 +51,17 @@ nlohmann::json usage_json(std::span<const sched::Usage> usage);
 nlohmann::json logprobs_json(const ResponseMeta& meta, std::span<const int32_t> ids,
                              std::span<const TokenLogprobs> lps, int64_t* text_offset);
 
+// vLLM's prompt_logprobs list of a choice: null for the first prompt token, then per token
+// {"<id>": {logprob, rank, decoded_token}} for the token and its alternatives.
+nlohmann::json prompt_logprobs_json(const ResponseMeta& meta, std::span<const TokenLogprobs> lps);
+// The legacy logprobs of an echoed prompt (completions, echo with logprobs): its tokens, the
+// first with null logprob and alternatives; text_offset as logprobs_json.
+nlohmann::json echo_prompt_logprobs_json(const ResponseMeta& meta,
+                                         std::span<const TokenLogprobs> prompt,
+                                         int64_t* text_offset);
+// Appends a legacy logprobs object's lists to another's.
+void append_logprobs(nlohmann::json rest, nlohmann::json* to);
+
 // The whole non-streamed response; outputs[i] is choice i, echo[i] its prompt text (or none).
 // usage: every sample's (best_of counts the samples not returned); empty: the outputs'.
 nlohmann::json completion_response(const ResponseMeta& meta,
@@ -64,10 +75,11 @@ nlohmann::json completion_response(const ResponseMeta& meta,
 struct ChunkContent {
   bool role = false;  // chat: {"role": "assistant"}
   std::string text;
-  std::string reasoning;         // chat with reasoning split: delta.reasoning_content
-  nlohmann::json tool_calls;     // chat: delta.tool_calls (null when none)
-  nlohmann::json logprobs;       // null when none
-  const char* finish = nullptr;  // null until the final chunk
+  std::string reasoning;           // chat with reasoning split: delta.reasoning_content
+  nlohmann::json tool_calls;       // chat: delta.tool_calls (null when none)
+  nlohmann::json prompt_logprobs;  // the first chunk of a choice with prompt_logprobs
+  nlohmann::json logprobs;         // null when none
+  const char* finish = nullptr;    // null until the final chunk
 };
 nlohmann::json stream_chunk(const ResponseMeta& meta, int index, const ChunkContent& c,
                             bool usage_null);

@@ -471,7 +471,9 @@ class QueueAndShutdownTest(unittest.TestCase):
             self.assertIn("this request has 1", json.loads(raw)["error"]["message"])
             t.join()
             self.assertEqual(out[0][0], 200)
-            # Freed when answered: the same request is admitted now.
+            # Freed when answered (the client can read the last byte just before the server
+            # lets go of the slots): the same request is admitted now.
+            s.wait_idle()
             status, _, raw = s.request("POST", "/v1/completions",
                                        {"model": s.model_id, "prompt": ["x", "y"], "max_tokens": 2})
             self.assertEqual(status, 200, raw)

@@ -558,8 +558,7 @@ def bad_requests(model_id, max_model_len):
     # 43: pass-through knobs; refused fields.
     out.append(Bad("chat_template_kwargs", {400}, body=chat(chat_template_kwargs={"x": True})))
     out.append(Bad("suffix", {400}, path="/v1/completions", body=comp(suffix="x")))
-    out.append(Bad("echo with logprobs streamed", {400}, path="/v1/completions",
-                   body=comp(echo=True, logprobs=1, stream=True)))
+    out.append(Bad("streamed best_of above n", {400}, body=chat(n=1, best_of=2, stream=True)))
     out.append(Bad("use_beam_search", {400}, body=chat(use_beam_search=True)))
     return out
 

@@ -302,10 +302,26 @@ class CompletionsTest(unittest.TestCase):
         self.assertIsNone(lp.top_logprobs[0])
         self.assertAlmostEqual(lp.token_logprobs[len(prompt)], lp1, delta=1e-5)
         self.assertEqual(lp.text_offset, sorted(lp.text_offset))
-        with self.assertRaises(openai.BadRequestError) as cm:
-            client().completions.create(model=SERVER.model_id, prompt="x", max_tokens=1,
-                                        logprobs=1, echo=True, stream=True)
-        self.assertEqual(cm.exception.body["param"], "echo")
+        # Streamed, both come in the first chunks and concatenate to the whole reply's.
+        chunks = list(client().completions.create(
+            model=SERVER.model_id, prompt=prompt + [t1_id], max_tokens=2, temperature=0,
+            logprobs=1, echo=True, stream=True, extra_body={"ignore_eos": True}))
+        streamed = {"tokens": [], "token_logprobs": [], "text_offset": []}
+        for ch in chunks:
+            if ch.choices and ch.choices[0].logprobs:
+                for k in streamed:
+                    streamed[k] += getattr(ch.choices[0].logprobs, k)
+        self.assertEqual(streamed["tokens"], lp.tokens)
+        self.assertEqual(streamed["token_logprobs"], lp.token_logprobs)
+        self.assertEqual(streamed["text_offset"], lp.text_offset)
+        self.assertEqual("".join(ch.choices[0].text for ch in chunks if ch.choices),
+                         e.choices[0].text)
+        chat = dict(model=SERVER.model_id, messages=HELLO, max_tokens=2, temperature=0,
+                    extra_body={"prompt_logprobs": 1})
+        whole = client().chat.completions.create(**chat).choices[0].model_extra["prompt_logprobs"]
+        firsts = [ch.choices[0].model_extra.get("prompt_logprobs")
+                  for ch in client().chat.completions.create(**chat, stream=True) if ch.choices]
+        self.assertEqual([p for p in firsts if p is not None], [whole])
 
     def test_stream_legacy_logprobs(self):
         chunks = list(client().completions.create(
