@@ -209,6 +209,10 @@ std::optional<ApiError> parse_tools(const json& body, std::string_view raw_body,
                                     const ServedModel& m, ToolRequest* out, tok::ChatOptions* opts,
                                     SamplingParams* sampling) {
   const auto present = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
+  // The body with the client's key order (it parses sorted): tools are shown, and a forced
+  // call's parameters compiled, in that order. Parsed once, only when there are tools.
+  const nlohmann::ordered_json ordered =
+      present("tools") ? ordered_body(raw_body) : nlohmann::ordered_json();
   std::vector<std::string> names;
   if (present("tools")) {
     const json& tools = body["tools"];
@@ -218,8 +222,6 @@ std::optional<ApiError> parse_tools(const json& body, std::string_view raw_body,
                                               tools.size(), kMaxTools));
     for (size_t i = 0; i < tools.size(); ++i)
       if (auto e = check_tool(tools[i], i, &names)) return e;
-    // The prompt shows each tool with the client's key order (the body parses sorted).
-    const nlohmann::ordered_json ordered = ordered_body(raw_body);
     const bool in_order = ordered.is_object() && ordered.contains("tools") &&
                           ordered["tools"].is_array() && ordered["tools"].size() == tools.size();
     for (size_t i = 0; i < tools.size(); ++i)
@@ -253,7 +255,6 @@ std::optional<ApiError> parse_tools(const json& body, std::string_view raw_body,
     if (sampling->constraint)
       return bad_request("response_format",
                          "response_format cannot be combined with a forced tool call");
-    const nlohmann::ordered_json ordered = ordered_body(raw_body);
     std::vector<ConstraintBranch> branches;
     for (size_t i = 0; i < names.size(); ++i) {
       if (!out->forced_any && names[i] != out->forced) continue;

@@ -8,14 +8,13 @@ namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
 
-// The length of the longest suffix of s that is a proper prefix of tag (it may become the tag).
+}  // namespace
+
 size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
   for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n)
     if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
   return 0;
 }
-
-}  // namespace
 
 ReasoningSplitter::Parts ReasoningSplitter::feed(std::string_view text) {
   Parts out;

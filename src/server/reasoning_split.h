@@ -27,6 +27,10 @@ class ReasoningSplitter {
   std::string held_;
 };
 
+// The length of the longest suffix of s that is a proper prefix of tag (text a streamed parser
+// holds back: it may become the tag). Shared with tool_call_parser.
+size_t partial_tag_suffix(std::string_view s, std::string_view tag);
+
 // The whole reply at once: feed(text) then finish().
 ReasoningSplitter::Parts split_reasoning(std::string_view text);
 

@@ -8,6 +8,7 @@
 
 #include "io/json_limits.h"
 #include "io/safetensors_header.h"
+#include "server/reasoning_split.h"
 
 namespace mla::server {
 namespace {
@@ -40,13 +41,6 @@ std::string_view trim(std::string_view s) {
 std::string trim_right(std::string_view s) {
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return std::string(s);
-}
-
-// Where a tail of `text` that could be the start of `marker` begins (text.size() if none).
-size_t partial_marker_start(std::string_view text, std::string_view marker) {
-  for (size_t len = std::min(text.size(), marker.size() - 1); len > 0; --len)
-    if (text.substr(text.size() - len) == marker.substr(0, len)) return text.size() - len;
-  return text.size();
 }
 
 bool starts_with_prefix_of(std::string_view text, std::string_view marker) {
@@ -101,7 +95,7 @@ ToolCallParser::Parts ToolCallParser::feed(std::string_view text) {
   }
   // Hold back a possible marker start and the whitespace before it: whitespace right before a
   // section is dropped, elsewhere it is content.
-  size_t hold = partial_marker_start(buf, m.section_begin);
+  size_t hold = buf.size() - partial_tag_suffix(buf, m.section_begin);
   while (hold > 0 && is_space(buf[hold - 1])) --hold;
   out.content = buf.substr(0, hold);
   held_ = buf.substr(hold);

@@ -83,13 +83,16 @@ def client():
                          timeout=300)
 
 
+CLOSING_BIAS = {}
+
+
 def closing_bias():
-    """logit_bias for the tokens of '"', '}' and ']' (see the module docstring)."""
-    bias = {}
-    for text in ('"', "}", "]"):
-        _, _, r = SERVER.post_json("/tokenize", {"prompt": text})
-        bias[str(r["tokens"][-1])] = 4
-    return bias
+    """logit_bias for the tokens of '"', '}' and ']' (see the module docstring), looked up once."""
+    if not CLOSING_BIAS:
+        for text in ('"', "}", "]"):
+            _, _, r = SERVER.post_json("/tokenize", {"prompt": text})
+            CLOSING_BIAS[str(r["tokens"][-1])] = 4
+    return CLOSING_BIAS
 
 
 def schema_format(schema):
