@@ -125,7 +125,7 @@ const bool registered = [] {
     for (auto [out, in] : shapes) {
       if (mla::dtype_is_ggml_block(dt) && in % mla::dtype_block(dt).elems != 0) continue;
       if (dt == DType::kQ8_0R16 && !mla::q8_0_r16_fits(out, in)) continue;
-      for (int64_t n : {1, 4, 16, 64, 512}) {
+      for (int64_t n : {1, 4, 16, 40, 64, 512}) {  // 40: an expert's tokens in prefill
         const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
                                  std::to_string(out) + "x" + std::to_string(in) + "/n" +
                                  std::to_string(n) + "/dot";

@@ -3,17 +3,18 @@
 // products of one pair of adjacent BF16 values along the reduction axis), FP32 accumulation.
 //
 // Layout:
-//   x is rounded to BF16 once per product and transposed into panels of kGemmTileRows rows:
-//     panel[t][p][r] = bf16(x[32t + r][2p]) | bf16(x[32t + r][2p + 1]) << 16   (uint32)
-//   so one 64-byte load gives the pair p of 16 rows of x;
-//   W rows are read as BF16 pairs and broadcast (one 32-bit load per row and pair) from a copy
-//   of the chunk's rows at a padded stride: BF16 as stored, FP8 widened exactly to BF16 as
+//   x is rounded to BF16 once per product into rows of pairs, kp = ceil(in / 2) words a row:
+//     panel[i][p] = bf16(x[i][2p]) | bf16(x[i][2p + 1]) << 16   (uint32; rows padded to 32)
+//   and one pair of a row is broadcast (a 32-bit load) into all 16 lanes;
+//   W rows are laid out per chunk as vectors of 16 rows, pair-interleaved (gemm_pack_w16), so one
+//   64-byte load gives one pair of 16 W rows: BF16 as stored, FP8 widened exactly to BF16 as
 //   value · 2^-8 (E4M3 has 4 significant bits), the block scale applied to each scale block's
 //   partial sum in FP32; F32 rounded to BF16 (RNE).
-// A register tile is kGemmGroup W rows × 32 x rows (2 vectors): 24 accumulators, 2 panel vectors
-// and the broadcast in the 32 zmm registers; next to a last panel of ≤ 16 rows, 24 W rows × 16.
-// The column loop is blocked so that a block of the x panel stays in L1 while every tile of the
-// chunk reads it; the chunk's sums for one panel stay in L1 too (`tot`).
+// A register tile is 12 x rows × 2 W vectors (32 W rows): 24 accumulators, 2 W vectors and the
+// broadcast in the 32 zmm registers, 14 loads per 24 dot products; x rows come in tiles of 12,
+// 6, 3 and 1, so no product is spent on padding rows of x (an expert's ~48 tokens in prefill).
+// The column loop is blocked so that a block of x rows and of the W vectors stay in L1 while the
+// tiles read them; the sums of a block of x rows stay in L1 across the column blocks (`tot`).
 // Numerics: x rounds once to BF16 (RNE, relative 2^-8; inputs below 2^-126 flush to 0); products
 // of BF16 pairs are exact in FP32 and summed in FP32 lanes; FP8 adds one rounding per scale block
 // (s · partial) and one per block sum; F32 weights round once to BF16 (RNE, relative 2^-8). The
@@ -27,11 +28,9 @@
 namespace mla::cpu {
 namespace {
 
-constexpr int kGemmTileRows = 32;  // x rows per panel (2 vectors of FP32 accumulators)
-constexpr int kGemmGroup = 12;     // W rows per register tile (24 next to a half panel)
-constexpr int kGemmRowPad = 32;    // BF16 values past each W row of the chunk's copy
-// W rows per chunk (a multiple of kGemmGroup): the chunk's BF16 rows stay in L2 while every
-// panel of x passes over them, and its sums for one panel (kGemmMaxChunkRows × 32 FP32) in L1.
+constexpr int kGemmTileRows = 32;  // x rows packed per pool item
+// W rows per chunk (a multiple of 32: whole register tiles): the chunk's BF16 vectors stay in L2
+// while every block of x rows passes over them.
 constexpr int64_t kGemmChunkBytes = 512 << 10;
 constexpr int64_t kGemmMaxChunkRows = 96;
 
@@ -45,7 +44,7 @@ inline bool gemm_bf16_takes(const LinearWeight& w, int64_t n) {
 }
 
 inline int64_t gemm_bf16_chunk_rows(const LinearWeight& w, int threads) {
-  const int64_t g = kGemmGroup;
+  constexpr int64_t g = 32;
   const int64_t by_threads = ((w.out + 4 * threads - 1) / (4 * threads) + g - 1) / g * g;
   const int64_t by_cache = std::max<int64_t>(g, kGemmChunkBytes / (2 * w.in) / g * g);
   return std::max<int64_t>(g, std::min({by_threads, by_cache, kGemmMaxChunkRows}));
@@ -59,18 +58,12 @@ inline int64_t gemm_panel_words(int64_t n, int64_t in) {
   return (n + kGemmTileRows - 1) / kGemmTileRows * gemm_pairs(in) * kGemmTileRows;
 }
 
-// Panel t of x (rows [32t, 32t + 32) of x, zero past n): see the layout above.
+// Rows [32t, 32t + 32) of x (those below n) as BF16 pairs: see the layout above.
 inline void gemm_pack_x_tile(const float* x, int64_t n, int64_t in, int64_t t, uint32_t* panel) {
   const int64_t kp = gemm_pairs(in);
-  uint32_t* dst = panel + t * kp * kGemmTileRows;
-  alignas(64) uint32_t row[16];
-  for (int r = 0; r < kGemmTileRows; ++r) {
-    const int64_t i = t * kGemmTileRows + r;
-    if (i >= n) {
-      for (int64_t p = 0; p < kp; ++p) dst[p * kGemmTileRows + r] = 0;
-      continue;
-    }
+  for (int64_t i = t * kGemmTileRows; i < std::min<int64_t>(n, (t + 1) * kGemmTileRows); ++i) {
     const float* xi = x + i * in;
+    uint32_t* dst = panel + i * kp;
     for (int64_t k = 0; k < in; k += 32) {
       const int64_t left = std::min<int64_t>(32, in - k);
       const __mmask16 m0 = __mmask16(left >= 16 ? 0xFFFF : (1u << left) - 1);
@@ -79,9 +72,9 @@ inline void gemm_pack_x_tile(const float* x, int64_t n, int64_t in, int64_t t, u
                                                   : (1u << (left - 16)) - 1);
       const __m512 lo = _mm512_maskz_loadu_ps(m0, xi + k);
       const __m512 hi = _mm512_maskz_loadu_ps(m1, xi + k + 16);
-      _mm512_store_si512(row, __m512i(_mm512_cvtne2ps_pbh(hi, lo)));
-      const int64_t p0 = k / 2, words = (left + 1) / 2;
-      for (int64_t q = 0; q < words; ++q) dst[(p0 + q) * kGemmTileRows + r] = row[q];
+      const int64_t words = (left + 1) / 2;
+      _mm512_mask_storeu_epi32(dst + k / 2, __mmask16(words >= 16 ? 0xFFFF : (1u << words) - 1),
+                               __m512i(_mm512_cvtne2ps_pbh(hi, lo)));
     }
   }
 }
@@ -127,108 +120,167 @@ inline void gemm_round_f32(const LinearWeight& w, int64_t o0, int64_t rows, int6
   }
 }
 
-// tot[g][0 .. 16H) (+)= scale_g · Σ_p W[g] pair p · panel pair p (x rows 0 .. 16H - 1 of the
-// panel), p in [0, kp), H = 2 (a full panel) or 1 (a last panel of at most 16 rows: half the
-// work of a padded one, with twice the W rows per tile). w: G rows at stride ldw (BF16
-// elements). BF16 (scale null): the sums continue from tot unless `first`. FP8 (scale: G values,
-// scale · 2^8): each call is one scale block, its sum scaled and added to tot in FP32.
+// dst [kp][16] words = pairs [0, kp) of 16 rows of BF16 values (row j at src + j · ld, `valid`
+// rows, the rest zero), pair-interleaved: dst[p][j] = row j's pair p, so one 64-byte load gives
+// pair p of 16 W rows. An odd in's last pair gets a 0 partner. 16 × 16 words per step, by the
+// usual four-stage unpack / shuffle transpose.
+inline void gemm_pack_w16(const uint16_t* src, int64_t ld, int valid, int64_t in, uint32_t* dst) {
+  const int64_t kp = gemm_pairs(in);
+  for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+    const int64_t left = std::min<int64_t>(32, in - 2 * p0);  // BF16 values of the step
+    const __mmask32 m = __mmask32(left >= 32 ? 0xFFFFFFFFu : (1u << left) - 1);
+    __m512i r[16], t[16];
+    for (int j = 0; j < 16; ++j)
+      r[j] =
+          j < valid ? _mm512_maskz_loadu_epi16(m, src + j * ld + 2 * p0) : _mm512_setzero_si512();
+    for (int j = 0; j < 16; j += 2) {
+      t[j] = _mm512_unpacklo_epi32(r[j], r[j + 1]);
+      t[j + 1] = _mm512_unpackhi_epi32(r[j], r[j + 1]);
+    }
+    // t[j] (j even): per 128-bit lane, pairs 0 and 1 of rows j and j + 1; t[j + 1]: pairs 2, 3.
+    for (int j = 0; j < 16; j += 4) {
+      r[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);
+      r[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);
+      r[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);
+      r[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);
+    }
+    // r[4a + b] holds, per 128-bit lane l, pair 4l + b of rows 4a .. 4a + 3.
+    for (int a = 0; a < 4; a += 2)
+      for (int b = 0; b < 4; ++b) {
+        t[4 * a + b] = _mm512_shuffle_i32x4(r[4 * a + b], r[4 * a + 4 + b], 0x88);
+        t[4 * a + 4 + b] = _mm512_shuffle_i32x4(r[4 * a + b], r[4 * a + 4 + b], 0xDD);
+      }
+    // t[4a + b] (a = 0, 2): lanes (rows 4a.., pair b), (rows 4a.., b + 8), (rows 4a + 4.., b),
+    // (rows 4a + 4.., b + 8); t[4a + 4 + b]: the same for pairs b + 4 and b + 12.
+    const int64_t steps = std::min<int64_t>(16, kp - p0);
+    for (int q = 0; q < 16; ++q) {
+      const int b = q % 4, hi = (q / 4) % 2, far = q / 8;  // pair q = b + 4·hi + 8·far
+      const __m512i lo_rows = t[4 * hi + b], hi_rows = t[8 + 4 * hi + b];
+      const __m512i v = far ? _mm512_shuffle_i32x4(lo_rows, hi_rows, 0xDD)
+                            : _mm512_shuffle_i32x4(lo_rows, hi_rows, 0x88);
+      if (q < steps) _mm512_store_si512(dst + (p0 + q) * 16, v);
+    }
+  }
+}
+
+// tot[g][16h ..] (+)= scale · Σ_p x[g] pair p · W vector h pair p, for G rows of x (row g at
+// x + g · ldx words) and H vectors of 16 W rows (vector h at w + h · ldw words, pair p at 16p),
+// pairs [0, np). BF16 (scale null): the sums continue from tot unless `first`. FP8 (scale: 16H
+// per-row values, scale · 2^8): each call is one scale block, its sum scaled and added to tot in
+// FP32. G·H accumulators, G broadcasts and H loads per pair.
 template <int G, int H>
-inline void gemm_bf16_tile(const uint32_t* panel, const uint16_t* w, int64_t ldw, int64_t kp,
-                           const float* scale, bool first, float (*tot)[kGemmTileRows]) {
+inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t ldw,
+                           int64_t np, const float* scale, bool first, float* tot, int64_t ldt) {
   __m512 acc[G][H];
   for (int g = 0; g < G; ++g)
     for (int h = 0; h < H; ++h)
-      acc[g][h] = scale || first ? _mm512_setzero_ps() : _mm512_load_ps(tot[g] + 16 * h);
-  for (int64_t p = 0; p < kp; ++p) {
-    __m512bh xv[H];
-    for (int h = 0; h < H; ++h)
-      xv[h] = __m512bh(_mm512_load_si512(panel + p * kGemmTileRows + 16 * h));
-#pragma GCC unroll 24
+      acc[g][h] = scale || first ? _mm512_setzero_ps() : _mm512_load_ps(tot + g * ldt + 16 * h);
+  for (int64_t p = 0; p < np; ++p) {
+    __m512bh wv[H];
+    for (int h = 0; h < H; ++h) wv[h] = __m512bh(_mm512_load_si512(w + h * ldw + 16 * p));
+#pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
-      uint32_t pair;
-      std::memcpy(&pair, w + g * ldw + 2 * p, 4);
-      const __m512bh wv = __m512bh(_mm512_set1_epi32(int(pair)));
-      for (int h = 0; h < H; ++h) acc[g][h] = _mm512_dpbf16_ps(acc[g][h], xv[h], wv);
+      const __m512bh xv = __m512bh(_mm512_set1_epi32(int(x[g * ldx + p])));
+      for (int h = 0; h < H; ++h) acc[g][h] = _mm512_dpbf16_ps(acc[g][h], xv, wv[h]);
     }
   }
   for (int g = 0; g < G; ++g)
     for (int h = 0; h < H; ++h) {
       __m512 v = acc[g][h];
+      float* t = tot + g * ldt + 16 * h;
       if (scale) {
-        const __m512 s = _mm512_set1_ps(scale[g]);
-        v = first ? _mm512_mul_ps(v, s) : _mm512_fmadd_ps(v, s, _mm512_load_ps(tot[g] + 16 * h));
+        const __m512 s = _mm512_load_ps(scale + 16 * h);
+        v = first ? _mm512_mul_ps(v, s) : _mm512_fmadd_ps(v, s, _mm512_load_ps(t));
       }
-      _mm512_store_ps(tot[g] + 16 * h, v);
+      _mm512_store_ps(t, v);
     }
 }
 
-// Rows [0, rows) of the chunk in register tiles of G rows (the last ones in tiles of G / 2,
-// G / 4, .. rows), pairs [p0, p1) of one column block.
+// Rows [0, rows) of x in register tiles of G rows (the last ones in tiles of G / 2, .. 1 rows).
 template <int G, int H>
-void gemm_bf16_tiles(const uint32_t* panel, const uint16_t* w, int64_t ldw, int64_t rows,
-                     int64_t p0, int64_t p1, const float* scale, bool first,
-                     float (*tot)[kGemmTileRows]) {
+void gemm_bf16_tiles(const uint32_t* x, int64_t ldx, int64_t rows, const uint32_t* w, int64_t ldw,
+                     int64_t np, const float* scale, bool first, float* tot, int64_t ldt) {
   int64_t g = 0;
   for (; g + G <= rows; g += G)
-    gemm_bf16_tile<G, H>(panel + p0 * kGemmTileRows, w + g * ldw + 2 * p0, ldw, p1 - p0,
-                         scale ? scale + g : nullptr, first, tot + g);
+    gemm_bf16_tile<G, H>(x + g * ldx, ldx, w, ldw, np, scale, first, tot + g * ldt, ldt);
   if constexpr (G > 1)
     if (g < rows)
-      gemm_bf16_tiles<G / 2, H>(panel, w + g * ldw, ldw, rows - g, p0, p1,
-                                scale ? scale + g : nullptr, first, tot + g);
+      gemm_bf16_tiles<G / 2, H>(x + g * ldx, ldx, rows - g, w, ldw, np, scale, first, tot + g * ldt,
+                                ldt);
 }
 
-// Pairs per column block of BF16 weights: the block of 32 x rows (16 KiB) stays in L1 while
-// every register tile of the chunk reads it.
+// Pairs per column block of BF16 weights: a block of x rows and of the W vectors stay in L1
+// while every register tile reads them.
 constexpr int64_t kGemmBlockPairs = 128;
+constexpr int kGemmXRows = 8;    // x rows per register tile: 8 × 3 accumulators
+constexpr int kGemmWVecs = 3;    // vectors of 16 W rows per register tile
+constexpr int kGemmXBlock = 48;  // x rows whose sums sit in `tot` across the column blocks
 
-// W rows [r0, r1) (r1 - r0 ≤ kGemmMaxChunkRows) against every panel of x (all n rows). D: kF8E4M3
-// (scaled column blocks) or kBF16 (unscaled: BF16 weights, and F32 ones rounded). Per
-// panel: the chunk's sums for its 32 x rows sit in `tot` (L1) across the column blocks, then go to
-// y.
+// W rows [r0, r1) (r1 - r0 ≤ kGemmMaxChunkRows) against every row of x (all n rows, panels: BF16
+// pairs row after row, kp words a row). D: kF8E4M3 (scaled column blocks) or kBF16 (unscaled: BF16
+// weights, and F32 ones rounded). The chunk's rows are first laid out as pair-interleaved
+// vectors of 16 rows (gemm_pack_w16; FP8 widened and F32 rounded to BF16 rows before); per block
+// of kGemmXBlock x rows the sums sit in `tot` (L1) across the column blocks, then go to y.
 template <class L, DType D>
 void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, float* y, int64_t r0,
                      int64_t r1) {
-  static thread_local AlignedBuffer<uint16_t> scratch;
-  alignas(64) float tot[kGemmMaxChunkRows][kGemmTileRows];
-  alignas(64) float scale[kGemmMaxChunkRows];
-  const int64_t rows = r1 - r0, kp = gemm_pairs(w.in);
-  // The chunk's rows at a stride of ldw = 2·kp + 32 BF16 values: the rows of a register tile then
-  // fall in different L1 sets (at in = 2048 the stored stride is 4 KiB, and 12 rows plus the x
-  // block's lines overflowed one 12-way set). FP8 rows are widened into it.
-  const int64_t ldw = 2 * kp + kGemmRowPad;
-  uint16_t* wide = ensure_scratch(scratch, size_t(rows * ldw));
-  if (w.dtype == DType::kF32) {
-    gemm_round_f32(w, r0, rows, ldw, wide);
-  } else if constexpr (D == DType::kBF16) {
-    for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(wide + r * ldw, w.data + (r0 + r) * w.in * 2, size_t(w.in) * 2);
-      wide[r * ldw + w.in] = 0;  // an odd in's last pair: its partner column (x pads it with 0)
-    }
+  static thread_local AlignedBuffer<uint16_t> rows_scratch;
+  static thread_local AlignedBuffer<uint32_t> packed_scratch;
+  static thread_local AlignedBuffer<float> scale_scratch;
+  constexpr int64_t ldt = kGemmMaxChunkRows;
+  alignas(64) float tot[kGemmXBlock * ldt];
+  const int64_t rows = r1 - r0, kp = gemm_pairs(w.in), vecs = (rows + 15) / 16;
+  const int64_t ldw = kp * 16;  // words from one vector of 16 W rows to the next
+  uint32_t* wp = ensure_scratch(packed_scratch, size_t(vecs * ldw));
+  if (D == DType::kBF16 && w.dtype == DType::kBF16) {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(w.data) + r0 * w.in;
+    for (int64_t v = 0; v < vecs; ++v)
+      gemm_pack_w16(src + v * 16 * w.in, w.in, int(std::min<int64_t>(16, rows - 16 * v)), w.in,
+                    wp + v * ldw);
   } else {
-    gemm_widen_fp8<L>(w, r0, rows, ldw, wide);
+    // 16 rows at a time, widened (FP8) or rounded (F32) to BF16 rows first.
+    const int64_t ldr = 2 * kp;
+    uint16_t* wide = ensure_scratch(rows_scratch, size_t(16 * ldr));
+    for (int64_t v = 0; v < vecs; ++v) {
+      const int valid = int(std::min<int64_t>(16, rows - 16 * v));
+      if (w.dtype == DType::kF32)
+        gemm_round_f32(w, r0 + 16 * v, valid, ldr, wide);
+      else
+        gemm_widen_fp8<L>(w, r0 + 16 * v, valid, ldr, wide);
+      gemm_pack_w16(wide, ldr, valid, w.in, wp + v * ldw);
+    }
   }
-  const uint16_t* wr = wide;
   // Column blocks in pairs: FP8 one per scale block (block_cols even), BF16 kGemmBlockPairs.
   const int64_t block = D == DType::kBF16 ? kGemmBlockPairs : w.block_cols / 2;
-  const int64_t tiles = (n + kGemmTileRows - 1) / kGemmTileRows;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const uint32_t* panel = panels + t * kp * kGemmTileRows;
-    const int64_t x_rows = std::min<int64_t>(kGemmTileRows, n - t * kGemmTileRows);
-    for (int64_t p0 = 0; p0 < kp; p0 += block) {
-      const int64_t p1 = std::min(kp, p0 + block);
-      if constexpr (D == DType::kF8E4M3)
-        for (int64_t r = 0; r < rows; ++r) scale[r] = lin_block_scale(w, r0 + r, 2 * p0);
-      const float* sc = D == DType::kF8E4M3 ? scale : nullptr;
-      if (x_rows > 16)
-        gemm_bf16_tiles<kGemmGroup, 2>(panel, wr, ldw, rows, p0, p1, sc, p0 == 0, tot);
-      else
-        gemm_bf16_tiles<2 * kGemmGroup, 1>(panel, wr, ldw, rows, p0, p1, sc, p0 == 0, tot);
+  const int64_t blocks = (kp + block - 1) / block;
+  // FP8: the scale of every W row (padding rows 0) in every column block, [blocks][16 · vecs].
+  float* scales = nullptr;
+  if constexpr (D == DType::kF8E4M3) {
+    scales = ensure_scratch(scale_scratch, size_t(blocks * vecs * 16));
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t r = 0; r < 16 * vecs; ++r)
+        scales[b * vecs * 16 + r] = r < rows ? lin_block_scale(w, r0 + r, 2 * b * block) : 0.0f;
+  }
+  for (int64_t i0 = 0; i0 < n; i0 += kGemmXBlock) {
+    const int64_t x_rows = std::min<int64_t>(kGemmXBlock, n - i0);
+    const uint32_t* xb = panels + i0 * kp;
+    for (int64_t v = 0; v < vecs; v += kGemmWVecs) {
+      const int64_t h = std::min<int64_t>(kGemmWVecs, vecs - v);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t p0 = b * block, np = std::min(kp, p0 + block) - p0;
+        const float* sc = scales ? scales + b * vecs * 16 + v * 16 : nullptr;
+        const uint32_t* wv = wp + v * ldw + p0 * 16;
+        float* t = tot + v * 16;
+        if (h == 3)
+          gemm_bf16_tiles<kGemmXRows, 3>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt);
+        else if (h == 2)
+          gemm_bf16_tiles<kGemmXRows, 2>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt);
+        else
+          gemm_bf16_tiles<kGemmXRows, 1>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt);
+      }
     }
-    for (int64_t i = 0; i < x_rows; ++i) {
-      float* yi = y + (t * kGemmTileRows + i) * w.out + r0;
-      for (int64_t r = 0; r < rows; ++r) yi[r] = tot[r][i];
-    }
+    for (int64_t i = 0; i < x_rows; ++i)
+      std::memcpy(y + (i0 + i) * w.out + r0, tot + i * ldt, size_t(rows) * sizeof(float));
   }
 }
 
