@@ -38,9 +38,11 @@ struct MlaAttentionParams {
   bool causal = true;
   // s_q ≤ threshold → absorbed; measured per machine by `mla bench` (docs/kernels/mla_decode.md).
   int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
-  DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;  // absorbed path only
-  float* out = nullptr;                                 // [s_q, h_q, d_v] fp32
-  float* lse = nullptr;                                 // [h_q, s_q] fp32
+  // Absorbed path: the absorbed query's dtype; decompressed path: the up-projections' products
+  // (MlaPrefillParams::up_projection_dtype).
+  DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;
+  float* out = nullptr;  // [s_q, h_q, d_v] fp32
+  float* lse = nullptr;  // [h_q, s_q] fp32
 };
 
 MlaPath choose_mla_path(int s_q, int threshold);

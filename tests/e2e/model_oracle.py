@@ -630,17 +630,24 @@ def check_case(case, mla, golden_dir, hf, have_generate):
                         continue
                     var = "fp32" if primary == "f32" else "kv_bf16"
                     compare_run(rep, f"{label} vs {base}", run, runs[base], exact[var], T, 2)
-            name = "mla cpu defaults [kv bf16, products bf16, attention bf16]"
-            run, err = run_mla(mla, ckdir, prompt, os.path.join(tmp, "dump_defaults"), "bf16",
-                               ["--matmul-dtype", "bf16", "--attention-dtype", "bf16"])
-            if run is None:
-                rep.add(f"{name}: generate failed", ok=False, note=err)
-            else:
-                ex = Exact(ck, prompt + gold["kv_bf16"]["generated"][:-1].tolist(), True,
-                           products_bf16=True, attention_bf16=True)
-                for (l, t), n in sorted(ex.flips.items()):
-                    rep.add(f"[defaults] routing near-tie: layer {l}, token {t}",
-                            note=f"{n}/{MC_SAMPLES} copies chose other experts")
+            # The defaults on both attention paths: the prompt absorbed (≤ the threshold), and
+            # decompressed (--prefill-threshold 0: K and V up-projected on BF16 dot products).
+            bf16 = ["--matmul-dtype", "bf16", "--attention-dtype", "bf16"]
+            ex = None
+            for suffix, extra in (("", []), (", decompressed", ["--prefill-threshold", "0"])):
+                name = f"mla cpu defaults [kv bf16, products bf16, attention bf16{suffix}]"
+                run, err = run_mla(mla, ckdir, prompt,
+                                   os.path.join(tmp, f"dump_defaults{len(extra)}"), "bf16",
+                                   bf16 + extra)
+                if run is None:
+                    rep.add(f"{name}: generate failed", ok=False, note=err)
+                    continue
+                if ex is None:
+                    ex = Exact(ck, prompt + gold["kv_bf16"]["generated"][:-1].tolist(), True,
+                               products_bf16=True, attention_bf16=True)
+                    for (l, t), n in sorted(ex.flips.items()):
+                        rep.add(f"[defaults] routing near-tie: layer {l}, token {t}",
+                                note=f"{n}/{MC_SAMPLES} copies chose other experts")
                 compare_run(rep, f"{name} vs HF golden", run, gold["kv_bf16"], ex, T, 2)
         if hf is not None:
             runner = HfRunner(ck, tmp)

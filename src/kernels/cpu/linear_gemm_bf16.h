@@ -10,9 +10,10 @@
 //   64-byte load gives one pair of 16 W rows: BF16 as stored, FP8 widened exactly to BF16 as
 //   value · 2^-8 (E4M3 has 4 significant bits), the block scale applied to each scale block's
 //   partial sum in FP32; F32 rounded to BF16 (RNE).
-// A register tile is 12 x rows × 2 W vectors (32 W rows): 24 accumulators, 2 W vectors and the
-// broadcast in the 32 zmm registers, 14 loads per 24 dot products; x rows come in tiles of 12,
-// 6, 3 and 1, so no product is spent on padding rows of x (an expert's ~48 tokens in prefill).
+// A register tile is 8 x rows × 3 W vectors (48 W rows): 24 accumulators, 3 W vectors and the
+// broadcast in the 32 zmm registers, 11 loads per 24 dot products (12 × 32 took 14 and was 5-10%
+// slower; 6 × 64 slower still); x rows come in tiles of 8, 4, 2 and 1, so no product is spent on
+// padding rows of x (an expert's ~48 tokens in prefill).
 // The column loop is blocked so that a block of x rows and of the W vectors stay in L1 while the
 // tiles read them; the sums of a block of x rows stay in L1 across the column blocks (`tot`).
 // Numerics: x rounds once to BF16 (RNE, relative 2^-8; inputs below 2^-126 flush to 0); products
@@ -29,7 +30,7 @@ namespace mla::cpu {
 namespace {
 
 constexpr int kGemmTileRows = 32;  // x rows packed per pool item
-// W rows per chunk (a multiple of 32: whole register tiles): the chunk's BF16 vectors stay in L2
+// W rows per chunk (a multiple of 48: whole register tiles): the chunk's BF16 vectors stay in L2
 // while every block of x rows passes over them.
 constexpr int64_t kGemmChunkBytes = 512 << 10;
 constexpr int64_t kGemmMaxChunkRows = 96;
@@ -44,7 +45,7 @@ inline bool gemm_bf16_takes(const LinearWeight& w, int64_t n) {
 }
 
 inline int64_t gemm_bf16_chunk_rows(const LinearWeight& w, int threads) {
-  constexpr int64_t g = 32;
+  constexpr int64_t g = 48;  // W rows of a register tile
   const int64_t by_threads = ((w.out + 4 * threads - 1) / (4 * threads) + g - 1) / g * g;
   const int64_t by_cache = std::max<int64_t>(g, kGemmChunkBytes / (2 * w.in) / g * g);
   return std::max<int64_t>(g, std::min({by_threads, by_cache, kGemmMaxChunkRows}));

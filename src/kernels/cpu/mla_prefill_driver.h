@@ -1,6 +1,7 @@
 // The decompressed prefill driver: walks the cached context in chunks of kPrefillChunk tokens,
-// up-projects each chunk's latent rows to per-head K and V with one weight product each (the
-// FP32 path of kernels/cpu/linear_cpu.h, on the pool's threads), then
+// up-projects each chunk's latent rows to per-head K and V with one weight product each
+// (kernels/cpu/linear_cpu.h on the pool's threads: FP32 products, or the BF16 GEMM when
+// up_projection_dtype is BF16), then
 // runs the FP32 attention tiles per (head, query block), carrying the online-softmax state across
 // chunks. Workspace is bounded by the chunk (≈ kPrefillChunk · H · (d_n + d_v) floats), not the
 // context. Include inside the ISA's target region after the Vec type. Internal linkage.
@@ -36,16 +37,19 @@ void prefill_score_keys(const float* qT, int ld, int d_n, int d_r, const float* 
   }
 }
 
-// y [n, out] = x [n, in] · Wᵀ for an FP32 W [out, in], on the best weight-product variant.
+// y [n, out] = x [n, in] · Wᵀ for an FP32 W [out, in], on the best weight-product variant: FP32
+// products, or BF16 ones (dtype kBF16, linear path kBf16).
 inline void up_project(const float* w, int64_t out, int64_t in, int64_t n, const float* x, float* y,
-                       ThreadPool& pool) {
+                       DType dtype, ThreadPool& pool) {
   LinearWeight lw;
   lw.dtype = DType::kF32;
   lw.data = reinterpret_cast<const uint8_t*>(w);
   lw.out = out;
   lw.in = in;
   for (const LinearCpuVariant& v : linear_cpu_variants())
-    if (v.supported()) return v.run(lw, n, x, y, pool, LinearPath::kAuto);
+    if (v.supported())
+      return v.run(lw, n, x, y, pool,
+                   dtype == DType::kBF16 ? LinearPath::kBf16 : LinearPath::kAuto);
 }
 
 template <class V>
@@ -82,8 +86,8 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
       load_cache_row(fmt, row, c.data() + int64_t(j) * r, kpe.data() + int64_t(j) * p.d_r);
     }
     // knope = c · W_UKᵀ, v = c · W_UVᵀ with W_UK viewed as [H·d_n, r] and W_UV as [H·d_v, r].
-    up_project(p.w_uk, ld_k, r, n_c, c.data(), knope.data(), pool);
-    up_project(p.w_uv, ld_v, r, n_c, c.data(), v.data(), pool);
+    up_project(p.w_uk, ld_k, r, n_c, c.data(), knope.data(), p.up_projection_dtype, pool);
+    up_project(p.w_uv, ld_v, r, n_c, c.data(), v.data(), p.up_projection_dtype, pool);
 
     pool.parallel_for(int64_t(H) * row_blocks, [&](int64_t item, int) {
       const int h = int(item / row_blocks), s0 = int(item % row_blocks) * kPrefillRowBlock;
