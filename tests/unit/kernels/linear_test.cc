@@ -120,7 +120,8 @@ TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
       {50, 70, 16, 24},                     // small blocks: a tail in every segment
       {33, 2048, 3, 5},                     // blocks smaller than a vector
   };
-  const std::vector<int64_t> ns = {0, 1, 3, 8, 9, 64, 200};
+  // 23 = 16 + 4 + 2 + 1 x rows: every register tile height of the BF16 GEMM (8, 4, 2, 1).
+  const std::vector<int64_t> ns = {0, 1, 3, 8, 9, 23, 64, 200};
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3, DType::kI8};
   const cpu::LinearPath paths[] = {cpu::LinearPath::kDot, cpu::LinearPath::kAuto,
                                    cpu::LinearPath::kBf16};
