@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "model/model_impl.h"
 
 namespace mla {
@@ -87,9 +88,8 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
   MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math));
   constexpr int64_t kSiluSpan = 16384;
   for_each_item(pool, (int64_t(h_size) + kSiluSpan - 1) / kSiluSpan, h_size, [&](int64_t c) {
-    const size_t e = std::min(h_size, size_t((c + 1) * kSiluSpan));
-    for (size_t i = size_t(c * kSiluSpan); i < e; ++i)
-      g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    const size_t b = size_t(c * kSiluSpan), e = std::min(h_size, size_t((c + 1) * kSiluSpan));
+    silu_mul(g + b, u + b, int64_t(e - b));
   });
   jobs.clear();
   h_at = 0;
