@@ -140,11 +140,13 @@ TEST_P(GgufModelTest, Q8FileStaysTheSameModel) {
 
 // Q8_0 weights repacked at load (core/ggml_repack.h, on CPUs whose kernels run them) hold the
 // same values; the repacked GEMV sums the same exact int32 block sums in another FP32 order, so a
-// logit moves by FP32 roundings only (measured ≤ 1e-6 on logits of magnitude ~1; a wrong layout,
-// scale or group offset moves every row by O(1)). Until a routing near-tie flips an expert: the
-// v3 model has one at prompt position 13 (forward_test.cc documents such ties under BF16
-// products), after which its rows part by up to ~1. So the first 8 prompt rows must agree to
-// 1e-4, and the whole run must stay the same model (cosine, as Q8FileStaysTheSameModel).
+// logit moves by FP32 roundings only (measured ≤ 1.2e-6 on logits of magnitude ~1; a wrong layout,
+// scale or group offset moves every row by O(1)). Until a routing near-tie flips an expert, after
+// which that row and the later ones (through attention) part by 0.01-1 (forward_test.cc documents
+// such ties under BF16 products). Where the ties fall moves with any FP32-level change of the
+// model's arithmetic (measured: v2 at prompt row 7, v3 at 15; v3 at 13 with a scalar SiLU), so
+// the rows must agree to 1e-4 up to the first that does not, which must come after at least 4
+// agreeing rows, and the whole run must stay the same model (cosine, as Q8FileStaysTheSameModel).
 TEST_P(GgufModelTest, RepackedQ8FileIsTheSameModel) {
   const std::string path = quantize("q8_0");
   int repacked = -1;
@@ -160,12 +162,19 @@ TEST_P(GgufModelTest, RepackedQ8FileIsTheSameModel) {
   double dot = 0, na = 0, nb = 0;
   for (size_t i = 0; i < plain.size(); ++i) {
     ASSERT_TRUE(std::isfinite(got[i])) << i;
-    if (i < 8 * vocab) ASSERT_NEAR(got[i], plain[i], 1e-4) << "row " << i / vocab;
     dot += double(got[i]) * plain[i];
     na += double(got[i]) * got[i];
     nb += double(plain[i]) * plain[i];
   }
   EXPECT_GT(dot / std::sqrt(na * nb), 0.9);
+  size_t agree = 0;  // rows before the first that parts by more than FP32 roundings
+  for (; agree * vocab < plain.size(); ++agree) {
+    bool same = true;
+    for (size_t k = agree * vocab; k < (agree + 1) * vocab; ++k)
+      same = same && std::abs(got[k] - plain[k]) <= 1e-4;
+    if (!same) break;
+  }
+  EXPECT_GE(agree, 4u);
 }
 
 // The embedded tokenizer encodes as the directory's tokenizer.json does.
