@@ -39,7 +39,7 @@ struct MlaAttentionParams {
   // s_q ≤ threshold → absorbed; measured per machine by `mla bench` (docs/kernels/mla_decode.md).
   int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
   // Absorbed path: the absorbed query's dtype; decompressed path: the up-projections' products
-  // (MlaPrefillParams::up_projection_dtype).
+  // and the attention tiles (MlaPrefillParams::attention_dtype).
   DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;
   float* out = nullptr;  // [s_q, h_q, d_v] fp32
   float* lse = nullptr;  // [h_q, s_q] fp32

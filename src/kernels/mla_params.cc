@@ -111,9 +111,9 @@ Status validate(const MlaPrefillParams& p) {
   if (!p.q || !p.w_uk || !p.w_uv || !p.out || !p.lse)
     return invalid_argument("mla_prefill: q, w_uk, w_uv, out and lse are required");
   if (p.s_kv < 0) return invalid_argument(fmt::format("mla_prefill: s_kv = {} < 0", p.s_kv));
-  if (p.up_projection_dtype != DType::kF32 && p.up_projection_dtype != DType::kBF16)
-    return invalid_argument(fmt::format("mla_prefill: up_projection_dtype {} is not F32 or BF16",
-                                        dtype_name(p.up_projection_dtype)));
+  if (p.attention_dtype != DType::kF32 && p.attention_dtype != DType::kBF16)
+    return invalid_argument(fmt::format("mla_prefill: attention_dtype {} is not F32 or BF16",
+                                        dtype_name(p.attention_dtype)));
   if (p.s_kv > 0 && (!p.kv_cache || !p.block_table))
     return invalid_argument("mla_prefill: kv_cache and block_table are required when s_kv > 0");
   const int pages = int((int64_t(p.s_kv) + p.page_size - 1) / p.page_size);

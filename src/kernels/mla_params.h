@@ -71,10 +71,12 @@ struct MlaPrefillParams {
   const float* w_uv = nullptr;           // [h_q, d_v, r]  (kv_b_proj rows of each head's v)
   float softmax_scale = 1.0f;
   bool causal = true;
-  // The up-projections of the cached latent to K and V: kF32 (FP32 products) or kBF16 (BF16 dot
-  // products where the CPU has them, for chunks of more than 16 rows: the latent rows and W_UK /
-  // W_UV rounded to BF16, which a BF16 cache and a BF16 checkpoint's kv_b_proj already are).
-  DType up_projection_dtype = DType::kF32;
+  // kF32: FP32 up-projections and attention tiles. kBF16: the up-projections of the cached latent
+  // to K and V on BF16 dot products where the CPU has them (chunks of more than 16 rows: the
+  // latent rows and W_UK / W_UV rounded to BF16, which a BF16 cache and a BF16 checkpoint's
+  // kv_b_proj already are), and on AVX512_BF16 the attention tiles too (q, k, v and the
+  // probabilities rounded to BF16, FP32 accumulation: kernels/cpu/mla_prefill_tile_bf16.h).
+  DType attention_dtype = DType::kF32;
 
   float* out = nullptr;     // [s_q, h_q, d_v] fp32
   float* lse = nullptr;     // [h_q, s_q] fp32, natural log, +inf for rows with no visible key

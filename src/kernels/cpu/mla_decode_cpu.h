@@ -23,5 +23,7 @@ void mla_decode_amx(const MlaDecodeParams& p, ThreadPool& pool);
 void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool);
 void mla_prefill_avx2(const MlaPrefillParams& p, ThreadPool& pool);
 void mla_prefill_avx512(const MlaPrefillParams& p, ThreadPool& pool);
+// mla_prefill_avx512's BF16 tiles (attention_dtype BF16 on an AVX512_BF16 CPU).
+void mla_prefill_avx512bf16(const MlaPrefillParams& p, ThreadPool& pool);
 
 }  // namespace mla::cpu

@@ -1,5 +1,7 @@
 // mla_prefill.cpu.avx512.bf16: the decompressed prefill attention tiles in FP32, AVX-512F (16
-// lanes).
+// lanes); with attention_dtype BF16 on an AVX512_BF16 CPU, the BF16 tiles of
+// mla_prefill_avx512bf16.cc (an even d_n + d_r: channel pairs).
+#include "core/cpu_features.h"
 #include "kernels/cpu/isa_prelude.h"
 
 #pragma GCC push_options
@@ -11,6 +13,9 @@
 namespace mla::cpu {
 
 void mla_prefill_avx512(const MlaPrefillParams& p, ThreadPool& pool) {
+  if (p.attention_dtype == DType::kBF16 && (p.d_n + p.d_r) % 2 == 0 &&
+      cpu_supports(CpuIsa::kAvx512Bf16))
+    return mla_prefill_avx512bf16(p, pool);
   run_mla_prefill<VecAvx512>(p, pool);
 }
 

@@ -1,7 +1,7 @@
 // The decompressed prefill driver: walks the cached context in chunks of kPrefillChunk tokens,
 // up-projects each chunk's latent rows to per-head K and V with one weight product each
 // (kernels/cpu/linear_cpu.h on the pool's threads: FP32 products, or the BF16 GEMM when
-// up_projection_dtype is BF16), then
+// attention_dtype is BF16), then
 // runs the FP32 attention tiles per (head, query block), carrying the online-softmax state across
 // chunks. Workspace is bounded by the chunk (≈ kPrefillChunk · H · (d_n + d_v) floats), not the
 // context. Include inside the ISA's target region after the Vec type. Internal linkage.
@@ -18,8 +18,9 @@ namespace {
 constexpr int kPrefillChunk = 256;     // context tokens up-projected at once
 constexpr int kPrefillRowBlock = 128;  // queries of one head per work item
 
-struct PrefillScratch {
-  AlignedBuffer<float> qT, s, corr, limit, zero;
+// What the driver keeps per thread for a work item: scores / probabilities, corr, limits.
+struct PrefillRowScratch {
+  AlignedBuffer<float> s, corr, limit;
   std::vector<float*> score_rows;
 };
 
@@ -52,13 +53,88 @@ inline void up_project(const float* w, int64_t out, int64_t in, int64_t n, const
                    dtype == DType::kBF16 ? LinearPath::kBf16 : LinearPath::kAuto);
 }
 
+// The FP32 tiles: Q·Kᵀ with the query rows as lanes and each key value broadcast, P·V in FP32.
+// A tile policy gives the driver: chunk() (the chunk's up-projected K and V, once per chunk),
+// and per work item (thread-local Scratch) prepare_q(), scores() and pv().
 template <class V>
+struct PrefillTileF32 {
+  static constexpr int W = V::kWidth;
+  struct Scratch {
+    AlignedBuffer<float> qT, zero;
+  };
+  const MlaPrefillParams* p = nullptr;
+  const float *knope = nullptr, *kpe = nullptr, *v = nullptr;
+  int64_t ld_k = 0, ld_v = 0;
+  int dv_pad = 0;
+
+  void begin(const MlaPrefillParams& params) {
+    p = &params;
+    ld_k = int64_t(p->h_q) * p->d_n;
+    ld_v = int64_t(p->h_q) * p->d_v;
+    dv_pad = round_up(p->d_v, 4 * W);
+  }
+  void chunk(int, const float* kn, const float* kp, const float* vv, ThreadPool&) {
+    knope = kn;
+    kpe = kp;
+    v = vv;
+  }
+  // qT [d_qk][ld]: the block's queries of head h, transposed (padding lanes zero).
+  void prepare_q(Scratch& sc, int h, int s0, int R, int ld) const {
+    const int d_qk = p->d_n + p->d_r;
+    float* qT = ensure_scratch(sc.qT, size_t(d_qk) * ld);
+    std::fill(qT, qT + size_t(d_qk) * ld, 0.0f);
+    for (int i = 0; i < R; ++i) {
+      const float* q = p->q + (int64_t(s0 + i) * p->h_q + h) * d_qk;
+      for (int ch = 0; ch < d_qk; ++ch) qT[int64_t(ch) * ld + i] = q[ch];
+    }
+    ensure_scratch(sc.zero, size_t(std::max(p->d_n, p->d_r)));  // keys past n
+  }
+  // ST [kTile][ld] = scores of keys tok0 .. tok0 + n of the chunk (zero keys past n).
+  void scores(Scratch& sc, int h, int tok0, int n, int ld, float* ST) const {
+    const float* knope_rows[kTile];
+    const float* kpe_rows[kTile];
+    for (int j = 0; j < kTile; ++j) {
+      knope_rows[j] = j < n ? knope + (tok0 + j) * ld_k + int64_t(h) * p->d_n : sc.zero.data();
+      kpe_rows[j] = j < n ? kpe + int64_t(tok0 + j) * p->d_r : sc.zero.data();
+    }
+    for (int vv = 0; vv < ld;) {
+      const int nv = std::min(4, (ld - vv) / W);
+      const float* q0 = sc.qT.data() + vv;
+      float* out = ST + vv;
+      switch (nv) {
+        case 4:
+          prefill_score_keys<V, 4>(q0, ld, p->d_n, p->d_r, knope_rows, kpe_rows, out);
+          break;
+        case 3:
+          prefill_score_keys<V, 3>(q0, ld, p->d_n, p->d_r, knope_rows, kpe_rows, out);
+          break;
+        case 2:
+          prefill_score_keys<V, 2>(q0, ld, p->d_n, p->d_r, knope_rows, kpe_rows, out);
+          break;
+        default:
+          prefill_score_keys<V, 1>(q0, ld, p->d_n, p->d_r, knope_rows, kpe_rows, out);
+          break;
+      }
+      vv += nv * W;
+    }
+  }
+  // O = O·corr + P·V over those keys (P = ST, key-major).
+  void pv(Scratch&, int h, int tok0, int n, const float* ST, int R, int ld, const float* corr,
+          RowBlockState st) const {
+    pv_tile<V>(ST, R, n, v + tok0 * ld_v + int64_t(h) * p->d_v, ld_v, dv_pad, corr, st,
+               /*p_row=*/1, /*p_key=*/ld);
+  }
+};
+
+template <class V, class Tile = PrefillTileF32<V>>
 void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
-  const int H = p.h_q, d_qk = p.d_n + p.d_r, r = p.r;
+  const int H = p.h_q, r = p.r;
   const int dv_pad = round_up(p.d_v, 4 * V::kWidth);
   const int row_blocks = (p.s_q + kPrefillRowBlock - 1) / kPrefillRowBlock;
   const int64_t ld_k = int64_t(H) * p.d_n, ld_v = int64_t(H) * p.d_v;
   const CacheRowFormat fmt(p.kv_dtype, r, p.d_r, p.kv_global_scale);
+  Tile tile;
+  tile.begin(p);
 
   // c [chunk][r], kpe [chunk][d_r], knope [chunk][H·d_n], v [chunk][H·d_v] (+ dv_pad so the last
   // head's padded V loads stay inside the buffer).
@@ -86,32 +162,25 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
       load_cache_row(fmt, row, c.data() + int64_t(j) * r, kpe.data() + int64_t(j) * p.d_r);
     }
     // knope = c · W_UKᵀ, v = c · W_UVᵀ with W_UK viewed as [H·d_n, r] and W_UV as [H·d_v, r].
-    up_project(p.w_uk, ld_k, r, n_c, c.data(), knope.data(), p.up_projection_dtype, pool);
-    up_project(p.w_uv, ld_v, r, n_c, c.data(), v.data(), p.up_projection_dtype, pool);
+    up_project(p.w_uk, ld_k, r, n_c, c.data(), knope.data(), p.attention_dtype, pool);
+    up_project(p.w_uv, ld_v, r, n_c, c.data(), v.data(), p.attention_dtype, pool);
+    tile.chunk(n_c, knope.data(), kpe.data(), v.data(), pool);
 
     pool.parallel_for(int64_t(H) * row_blocks, [&](int64_t item, int) {
       const int h = int(item / row_blocks), s0 = int(item % row_blocks) * kPrefillRowBlock;
       const int R = std::min(kPrefillRowBlock, p.s_q - s0);
       const int ld = round_up(R, W);
-      static thread_local PrefillScratch sc;
-      float* qT = ensure_scratch(sc.qT, size_t(d_qk) * ld);
+      static thread_local typename Tile::Scratch tsc;
+      static thread_local PrefillRowScratch sc;
       float* ST = ensure_scratch(sc.s, size_t(kTile) * ld);
       float* corr = ensure_scratch(sc.corr, ld);
       float* limit = ensure_scratch(sc.limit, ld);
-      const float* zero = ensure_scratch(sc.zero, size_t(std::max(p.d_n, p.d_r)));  // keys past n
       sc.score_rows.assign(R, nullptr);
-      // qT [d_qk][ld]: the block's queries of head h, transposed (padding lanes zero).
-      std::fill(qT, qT + size_t(d_qk) * ld, 0.0f);
-      for (int i = 0; i < R; ++i) {
-        const float* q = p.q + (int64_t(s0 + i) * H + h) * d_qk;
-        for (int ch = 0; ch < d_qk; ++ch) qT[int64_t(ch) * ld + i] = q[ch];
-      }
+      tile.prepare_q(tsc, h, s0, R, ld);
       std::fill(limit, limit + ld, 0.0f);
       const RowBlockState st{o.data() + (int64_t(h) * p.s_q + s0) * dv_pad, dv_pad,
                              m.data() + int64_t(h) * sq_pad + s0,
                              l.data() + int64_t(h) * sq_pad + s0};
-      const float* knope_rows[kTile];
-      const float* kpe_rows[kTile];
       for (int t0 = c0; t0 < c0 + n_c; t0 += kTile) {
         const int n = std::min(kTile, c0 + n_c - t0);
         bool any = false;
@@ -123,35 +192,10 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
             sc.score_rows[i] = p.scores + (int64_t(s0 + i) * H + h) * p.scores_stride + t0;
         }
         if (!any && !p.scores) continue;
-        for (int j = 0; j < kTile; ++j) {
-          const int64_t tok = t0 - c0 + j;
-          knope_rows[j] = j < n ? knope.data() + tok * ld_k + int64_t(h) * p.d_n : zero;
-          kpe_rows[j] = j < n ? kpe.data() + tok * p.d_r : zero;
-        }
-        for (int vv = 0; vv < ld;) {
-          const int nv = std::min(4, (ld - vv) / W);
-          const float* q0 = qT + vv;
-          float* out = ST + vv;
-          switch (nv) {
-            case 4:
-              prefill_score_keys<V, 4>(q0, ld, p.d_n, p.d_r, knope_rows, kpe_rows, out);
-              break;
-            case 3:
-              prefill_score_keys<V, 3>(q0, ld, p.d_n, p.d_r, knope_rows, kpe_rows, out);
-              break;
-            case 2:
-              prefill_score_keys<V, 2>(q0, ld, p.d_n, p.d_r, knope_rows, kpe_rows, out);
-              break;
-            default:
-              prefill_score_keys<V, 1>(q0, ld, p.d_n, p.d_r, knope_rows, kpe_rows, out);
-              break;
-          }
-          vv += nv * W;
-        }
+        tile.scores(tsc, h, t0 - c0, n, ld, ST);
         softmax_tile_rows<V>(ST, ld, R, limit, n, p.softmax_scale, st, corr,
                              p.scores ? sc.score_rows.data() : nullptr);
-        pv_tile<V>(ST, R, n, v.data() + int64_t(t0 - c0) * ld_v + int64_t(h) * p.d_v, ld_v, dv_pad,
-                   corr, st, /*p_row=*/1, /*p_key=*/ld);
+        tile.pv(tsc, h, t0 - c0, n, ST, R, ld, corr, st);
       }
     });
   }

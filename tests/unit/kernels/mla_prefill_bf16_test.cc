@@ -1,0 +1,162 @@
+// The decompressed prefill's BF16 tiles (MlaPrefillParams::attention_dtype BF16 on an AVX512_BF16
+// CPU: kernels/cpu/mla_prefill_tile_bf16.h) against an FP64 evaluation of the same attention,
+// with a bound derived from the roundings that path makes (u = 2^-8, BF16's unit roundoff under
+// round-to-nearest-even; g = 2^-24 per FP32 operation of an accumulation):
+//   k_nope, v:  W_UK, W_UV rounded to BF16 in the GEMM (the latent is BF16 already), summed in
+//               FP32, the result rounded to BF16: |Δk_tn| ≤ (2u + u² + r·g) · Σ_c |W_nc c_tc|
+//   q, k_pe:    rounded to BF16: u |q|, u |k_pe|
+//   score s_t:  |Δs_t| ≤ scale · [(3u + 2u² + (r + d_qk)·g) Σ_n |q_n| K_t,n + (2u + d_qk·g) Σ |q_pe
+//   k_pe|] softmax:    p̂_t / p_t ∈ [e^(−2Δ), e^(2Δ)], Δ = max_t |Δs_t| (then 4 g for exp, max and
+//   sum);
+//               each probability rounded to BF16 for P·V: (1 + u)
+//   out_c:      |Δo_c| ≤ Σ_t p_t [(e^(2Δ)(1 + u)(1 + 4g) − 1)(|v_tc| + δv_tc) + δv_tc] + s_kv·g Σ
+//   p|v|
+// with δv_tc = (2u + u² + r·g) Σ_c |W_UV c_tc| and K_t,n = Σ_c |W_UK,nc c_tc|. The FP32 tiles
+// (attention_dtype F32) must stay within the FP32 part of the same bound (u = 0).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/mla_problem.h"
+#include "kernels/registry.h"
+
+namespace mla {
+namespace {
+
+struct Case {
+  int h = 3, d_n = 32, d_r = 16, d_v = 32, r = 64, s_q = 40, prior = 70, page = 16;
+};
+
+struct Worst {
+  double ratio = 0;  // max over outputs of |got − exact| / bound (≤ 1 passes)
+  double error = 0;  // max |got − exact|
+};
+
+// The run with attention_dtype `math` against the bound with BF16 unit roundoff `u` (0: the
+// FP32 tiles' bound).
+Worst worst_ratio(const Case& k, DType math, double u) {
+  Rng rng(11 + uint64_t(k.s_q));
+  const int s_kv = k.s_q + k.prior, d_qk = k.d_n + k.d_r;
+  const PagedCache cache = make_paged_cache(rng, DType::kBF16, {s_kv}, k.page, k.r, k.d_r, 1.0);
+  std::vector<float> q(size_t(k.s_q) * k.h * d_qk);
+  for (auto& x : q) x = float(rng.normal());
+  auto weights = [&](int64_t n) {
+    std::vector<float> w(static_cast<size_t>(n));
+    for (auto& x : w) x = round_to_bf16(float(rng.normal() / std::sqrt(double(k.r))));
+    return w;
+  };
+  const std::vector<float> w_uk = weights(int64_t(k.h) * k.d_n * k.r);
+  const std::vector<float> w_uv = weights(int64_t(k.h) * k.d_v * k.r);
+  std::vector<float> out(size_t(k.s_q) * k.h * k.d_v), lse(size_t(k.h) * k.s_q);
+  MlaPrefillParams p;
+  p.s_q = k.s_q;
+  p.h_q = k.h;
+  p.d_n = k.d_n;
+  p.d_r = k.d_r;
+  p.d_v = k.d_v;
+  p.r = k.r;
+  p.s_kv = s_kv;
+  p.page_size = k.page;
+  p.num_blocks = cache.num_blocks;
+  p.q = q.data();
+  p.kv_cache = cache.data.data();
+  p.block_table = cache.block_table.data();
+  p.w_uk = w_uk.data();
+  p.w_uv = w_uv.data();
+  p.softmax_scale = float(1.0 / std::sqrt(double(d_qk)));
+  p.causal = true;
+  p.attention_dtype = math;
+  p.out = out.data();
+  p.lse = lse.data();
+  ThreadPool pool(2);
+  const MlaPrefillVariant* v = select_variant(p, "cpu").value();
+  EXPECT_TRUE(run_variant(*v, p, pool).ok());
+
+  // The latent rows in FP64, then K, V and their absolute sums per head.
+  std::vector<double> c(size_t(s_kv) * k.r), kpe(size_t(s_kv) * k.d_r);
+  for (int t = 0; t < s_kv; ++t) {
+    const int64_t slot = int64_t(cache.block_table[t / k.page]) * k.page + t % k.page;
+    const uint16_t* row =
+        reinterpret_cast<const uint16_t*>(cache.data.data() + slot * cache.row_bytes);
+    for (int j = 0; j < k.r; ++j) c[size_t(t) * k.r + j] = bf16_to_f32(row[j]);
+    for (int j = 0; j < k.d_r; ++j) kpe[size_t(t) * k.d_r + j] = bf16_to_f32(row[k.r + j]);
+  }
+  const double g = 0x1p-24, u_w = 2 * u + u * u + k.r * g;
+  Worst worst;
+  std::vector<double> kn(size_t(s_kv) * k.d_n), ka(kn.size()), vv(size_t(s_kv) * k.d_v),
+      va(vv.size()), s(s_kv), ds(s_kv);
+  for (int h = 0; h < k.h; ++h) {
+    for (int t = 0; t < s_kv; ++t) {
+      auto up = [&](const std::vector<float>& w, int d, int n, double& val, double& abs) {
+        val = abs = 0;
+        for (int j = 0; j < k.r; ++j) {
+          const double x = double(w[(size_t(h) * d + n) * k.r + j]) * c[size_t(t) * k.r + j];
+          val += x;
+          abs += std::abs(x);
+        }
+      };
+      for (int n = 0; n < k.d_n; ++n)
+        up(w_uk, k.d_n, n, kn[size_t(t) * k.d_n + n], ka[size_t(t) * k.d_n + n]);
+      for (int n = 0; n < k.d_v; ++n)
+        up(w_uv, k.d_v, n, vv[size_t(t) * k.d_v + n], va[size_t(t) * k.d_v + n]);
+    }
+    for (int i = 0; i < k.s_q; ++i) {
+      const float* qi = q.data() + (size_t(i) * k.h + h) * d_qk;
+      const int vis = s_kv - k.s_q + i + 1;
+      double mx = -1e300, delta = 0;
+      for (int t = 0; t < vis; ++t) {
+        double dot = 0, nope_abs = 0, pe_abs = 0;
+        for (int n = 0; n < k.d_n; ++n) {
+          dot += qi[n] * kn[size_t(t) * k.d_n + n];
+          nope_abs += std::abs(qi[n]) * ka[size_t(t) * k.d_n + n];
+        }
+        for (int j = 0; j < k.d_r; ++j) {
+          dot += qi[k.d_n + j] * kpe[size_t(t) * k.d_r + j];
+          pe_abs += std::abs(qi[k.d_n + j] * kpe[size_t(t) * k.d_r + j]);
+        }
+        s[t] = dot * p.softmax_scale;
+        ds[t] = p.softmax_scale *
+                ((3 * u + 2 * u * u + (k.r + d_qk) * g) * nope_abs + (2 * u + d_qk * g) * pe_abs);
+        mx = std::max(mx, s[t]);
+        delta = std::max(delta, ds[t]);
+      }
+      double l = 0;
+      for (int t = 0; t < vis; ++t) l += std::exp(s[t] - mx);
+      const double grow = std::exp(2 * delta) * (1 + u) * (1 + 4 * g) - 1;
+      for (int ch = 0; ch < k.d_v; ++ch) {
+        double o = 0, bound = 0;
+        for (int t = 0; t < vis; ++t) {
+          const double pt = std::exp(s[t] - mx) / l, vt = vv[size_t(t) * k.d_v + ch];
+          const double dv = u_w * va[size_t(t) * k.d_v + ch];
+          o += pt * vt;
+          bound += pt * (grow * (std::abs(vt) + dv) + dv + s_kv * g * std::abs(vt));
+        }
+        const double got = out[(size_t(i) * k.h + h) * k.d_v + ch];
+        worst.ratio = std::max(worst.ratio, std::abs(got - o) / bound);
+        worst.error = std::max(worst.error, std::abs(got - o));
+      }
+    }
+  }
+  return worst;
+}
+
+TEST(MlaPrefillBf16, WithinTheDerivedBound) {
+  if (!cpu_supports(CpuIsa::kAvx512Bf16)) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  // V2-Lite / V3 head dims (d_n 128, d_r 64, d_v 128, r 512) and small ones.
+  for (const Case& k : {Case{}, Case{2, 128, 64, 128, 512, 33, 300, 64}}) {
+    const Worst bf16 = worst_ratio(k, DType::kBF16, 0x1p-8), f32 = worst_ratio(k, DType::kF32, 0.0);
+    EXPECT_LE(bf16.ratio, 1.0) << "d_n " << k.d_n;
+    EXPECT_LE(f32.ratio, 1.0) << "d_n " << k.d_n;
+    // The BF16 tiles ran: errors of BF16 roundings (2^-8), not of FP32 ones (2^-24).
+    EXPECT_GT(bf16.error, 64 * f32.error) << "d_n " << k.d_n;
+  }
+}
+
+}  // namespace
+}  // namespace mla
