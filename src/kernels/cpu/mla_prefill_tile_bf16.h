@@ -36,8 +36,10 @@ struct PrefillTileBf16 {
   const MlaPrefillParams* p = nullptr;
   int d_qk = 0, d_qk2 = 0, dv_pad = 0, kb_stride = 0;
   int64_t kb_head = 0, vp_head = 0;
-  AlignedBuffer<uint16_t> kb, zero_row;
-  AlignedBuffer<uint32_t> vp;
+  // The chunk's K and V, the calling thread's buffers kept between calls (V3: 21 MB a layer,
+  // which a fresh zero-filled allocation per call would fault in again).
+  uint16_t *kb = nullptr, *zero_row = nullptr;
+  uint32_t* vp = nullptr;
 
   void begin(const MlaPrefillParams& params) {
     p = &params;
@@ -47,9 +49,11 @@ struct PrefillTileBf16 {
     kb_stride = round_up(d_qk, 32);
     kb_head = int64_t(kPrefillChunk) * kb_stride;
     vp_head = int64_t(kPrefillChunk / 2) * dv_pad;
-    ensure_scratch(kb, size_t(p->h_q * kb_head));
-    ensure_scratch(vp, size_t(p->h_q * vp_head));
-    ensure_scratch(zero_row, size_t(kb_stride));
+    static thread_local AlignedBuffer<uint16_t> kb_buf, zero_buf;
+    static thread_local AlignedBuffer<uint32_t> vp_buf;
+    kb = ensure_scratch(kb_buf, size_t(p->h_q * kb_head));
+    vp = ensure_scratch(vp_buf, size_t(p->h_q * vp_head));
+    zero_row = ensure_scratch(zero_buf, size_t(kb_stride));  // never written: stays zero
   }
 
   // The chunk's n_c tokens: per head, key rows k_nope | k_pe in BF16 and V as BF16 token pairs
@@ -59,12 +63,12 @@ struct PrefillTileBf16 {
     const int64_t ld_k = int64_t(H) * d_n, ld_v = int64_t(H) * d_v;
     const __m512i halves = _mm512_load_si512(kPairHalves);
     pool.parallel_for(H, [&](int64_t h, int) {
-      uint16_t* kh = kb.data() + h * kb_head;
+      uint16_t* kh = kb + h * kb_head;
       for (int t = 0; t < n_c; ++t) {
         round_row_bf16(knope + t * ld_k + h * d_n, d_n, kh + int64_t(t) * kb_stride);
         round_row_bf16(kpe + int64_t(t) * d_r, d_r, kh + int64_t(t) * kb_stride + d_n);
       }
-      uint32_t* vh = vp.data() + h * vp_head;
+      uint32_t* vh = vp + h * vp_head;
       for (int t2 = 0; t2 < (n_c + 1) / 2; ++t2) {
         const float* a = v + int64_t(2 * t2) * ld_v + h * d_v;
         const bool pair = 2 * t2 + 1 < n_c;
@@ -96,10 +100,10 @@ struct PrefillTileBf16 {
 
   void scores(Scratch& sc, int h, int tok0, int n, int ld, float* ST) const {
     const uint8_t* rows[kTile];
-    const uint16_t* kh = kb.data() + int64_t(h) * kb_head;
+    const uint16_t* kh = kb + int64_t(h) * kb_head;
     for (int j = 0; j < kTile; ++j)
-      rows[j] = reinterpret_cast<const uint8_t*>(j < n ? kh + int64_t(tok0 + j) * kb_stride
-                                                       : zero_row.data());
+      rows[j] =
+          reinterpret_cast<const uint8_t*>(j < n ? kh + int64_t(tok0 + j) * kb_stride : zero_row);
     score_tile_bf16(sc.qT.data(), ld, 0, d_qk2, rows, {}, ST);
   }
 
@@ -107,7 +111,7 @@ struct PrefillTileBf16 {
           RowBlockState st) const {
     const int np = (n + 1) / 2;  // ST rows past n hold probability 0
     probability_pairs(ST, ld, np, n, nullptr, 0, 1.0f, sc.pp.data());
-    const uint32_t* vh = vp.data() + int64_t(h) * vp_head + int64_t(tok0 / 2) * dv_pad;
+    const uint32_t* vh = vp + int64_t(h) * vp_head + int64_t(tok0 / 2) * dv_pad;
     for (int ch = 0; ch < dv_pad; ch += 64) {
       int i = 0;
       for (; i + 4 <= R; i += 4) pv_rows_bf16<4>(sc.pp.data(), ld, vh, dv_pad, np, i, ch, corr, st);
