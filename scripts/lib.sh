@@ -31,10 +31,11 @@ mla_install_deps() {
 # against committed goldens when they are missing. transformers' DeepSeek classes are the model
 # runtime's live reference; the torch wheel pulls the CUDA libraries (~3 GB, once), so when that
 # install fails the light packages are still installed on their own.
-MLA_PIP_LIGHT=(numpy==2.2.6 tokenizers==0.23.3 openai==3.51.0 gguf==0.19.0 jsonschema==4.26.0)
+MLA_PIP_LIGHT=(numpy==2.2.6 tokenizers==0.23.3 openai==3.51.0 gguf==0.19.0 jsonschema==4.26.0
+  tiktoken==0.14.0)
 MLA_PIP_PACKAGES=("${MLA_PIP_LIGHT[@]}" torch==2.15.0 transformers==5.23.0 safetensors==0.8.0)
 mla_install_pip() {
-  python3 -c "import numpy, tokenizers, torch, transformers, safetensors, openai, gguf, jsonschema" \
+  python3 -c "import numpy, tokenizers, torch, transformers, safetensors, openai, gguf, jsonschema, tiktoken" \
     2>/dev/null && return 0
   python3 -m pip install -q "${MLA_PIP_PACKAGES[@]}" && return 0
   python3 -m pip install -q "${MLA_PIP_LIGHT[@]}" || true

@@ -28,8 +28,7 @@ struct Model::Impl {
 namespace {
 
 bool has_tokenizer_files(const std::string& path) {
-  namespace fs = std::filesystem;
-  return path.ends_with(".gguf") || fs::exists(fs::path(path) / "tokenizer.json");
+  return path.ends_with(".gguf") || tok::tokenizer_file(path).has_value();
 }
 
 std::string name_of(const std::string& path) {

@@ -1,6 +1,6 @@
 // write_tiny_checkpoint: config.json (tiny_config.cc) → ModelConfig → expected tensors (the same
 // table the loader checks) → random BF16 / block-FP8 data → safetensors shards + index.json;
-// tokenizer.json and tokenizer_config.json from tiny_tokenizer.cc.
+// tokenizer.json or tiktoken.model and tokenizer_config.json from tiny_tokenizer.cc.
 #include "tiny/tiny_checkpoint.h"
 
 #include <fmt/format.h>
@@ -142,12 +142,17 @@ Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& o,
   if (ec) return io_error(fmt::format("{}: cannot create directory: {}", out_dir, ec.message()));
   const fs::path dir(out_dir);
   MLA_RETURN_IF_ERROR(write_text(dir / "config.json", text));
-  MLA_RETURN_IF_ERROR(write_text(dir / "tokenizer.json", tokenizer.tokenizer_json));
+  // One tokenizer file: a stale one of the other kind would win (tokenizer.json is read first).
+  const char* tok_file = tokenizer.tiktoken_model.empty() ? "tokenizer.json" : "tiktoken.model";
+  fs::remove(dir / (tokenizer.tiktoken_model.empty() ? "tiktoken.model" : "tokenizer.json"), ec);
+  MLA_RETURN_IF_ERROR(write_text(dir / tok_file, tokenizer.tiktoken_model.empty()
+                                                     ? tokenizer.tokenizer_json
+                                                     : tokenizer.tiktoken_model));
   MLA_RETURN_IF_ERROR(write_text(dir / "tokenizer_config.json", tokenizer.tokenizer_config_json));
 
   TinyCheckpointInfo info;
   info.config = c;
-  info.files = {"config.json", "tokenizer.json", "tokenizer_config.json"};
+  info.files = {"config.json", tok_file, "tokenizer_config.json"};
   info.tensors = int64_t(tensors.size());
   for (const Tensor& t : tensors) info.tensor_bytes += t.bytes.size();
 

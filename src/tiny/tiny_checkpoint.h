@@ -54,12 +54,12 @@ struct TinyCheckpointInfo {
   uint64_t tensor_bytes = 0;       // sum of tensor data bytes (the index's total_size)
 };
 
-// Creates `out_dir` if needed and writes config.json, tokenizer.json and tokenizer_config.json
-// (tiny/tiny_tokenizer.h) plus the weights there (each file replaced atomically). Removes a
-// model.safetensors or index.json of the other layout left in `out_dir`, so the directory is
-// never ambiguous. Weights: linear and router N(0, 1/fan_in), embed_tokens N(0, 1), norms
-// 1 + N(0, 0.01), router bias N(0, 0.01) in F32; each tensor from its own stream seeded by
-// (seed, name). Errors: invalid_argument (options), io_error (the OS refused).
+// Creates `out_dir` if needed and writes config.json, tokenizer.json (tiktoken.model for the Kimi
+// families), tokenizer_config.json (tiny/tiny_tokenizer.h) plus the weights there (each file
+// replaced atomically). Removes a model.safetensors or index.json of the other layout left in
+// `out_dir`, so the directory is never ambiguous. Weights: linear and router N(0, 1/fan_in),
+// embed_tokens N(0, 1), norms 1 + N(0, 0.01), router bias N(0, 0.01) in F32; each tensor from its
+// own stream seeded by (seed, name). Errors: invalid_argument (options), io_error (the OS refused).
 Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& options,
                                                  const std::string& out_dir);
 

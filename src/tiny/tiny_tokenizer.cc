@@ -143,6 +143,7 @@ constexpr const char* kChatMlTemplate =
 struct Layout {
   std::span<const Added> leading, trailing;
   std::string chat_template;
+  bool tiktoken = false;  // Kimi's format: tiktoken.model + added_tokens_decoder
 };
 
 Result<Layout> family_layout(std::string_view family) {
@@ -156,10 +157,10 @@ Result<Layout> family_layout(std::string_view family) {
     return Layout{kDeepSeekLeading, kDeepSeekTrailing, kV2Template};
   if (family == "kimi-k2")
     return Layout{kKimiLeading, kKimiTrailing,
-                  kimi("You are Kimi, an AI assistant created by Moonshot AI.")};
+                  kimi("You are Kimi, an AI assistant created by Moonshot AI."), true};
   if (family == "moonlight")
     return Layout{kKimiLeading, kKimiTrailing,
-                  kimi("You are a helpful assistant provided by Moonshot-AI.")};
+                  kimi("You are a helpful assistant provided by Moonshot-AI."), true};
   if (family == "minicpm3") return Layout{kMiniCpmLeading, kMiniCpmTrailing, kChatMlTemplate};
   return invalid_argument(fmt::format("tiny tokenizer: unknown family \"{}\" (expected one of {})",
                                       family, fmt::join(tiny_family_names(), ", ")));
@@ -240,6 +241,32 @@ std::string tokenizer_json(const Layout& l) {
   return root.dump(2) + "\n";
 }
 
+std::string base64(std::string_view raw) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < raw.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, raw.size() - i);
+    uint32_t v = 0;
+    for (size_t k = 0; k < 3; ++k) v = (v << 8) | (k < n ? uint8_t(raw[i + k]) : 0u);
+    for (size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(v >> (18 - 6 * k)) & 63] : '=';
+  }
+  return out;
+}
+
+// tiktoken.model: the same byte tokens and merge results as tokenizer_json, one
+// "<base64> <id>" line each; the ids are the ranks, so merge priority follows kMerges' order.
+std::string tiktoken_model(const Layout& l) {
+  const ByteAlphabet alphabet = byte_alphabet();
+  std::string out;
+  int64_t id = int64_t(l.leading.size());
+  for (uint8_t b : alphabet.order)
+    out += fmt::format("{} {}\n", base64(std::string(1, char(b))), id++);
+  for (const auto& [left, right] : kMerges)
+    out += fmt::format("{} {}\n", base64(std::string(left) + right), id++);
+  return out;
+}
+
 Json token_entry(const char* content) {
   return {{"__type", "AddedToken"}, {"content", content}, {"lstrip", false},
           {"normalized", true},     {"rstrip", false},    {"single_word", false}};
@@ -260,7 +287,22 @@ std::string tokenizer_config_json(const Layout& l, const ModelConfig& c) {
                   {"unk_token", nullptr},
                   {"tokenizer_class", "LlamaTokenizerFast"},
                   {"chat_template", l.chat_template}};
-  return j.dump(2) + "\n";
+  if (!l.tiktoken) return j.dump(2) + "\n";
+  // Kimi's config names its tiktoken class and lists the special tokens by id.
+  Json k = j;
+  k["tokenizer_class"] = "TikTokenTokenizer";
+  Json decoder = Json::object();
+  const int64_t first_trailing = int64_t(l.leading.size() + 256 + std::size(kMerges));
+  for (size_t i = 0; i < l.leading.size() + l.trailing.size(); ++i) {
+    const bool lead = i < l.leading.size();
+    const Added& a = lead ? l.leading[i] : l.trailing[i - l.leading.size()];
+    const int64_t id = lead ? int64_t(i) : first_trailing + int64_t(i - l.leading.size());
+    decoder[std::to_string(id)] = {{"content", a.content}, {"lstrip", false},
+                                   {"normalized", false},  {"rstrip", false},
+                                   {"single_word", false}, {"special", a.special}};
+  }
+  k["added_tokens_decoder"] = std::move(decoder);
+  return k.dump(2) + "\n";
 }
 
 }  // namespace
@@ -279,7 +321,9 @@ Result<TinyTokenizerFiles> tiny_tokenizer_files(std::string_view family,
   if (config.vocab_size < ids)
     return invalid_argument(
         fmt::format("tiny tokenizer: {} ids do not fit in vocab_size {}", ids, config.vocab_size));
-  return TinyTokenizerFiles{tokenizer_json(layout), tokenizer_config_json(layout, config)};
+  if (layout.tiktoken)
+    return TinyTokenizerFiles{"", tokenizer_config_json(layout, config), tiktoken_model(layout)};
+  return TinyTokenizerFiles{tokenizer_json(layout), tokenizer_config_json(layout, config), ""};
 }
 
 }  // namespace mla

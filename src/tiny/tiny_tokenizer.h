@@ -1,5 +1,8 @@
 // The tokenizer files `mla make-tiny` writes next to config.json, so that text prompts and chat
-// work on tiny models: tokenizer.json in Hugging Face `tokenizers` format, laid out like
+// work on tiny models. kimi-k2 and moonlight get their checkpoints' format: tiktoken.model (the
+// byte tokens and merge results below as "<base64> <rank>" lines) and a tokenizer_config.json
+// whose added_tokens_decoder lists the special tokens. The other families get tokenizer.json in
+// Hugging Face `tokenizers` format, laid out like
 // DeepSeek-V3's (docs/TOKENIZER.md §DeepSeek-V3 tokenizer.json: empty normalizer, the V3 Split
 // pre-tokenizers + ByteLevel, ByteLevel decoder, BPE) with a tiny vocabulary, and
 // tokenizer_config.json (BOS / EOS names, add_bos_token, a chat template of the family's format).
@@ -10,13 +13,15 @@
 //     (EOS), 2 <｜▁pad▁｜>, 3..258 the bytes in GPT-2 alphabet order (as V3), then the merges,
 //     then <｜User｜>, <｜Assistant｜> and V3's tool-call tokens.
 //   kimi-k2, moonlight: 0 [BOS], 1 [EOS], 2..257 the bytes, the merges, then <|im_end|>,
-//     <|im_user|>, <|im_assistant|>, <|im_system|>, <|im_middle|>.
+//     <|im_user|>, <|im_assistant|>, <|im_system|>, <|im_middle|> and the tool-call markers
+//     (the real models put their specials after the ranks, from 163584; here BOS and EOS keep the
+//     ids 0 and 1 that every tiny config has).
 //   minicpm3: 0 <s>, 1 </s>, 2 <unk>, 3..258 the bytes, the merges, then <|im_start|>, <|im_end|>.
 // Chat templates: v3 → deepseek-v3 (without tool calls in the Jinja text; the built-in renderer
 // has them), v2 / v2-lite → deepseek-v2, kimi-k2 → kimi-k2, moonlight → moonlight, minicpm3 →
 // chatml, as
-// tok::detect_chat_format recognises them. The pre-tokenizer is V3's for every family (Kimi's
-// real tokenizer is tiktoken with its own pattern).
+// tok::detect_chat_format recognises them. The pre-tokenizer is V3's for the tokenizer.json
+// families; the tiktoken ones are split with Kimi's pattern (tok::kimi_pattern).
 #pragma once
 
 #include <string>
@@ -28,8 +33,9 @@
 namespace mla {
 
 struct TinyTokenizerFiles {
-  std::string tokenizer_json;         // tokenizer.json text
+  std::string tokenizer_json;         // tokenizer.json text; empty for kimi-k2 and moonlight
   std::string tokenizer_config_json;  // tokenizer_config.json text
+  std::string tiktoken_model;         // tiktoken.model text (kimi-k2, moonlight); else empty
 };
 
 // Both files for `family` (one of tiny_family_names()) and the config make-tiny wrote for it:

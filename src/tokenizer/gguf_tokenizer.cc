@@ -8,6 +8,7 @@
 
 #include "io/safetensors_header.h"
 #include "tokenizer/json_read.h"
+#include "tokenizer/tiktoken.h"
 
 namespace mla::tok {
 namespace {
@@ -63,6 +64,36 @@ const Json& deepseek_llm_pre() {
   return j;
 }
 
+// Kimi's pattern (tiktoken.h), under llama.cpp's name for it, "kimi-k2".
+const Json& kimi_pre() {
+  static const std::string pattern = kimi_pattern();
+  static const Json j = sequence({pattern.c_str()});
+  return j;
+}
+
+// The tokenizer.json form of a model directory's tokenizer: its tokenizer.json, or the one a
+// tiktoken model converts to (as load_tokenizer_dir does).
+Result<Json> directory_tokenizer_json(const std::string& model_dir, std::string* origin) {
+  namespace fs = std::filesystem;
+  *origin = (fs::path(model_dir) / "tokenizer.json").string();
+  const std::optional<std::string> file = tokenizer_file(model_dir);
+  if (!file || file->ends_with("tokenizer.json")) {
+    MLA_ASSIGN_OR_RETURN(std::string text, read_text_file(*origin, kMaxTokenizerFileBytes));
+    return parse_json(text, *origin);
+  }
+  *origin = *file;
+  TokenizerConfig config;
+  const std::string config_path = (fs::path(model_dir) / "tokenizer_config.json").string();
+  std::error_code ec;
+  if (fs::exists(config_path, ec)) {
+    MLA_ASSIGN_OR_RETURN(std::string text, read_text_file(config_path, kMaxTokenizerFileBytes));
+    MLA_ASSIGN_OR_RETURN(config, parse_tokenizer_config(text, config_path));
+  }
+  MLA_ASSIGN_OR_RETURN(std::string ranks_text, read_text_file(*file, kMaxTokenizerFileBytes));
+  MLA_ASSIGN_OR_RETURN(std::vector<RankedToken> ranks, parse_tiktoken_ranks(ranks_text, *file));
+  return tiktoken_tokenizer_json(ranks, kimi_pattern(), config.added_tokens_decoder);
+}
+
 const GgufValue* need(const GgufFile& f, const char* key, GgufType type, bool array) {
   const GgufValue* v = f.meta(key);
   if (!v || v->is_array() != array) return nullptr;
@@ -90,14 +121,16 @@ GgufValue string_value(std::string s) {
 Result<Json> pre_tokenizer_of(std::string_view gguf_pre) {
   if (gguf_pre == "deepseek-v3") return deepseek_v3_pre();
   if (gguf_pre == "deepseek-llm") return deepseek_llm_pre();
-  return unimplemented(
-      fmt::format("GGUF pre-tokenizer \"{}\" is not supported (deepseek-v3 or deepseek-llm)",
-                  io_detail::quote_text(std::string(gguf_pre)).substr(0, 80)));
+  if (gguf_pre == "kimi-k2") return kimi_pre();
+  return unimplemented(fmt::format(
+      "GGUF pre-tokenizer \"{}\" is not supported (deepseek-v3, deepseek-llm or kimi-k2)",
+      io_detail::quote_text(std::string(gguf_pre)).substr(0, 80)));
 }
 
 std::optional<std::string> gguf_pre_name(const Json& pre) {
   if (pre == deepseek_v3_pre()) return "deepseek-v3";
   if (pre == deepseek_llm_pre()) return "deepseek-llm";
+  if (pre == kimi_pre()) return "kimi-k2";
   return std::nullopt;
 }
 
@@ -116,6 +149,8 @@ Result<std::string> tokenizer_json_from_gguf(const GgufFile& f) {
                     path, model->s.substr(0, 32)));
   const GgufValue* pre_name = need(f, "tokenizer.ggml.pre", GgufType::kString, false);
   MLA_ASSIGN_OR_RETURN(Json pre, pre_tokenizer_of(pre_name ? pre_name->s : "default"));
+  // A tiktoken model's BPE takes a piece whole when it is a token (tiktoken.h).
+  const bool ignore_merges = pre_name && pre_name->s == "kimi-k2";
   const GgufValue* tokens = need(f, "tokenizer.ggml.tokens", GgufType::kString, true);
   const GgufValue* merges = need(f, "tokenizer.ggml.merges", GgufType::kString, true);
   if (!tokens || !merges)
@@ -176,6 +211,7 @@ Result<std::string> tokenizer_json_from_gguf(const GgufFile& f) {
                  {"end_of_word_suffix", nullptr},
                  {"fuse_unk", false},
                  {"byte_fallback", false},
+                 {"ignore_merges", ignore_merges},
                  {"vocab", std::move(vocab)},
                  {"merges", std::move(merge_list)}}}};
   return root.dump();
@@ -207,10 +243,8 @@ Result<LoadedTokenizer> load_tokenizer_gguf(const std::string& path) {
 
 Result<std::map<std::string, GgufValue, std::less<>>> gguf_tokenizer_metadata(
     const std::string& model_dir, int64_t vocab_size) {
-  namespace fs = std::filesystem;
-  const std::string tok_path = (fs::path(model_dir) / "tokenizer.json").string();
-  MLA_ASSIGN_OR_RETURN(std::string text, read_text_file(tok_path, kMaxTokenizerFileBytes));
-  MLA_ASSIGN_OR_RETURN(Json root, parse_json(text, tok_path));
+  std::string tok_path;
+  MLA_ASSIGN_OR_RETURN(Json root, directory_tokenizer_json(model_dir, &tok_path));
   const Json* model = root.contains("model") ? &root["model"] : nullptr;
   if (!model || !model->is_object() || model->value("type", "") != "BPE" ||
       !model->contains("vocab") || !(*model)["vocab"].is_object())
@@ -219,7 +253,8 @@ Result<std::map<std::string, GgufValue, std::less<>>> gguf_tokenizer_metadata(
       root.contains("pre_tokenizer") ? gguf_pre_name(root["pre_tokenizer"]) : std::nullopt;
   if (!pre)
     return unimplemented(fmt::format(
-        "{}: its pre_tokenizer is not one GGUF can name (deepseek-v3 or deepseek-llm)", tok_path));
+        "{}: its pre_tokenizer is not one GGUF can name (deepseek-v3, deepseek-llm or kimi-k2)",
+        tok_path));
   std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   std::vector<int64_t> types(size_t(vocab_size), kUnused);
   auto place = [&](const std::string& t, int64_t id, int64_t type) -> Status {

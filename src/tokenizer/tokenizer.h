@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -36,6 +37,8 @@ class Tokenizer {
   // Parses tokenizer.json text; `origin` (a path) prefixes every error message.
   static Result<Tokenizer> from_json(std::string_view json, std::string_view origin);
   static Result<Tokenizer> from_file(const std::string& path);
+  // The same from an already parsed tokenizer.json object (tiktoken.h builds one).
+  static Result<Tokenizer> from_json_object(const nlohmann::json& root, std::string_view origin);
 
   // Encodes valid UTF-8 (invalid input is an error naming the byte offset). Linear in the text.
   Result<std::vector<int32_t>> encode(std::string_view text, const EncodeOptions& opts = {}) const;

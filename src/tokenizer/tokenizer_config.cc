@@ -1,6 +1,7 @@
 // tokenizer_config.json parsing and model-directory loading (see tokenizer_config.h).
 #include "tokenizer/tokenizer_config.h"
 
+#include <charconv>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -24,6 +25,32 @@ Result<std::optional<std::string>> token_name(const Json& root, const char* key,
                                       origin, key, json_excerpt(*it)));
 }
 
+// added_tokens_decoder: {"163584": {"content": "[BOS]", "special": true, ...}, ...}.
+Result<std::vector<TiktokenAdded>> added_tokens_decoder(const Json& root, std::string_view origin) {
+  std::vector<TiktokenAdded> out;
+  const auto it = root.find("added_tokens_decoder");
+  if (it == root.end() || it->is_null()) return out;
+  if (!it->is_object())
+    return invalid_argument(fmt::format("{}: added_tokens_decoder: expected an object", origin));
+  for (auto e = it->begin(); e != it->end(); ++e) {
+    const std::string where = fmt::format("{}: added_tokens_decoder[\"{}\"]", origin,
+                                          io_detail::quote_text(e.key(), false, 40));
+    int64_t id = -1;
+    const std::string& key = e.key();
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > INT32_MAX)
+      return invalid_argument(fmt::format("{}: the key is not an id in [0, 2^31)", where));
+    if (!e->is_object())
+      return invalid_argument(fmt::format("{}: expected an object with \"content\"", where));
+    TiktokenAdded a;
+    a.id = int32_t(id);
+    MLA_ASSIGN_OR_RETURN(a.content, get_string(*e, "content", where));
+    MLA_ASSIGN_OR_RETURN(a.special, get_bool(*e, "special", false, where));
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<TokenizerConfig> parse_tokenizer_config(std::string_view json, std::string_view origin) {
@@ -33,6 +60,7 @@ Result<TokenizerConfig> parse_tokenizer_config(std::string_view json, std::strin
   MLA_ASSIGN_OR_RETURN(c.bos_token, token_name(root, "bos_token", origin));
   MLA_ASSIGN_OR_RETURN(c.eos_token, token_name(root, "eos_token", origin));
   MLA_ASSIGN_OR_RETURN(c.add_bos_token, get_bool(root, "add_bos_token", false, origin));
+  MLA_ASSIGN_OR_RETURN(c.added_tokens_decoder, added_tokens_decoder(root, origin));
   const auto t = root.find("chat_template");
   if (t == root.end() || t->is_null()) return c;
   if (t->is_string()) {
@@ -56,8 +84,7 @@ Result<TokenizerConfig> parse_tokenizer_config(std::string_view json, std::strin
 Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   if (fs::path(dir).extension() == ".gguf") return load_tokenizer_gguf(dir);
-  const std::string tok_path = (fs::path(dir) / "tokenizer.json").string();
-  MLA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_file(tok_path));
+  std::string tok_path = (fs::path(dir) / "tokenizer.json").string();
   TokenizerConfig config;
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   std::error_code ec;
@@ -71,7 +98,22 @@ Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir) {
     MLA_ASSIGN_OR_RETURN(config.chat_template,
                          read_text_file(jinja.string(), kMaxTokenizerFileBytes));
   }
+  const std::optional<std::string> file = tokenizer_file(dir);
+  Result<Tokenizer> loaded = file && !file->ends_with("tokenizer.json")
+                                 ? load_tiktoken_dir(dir, config)
+                                 : Tokenizer::from_file(tok_path);
+  if (!loaded.ok()) return loaded.status();
+  Tokenizer tok = std::move(*loaded);
+  if (file) tok_path = *file;
   return finish_loaded_tokenizer(std::move(tok), std::move(config), config_path.string(), tok_path);
+}
+
+std::optional<std::string> tokenizer_file(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const char* name : {"tokenizer.json", "tiktoken.model"})
+    if (const fs::path p = fs::path(dir) / name; fs::exists(p, ec)) return p.string();
+  return std::nullopt;
 }
 
 Result<LoadedTokenizer> finish_loaded_tokenizer(Tokenizer tok, TokenizerConfig config,

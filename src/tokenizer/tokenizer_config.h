@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "mla/status.h"
+#include "tokenizer/tiktoken.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mla::tok {
@@ -16,6 +17,9 @@ struct TokenizerConfig {
   std::optional<std::string> eos_token;
   bool add_bos_token = false;  // plain (non-chat) prompts start with BOS
   std::string chat_template;   // Jinja source; empty when the model ships none
+  // added_tokens_decoder (id → content, special): the special tokens of a tiktoken model, which
+  // has no tokenizer.json to list them. Ignored when tokenizer.json is there.
+  std::vector<TiktokenAdded> added_tokens_decoder;
 };
 
 // bos_token/eos_token may be strings or {"content": ...} objects; chat_template a string or a
@@ -31,10 +35,20 @@ struct LoadedTokenizer {
   bool adds_bos() const { return config.add_bos_token && tokenizer.bos_id().has_value(); }
 };
 
-// Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (and DIR/
-// chat_template.jinja when the config has no template). A named BOS/EOS that the tokenizer lacks
-// is an error. A path ending in .gguf is read with load_tokenizer_gguf (gguf_tokenizer.h).
+// Reads DIR/tokenizer.json (or, without one, DIR/tiktoken.model: load_tiktoken_dir) and, when
+// present, DIR/tokenizer_config.json (and DIR/chat_template.jinja when the config has no
+// template). A named BOS/EOS that the tokenizer lacks is an error. A path ending in .gguf is read
+// with load_tokenizer_gguf (gguf_tokenizer.h).
 Result<LoadedTokenizer> load_tokenizer_dir(const std::string& dir);
+
+// The file a model directory's tokenizer comes from (tokenizer.json, else tiktoken.model), or
+// nullopt when it has neither: the model then serves token ids only.
+std::optional<std::string> tokenizer_file(const std::string& dir);
+
+// A tiktoken model (Kimi-K2, Moonlight): DIR/tiktoken.model ranks, Kimi's split pattern, the
+// config's added_tokens_decoder. When DIR/tokenization_kimi.py is there, each alternative of the
+// pattern must appear in it verbatim (a different pattern is refused, not silently replaced).
+Result<Tokenizer> load_tiktoken_dir(const std::string& dir, const TokenizerConfig& config);
 
 // The checks load_tokenizer_dir makes once the files are read, for any source: the named BOS /
 // EOS are tokens (their ids set on the tokenizer), a recognised chat template encodes.

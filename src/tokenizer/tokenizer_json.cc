@@ -318,6 +318,10 @@ Result<Tokenizer> Tokenizer::from_json(std::string_view json, std::string_view o
   return TokenizerBuilder(origin).build(root);
 }
 
+Result<Tokenizer> Tokenizer::from_json_object(const Json& root, std::string_view origin) {
+  return TokenizerBuilder(origin).build(root);
+}
+
 Result<Tokenizer> Tokenizer::from_file(const std::string& path) {
   MLA_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxTokenizerFileBytes));
   return from_json(text, path);

@@ -20,9 +20,10 @@ extern const size_t kUnicodeDeltaCount;
 
 // Rewrites an Oniguruma-syntax pattern from tokenizer.json into PCRE2 syntax with the oracle's
 // meaning: \p{X} gains the code points Unicode 15-16 added to X, \s and \S become Unicode
-// White_Space (PCRE2 adds U+180E), \uHHHH becomes \x{HHHH}. Constructs whose meaning would differ
-// and cannot be bridged (\w, \b, \d, \h, scripts such as \p{Han}, class intersection &&) are an
-// error naming the construct; `where` names the file and field.
+// White_Space (PCRE2 adds U+180E), \uHHHH becomes \x{HHHH}, \p{Han} is Script=Han of Unicode 16.0,
+// and a class intersection [A&&[B]] (tiktoken's regex syntax) becomes (?:(?=[B])[A]). Constructs
+// whose meaning would differ and cannot be bridged (\w, \b, \d, \h, other scripts, other uses of
+// &&) are an error naming the construct; `where` names the file and field.
 Result<std::string> translate_pattern(std::string_view pattern, std::string_view where);
 
 }  // namespace mla::tok

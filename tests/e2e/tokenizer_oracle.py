@@ -9,8 +9,9 @@
 
 The real DeepSeek-V3 files are read from ../shared/data/deepseek-v3-tokenizer/ (never copied
 here); two small tokenizers trained with `tokenizers` (committed) cover the other components.
-`live` also checks the tokenizer.json that `MLA make-tiny` writes (a DeepSeek and a Kimi family,
-whose added tokens differ).
+`live` also checks the tokenizer.json that `MLA make-tiny` writes (a DeepSeek family and MiniCPM3,
+whose added tokens differ; the Kimi families write tiktoken.model, checked by
+tests/e2e/tokenizer/tiktoken_oracle.py).
 """
 import json
 import os
@@ -301,9 +302,9 @@ def run_mla(mla, tokenizer_path, texts, special):
 
 
 def tiny_tokenizers(mla, out_dir):
-    """The tokenizer.json of tiny v3 and kimi-k2 checkpoints written by `mla make-tiny`."""
+    """The tokenizer.json of tiny v3 and minicpm3 checkpoints written by `mla make-tiny`."""
     paths = []
-    for family in ("v3", "kimi-k2"):
+    for family in ("v3", "minicpm3"):
         out = os.path.join(out_dir, family)
         subprocess.run([mla, "make-tiny", "--family", family, "--layers", "1", "--shards", "1",
                         "--out", out], capture_output=True, check=True)

@@ -20,6 +20,7 @@
 #include "server/http_server.h"
 #include "server/openai_prompt.h"
 #include "tokenizer/json_read.h"
+#include "tokenizer/tokenizer_config.h"
 #include "tokenizer_fit.h"
 
 namespace mla::cli {
@@ -138,7 +139,7 @@ int run_serve(ServeCliOptions o) {
   auto model = Model::load(o.model, *ro);
   if (!model.ok()) return fail(model.status());
   std::unique_ptr<tok::LoadedTokenizer> tk;
-  if (std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json")) {
+  if (tok::tokenizer_file(o.model)) {
     auto t = tok::load_tokenizer_dir(o.model);
     if (!t.ok()) return fail(t.status());
     tk = std::make_unique<tok::LoadedTokenizer>(std::move(*t));

@@ -1,4 +1,5 @@
-// make-tiny's tokenizer (tiny/tiny_tokenizer): for every family the written files load with the
+// make-tiny's tokenizer (tiny/tiny_tokenizer): for every family the written files (tiktoken.model
+// for the Kimi families, tokenizer.json for the others) load with the
 // project's tokenizer, round-trip arbitrary UTF-8, put BOS / EOS at the config's ids, keep every
 // id below vocab_size, and carry a chat template that detect_chat_format recognises; the
 // structure matches DeepSeek-V3's tokenizer.json where both have the same part.
@@ -40,10 +41,14 @@ std::optional<Written> write_and_load(const std::string& family, const TempDir& 
   Result<TinyCheckpointInfo> info = write_tiny_checkpoint(o, dir.path());
   EXPECT_TRUE(info.ok()) << info.status().to_string();
   if (!info.ok()) return std::nullopt;
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+  // The Kimi families ship their checkpoints' tiktoken.model instead of tokenizer.json.
+  const bool kimi = family == "kimi-k2" || family == "moonlight";
+  const char* tok_file = kimi ? "tiktoken.model" : "tokenizer.json";
+  for (const char* f : {tok_file, "tokenizer_config.json"}) {
     EXPECT_NE(std::find(info->files.begin(), info->files.end(), f), info->files.end()) << f;
     EXPECT_TRUE(std::filesystem::exists(dir.file(f))) << f;
   }
+  EXPECT_FALSE(std::filesystem::exists(dir.file(kimi ? "tokenizer.json" : "tiktoken.model")));
   Result<tok::LoadedTokenizer> t = tok::load_tokenizer_dir(dir.path());
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   if (!t.ok()) return std::nullopt;

@@ -66,7 +66,14 @@ TEST(PatternTranslate, RewritesAndRefuses) {
   EXPECT_NE(r->find("\\p{L}\\x{"), std::string::npos);  // Unicode 15-16 letters added
   EXPECT_EQ(r->find("\\s"), std::string::npos);
   EXPECT_NE(r->find("\\x{00e9}"), std::string::npos);
-  for (const char* bad : {R"(\w+)", R"(\p{Han})", R"([a-z&&[^aeiou]])", R"(\b)", R"(\h)"}) {
+  // tiktoken's syntax in Kimi's pattern: Script=Han (Unicode 16.0) and [A&&[B]] as a lookahead.
+  r = translate_pattern(R"([\p{Lu}&&[^\p{Han}]]+)", "t");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->rfind("(?:(?=[^\\p{sc:Han}\\x{2B739}", 0), 0u) << *r;
+  EXPECT_NE(r->find("])[\\p{Lu}"), std::string::npos) << *r;
+  EXPECT_EQ(r->back(), '+');
+  for (const char* bad : {R"(\w+)", R"(\p{Greek})", R"([^a-z&&[aeiou]])", R"([a-z&&b])",
+                          R"([a-z&&[b]x])", R"(\b)", R"(\h)"}) {
     Result<std::string> b = translate_pattern(bad, "f.json: pattern");
     EXPECT_FALSE(b.ok()) << bad;
     EXPECT_NE(b.status().message().find("f.json: pattern"), std::string::npos);
