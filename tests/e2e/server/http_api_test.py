@@ -526,5 +526,45 @@ class QueueAndShutdownTest(unittest.TestCase):
         self.assertIn("error", json.loads(events[-2]))
 
 
+class TiktokenModelTest(unittest.TestCase):
+    """make-tiny's Kimi-K2 and Moonlight models ship a tiktoken ranks file (tiktoken.model and
+    tokenizer_config.json, no tokenizer.json), as the real checkpoints do: text requests are
+    served end to end, the chat prompt in Kimi's format (docs/TOKENIZER.md)."""
+
+    def test_kimi_families_answer_text(self):
+        for family in ("kimi-k2", "moonlight"):
+            with self.subTest(family=family), tempfile.TemporaryDirectory() as d:
+                subprocess.run([BINARY, "make-tiny", "--family", family, "--out", d], check=True,
+                               capture_output=True)
+                self.assertTrue(os.path.exists(os.path.join(d, "tiktoken.model")))
+                self.assertFalse(os.path.exists(os.path.join(d, "tokenizer.json")))
+                s = MlaServer(BINARY, d)
+                try:
+                    status, _, raw = s.request("GET", "/v1/models")
+                    self.assertEqual(status, 200)
+                    model = json.loads(raw)["data"][0]["id"]
+                    messages = [{"role": "user", "content": "Hello there, how are you?"}]
+                    status, _, chat = s.post_json("/tokenize", {"model": model, "messages": messages})
+                    self.assertEqual(status, 200, chat)
+                    status, _, text = s.post_json("/tokenize", {"model": model,
+                                                                "prompt": "Hello there, how are you?"})
+                    self.assertEqual(status, 200, text)
+                    # The message's ids sit inside the chat prompt, between the format's markers
+                    # (a text prompt starts with [BOS], id 0 in make-tiny's Kimi layout).
+                    ids, inner = chat["tokens"], text["tokens"]
+                    self.assertEqual(inner[0], 0)
+                    inner = inner[1:]
+                    self.assertGreater(len(ids), len(inner))
+                    self.assertTrue(any(ids[i:i + len(inner)] == inner for i in range(len(ids))),
+                                    (ids, inner))
+                    status, _, body = s.post_json("/v1/chat/completions", {
+                        "model": model, "messages": messages, "max_tokens": 4, "temperature": 0})
+                    self.assertEqual(status, 200, body)
+                    self.assertEqual(body["usage"]["prompt_tokens"], len(ids))
+                    self.assertIsInstance(body["choices"][0]["message"]["content"], str)
+                finally:
+                    self.assertEqual(s.stop(), 0)
+
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)  # extra args: test names
