@@ -8,6 +8,7 @@
 #include "model/model_config.h"
 #include "tiny/tiny_checkpoint.h"
 #include "tiny/tiny_tokenizer.h"
+#include "tokenizer/tiktoken.h"
 #include "tokenizer/utf8.h"
 
 namespace mla::fuzz {
@@ -25,11 +26,20 @@ const tok::LoadedTokenizer& tiny_tokenizer(std::string_view family) {
   MLA_CHECK(config.ok(), "{}", config.status().to_string());
   Result<TinyTokenizerFiles> files = tiny_tokenizer_files(family, *config);
   MLA_CHECK(files.ok(), "{}", files.status().to_string());
-  Result<tok::Tokenizer> t = tok::Tokenizer::from_json(files->tokenizer_json, "tiny tokenizer");
-  MLA_CHECK(t.ok(), "{}", t.status().to_string());
   Result<tok::TokenizerConfig> tc =
       tok::parse_tokenizer_config(files->tokenizer_config_json, "tiny tokenizer_config.json");
   MLA_CHECK(tc.ok(), "{}", tc.status().to_string());
+  // Kimi-K2 / Moonlight: a tiktoken ranks file, turned into the same BPE as load_tiktoken_dir.
+  std::string json_text = files->tokenizer_json;
+  if (json_text.empty()) {
+    Result<std::vector<tok::RankedToken>> ranks =
+        tok::parse_tiktoken_ranks(files->tiktoken_model, "tiny tiktoken.model");
+    MLA_CHECK(ranks.ok(), "{}", ranks.status().to_string());
+    json_text =
+        tok::tiktoken_tokenizer_json(*ranks, tok::kimi_pattern(), tc->added_tokens_decoder).dump();
+  }
+  Result<tok::Tokenizer> t = tok::Tokenizer::from_json(json_text, "tiny tokenizer");
+  MLA_CHECK(t.ok(), "{}", t.status().to_string());
   std::optional<int32_t> bos, eos;
   if (tc->bos_token) bos = t->token_to_id(*tc->bos_token);
   if (tc->eos_token) eos = t->token_to_id(*tc->eos_token);
