@@ -3,8 +3,10 @@
 // src/server/request_checks.h: header limits, routes and methods, body framing and size, encoding,
 // API key) with a small body cap. The bytes reach Server::process_request (the per-connection entry
 // point) through an in-memory Stream that hands them out in pseudo-random pieces, so requests split
-// at every point are parsed; up to 5 pipelined requests per input (the keep-alive limit), and none
-// after a refused body (the server stops reading that connection). The first input word picks the
+// at every point are parsed; up to 5 pipelined requests per input, each first through the
+// connection loop's head limits (scan_request_head, src/server/http_connection.h: a head over them
+// is answered there and ends the connection), and none after a response with Connection: close
+// (a framing error or refused body ends the connection). The first input word picks the
 // pieces, whether an API key is required (bit 0) and whether /metrics needs it too (bit 1).
 // Invariants: a handler never sees a body over the cap or other than its Content-Length (a
 // compressed body would be inflated by the library: it must be refused first), nor a protected
@@ -19,6 +21,7 @@
 #include <string>
 
 #include "fuzz_common.h"
+#include "server/http_connection.h"
 #include "server/request_checks.h"
 #include "server/server_state.h"
 
@@ -55,6 +58,8 @@ class MemoryStream : public httplib::Stream {
   }
   socket_t socket() const override { return INVALID_SOCKET; }
 
+  std::string_view unread() const { return std::string_view(data_ + pos_, size_ - pos_); }
+
   std::string out;
 
  private:
@@ -69,8 +74,6 @@ class FuzzServer : public httplib::Server {
  public:
   using httplib::Server::process_request;
 };
-
-bool g_body_refused = false;  // set by the logger of the last request
 
 // Which server an input meets: without an API key, with one (/metrics public, the default), or
 // with one and --metrics-require-key.
@@ -91,10 +94,6 @@ FuzzServer& server(Access access) {
   auto make = [](mla::server::HttpServer::State* st) {
     auto* srv = new FuzzServer;
     srv->set_payload_max_length(kBodyCap);
-    // What body_refused does to a socket: after a refused body the connection is read no more.
-    srv->set_logger([](const httplib::Request& req, const httplib::Response& res) {
-      if (mla::server::refuses_body(req, res)) g_body_refused = true;
-    });
     srv->set_pre_routing_handler([st](const httplib::Request& req, httplib::Response& res) {
       return mla::server::check_request(*st, req, res);
     });
@@ -132,6 +131,12 @@ FuzzServer& server(Access access) {
   return *servers[static_cast<int>(access)];
 }
 
+// The response ends its connection (the connection loop stops reading after it).
+bool closes_connection(const std::string& out) {
+  const size_t head_end = out.find("\r\n\r\n");
+  return out.substr(0, head_end).find("\r\nConnection: close") != std::string::npos;
+}
+
 void check_response(const std::string& out) {
   if (out.empty()) return;  // the library may close without answering
   MLA_CHECK(out.size() >= 12 && out.compare(0, 9, "HTTP/1.1 ") == 0 &&
@@ -156,10 +161,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bool closed = false;
     stream.out.clear();
     const bool last = i == 4;
-    g_body_refused = false;
+    const mla::server::RequestHead head =
+        mla::server::scan_request_head(stream.unread(), mla::server::RequestHeadLimits{});
+    if (head != mla::server::RequestHead::kComplete &&
+        head != mla::server::RequestHead::kIncomplete)
+      break;  // answered 414 / 431 by the connection loop, which then closes
     srv.process_request(stream, last, closed, nullptr);
     check_response(stream.out);
-    if (closed || g_body_refused) break;
+    if (closed || closes_connection(stream.out)) break;
   }
   return 0;
 }

@@ -281,7 +281,7 @@ void handle_completion(const std::shared_ptr<HttpServer::State>& state, Endpoint
     return send_error(res, e);
   }
   if (auto e = submit_all(st, *spec, a.job)) return send_error(res, *e);
-  a.fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  a.fd = ConnectionServer::current_fd();
   const ResponseMeta meta = make_response_meta(*spec, st.backend.model);
   if (!spec->stream) return answer_whole(*spec, meta, std::move(a), res);
 

@@ -31,40 +31,7 @@ bool endpoint_of(const sockaddr_storage& ss, std::string* addr, int* port) {
   return true;
 }
 
-bool matches(int fd, const std::string& local_addr, int local_port, const std::string& remote_addr,
-             int remote_port) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  std::string addr;
-  int port = -1;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
-  if (!endpoint_of(ss, &addr, &port) || port != remote_port || addr != remote_addr) return false;
-  len = sizeof ss;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
-  return endpoint_of(ss, &addr, &port) && port == local_port &&
-         (local_addr.empty() || addr == local_addr);
-}
-
 }  // namespace
-
-int find_connection_fd(const std::string& local_addr, int local_port,
-                       const std::string& remote_addr, int remote_port) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return -1;
-  int found = -1;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    const int fd = std::atoi(e->d_name);
-    struct stat st {};
-    if (fd == dirfd(dir) || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (matches(fd, local_addr, local_port, remote_addr, remote_port)) {
-      found = fd;
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
-}
 
 int find_listening_fd(int port) {
   DIR* dir = opendir("/proc/self/fd");

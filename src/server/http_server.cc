@@ -20,6 +20,10 @@ namespace {
 httplib::Server::HandlerResponse fill_error(const httplib::Request& req, httplib::Response& res,
                                             size_t max_body) {
   if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+  // A framing error leaves the connection's position in the byte stream unknown: it ends with
+  // this answer (http_connection.h).
+  if (res.status == 400 || res.status == 413 || res.status == 414)
+    res.set_header("Connection", "close");
   // HEAD never gets a body; nor does a 400 for a request line that could not be parsed (its
   // method is unknown: a HEAD client would take the body for the next response).
   if (req.method == "HEAD" || (req.method.empty() && res.status == 400))
@@ -80,6 +84,14 @@ HttpServer::HttpServer(ServerOptions options)
   // Streams can stay silent through a long prefill: writes wait as long as reads may.
   st.http.set_write_timeout(600, 0);
   st.http.set_keep_alive_timeout(5);
+  // The library's default closes a connection after 5 requests; pipelining clients send more.
+  st.http.set_keep_alive_max_count(100);
+  st.http.on_refused_head = [&st](int status, const std::string& message, httplib::Response& r) {
+    send_error(r, status_error(status, "invalid_request_error", message,
+                               status == 414 ? "uri_too_long" : "request_header_fields_too_large"));
+    std::lock_guard lock(st.counts_mu);
+    ++st.responses_by_status[status];
+  };
   // Streamed chunks are small writes: without TCP_NODELAY each waits ~40 ms on the client's ACK.
   st.http.set_tcp_nodelay(true);
   const int threads = o.http_threads > 0 ? o.http_threads : o.max_queue + 160;
@@ -113,7 +125,6 @@ HttpServer::HttpServer(ServerOptions options)
       });
   st.http.set_logger([&st](const httplib::Request& q, const httplib::Response& r) {
     if (st.deadlines) st.deadlines->response_sent(q.remote_addr, q.remote_port);
-    body_refused(q, r);
     {
       std::lock_guard lock(st.counts_mu);
       ++st.responses_by_status[r.status];

@@ -1,14 +1,12 @@
 #include "server/request_checks.h"
 
 #include <fmt/format.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 
 #include "server/body_framing.h"
-#include "server/connection_watch.h"
 
 namespace mla::server {
 namespace {
@@ -71,20 +69,6 @@ bool declares_body(const httplib::Request& req) {
          (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
 }
 
-bool refuses_body(const httplib::Request& req, const httplib::Response& res) {
-  return res.get_header_value("Connection") == "close" && declares_body(req);
-}
-
-void body_refused(const httplib::Request& req, const httplib::Response& res) {
-  if (!refuses_body(req, res)) return;
-  // The response is out; the library's next read sees end of stream and closes, instead of
-  // reading the refused body as the next request. (Shut before the write, the library would
-  // take the connection for dead and not answer at all.)
-  const int fd =
-      find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  if (fd >= 0) ::shutdown(fd, SHUT_RD);
-}
-
 ApiError status_error(int status, std::string type, std::string message, std::string code) {
   ApiError e;
   e.status = status;
@@ -114,7 +98,7 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
   auto reject = [&](const ApiError& e) {
     send_error(res, e);
     if (req.method == "HEAD") res.body.clear();
-    if (declares_body(req)) res.set_header("Connection", "close");  // see body_refused
+    if (declares_body(req)) res.set_header("Connection", "close");  // see the header
     return HR::Handled;
   };
   if (st.deadlines) st.deadlines->headers_received(req.remote_addr, req.remote_port);
@@ -158,7 +142,7 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
           fmt::format("origin {} is not allowed (mla serve --allowed-origins)", loggable(origin)),
           "cors_origin_not_allowed"));
     res.status = 204;
-    if (declares_body(req)) res.set_header("Connection", "close");  // see body_refused
+    if (declares_body(req)) res.set_header("Connection", "close");  // see the header
     res.set_header("Allow", std::string(known->method) + ", OPTIONS");
     if (!cors.empty()) {
       res.set_header("Access-Control-Allow-Methods", std::string(known->method) + ", OPTIONS");

@@ -1,9 +1,9 @@
 // The checks every request passes before the library reads its body or a route sees it
 // (docs/RELIABILITY.md §Checklist R35, R36, R42, R44): header limits, route and method, body
 // framing and size, encoding, the API key, readiness. A request refused here that declared a body
-// is answered with Connection: close, and once the answer is written (body_refused, from the
-// logger) its connection's read side is shut down: the body is never read (a 100 MiB upload costs
-// nothing and cannot be taken for the next request).
+// is answered with Connection: close, which ends its connection once the answer is written
+// (http_connection.h): the body is never parsed (a 100 MiB upload costs at most the short
+// lingering close and cannot be taken for the next request).
 #pragma once
 
 #include <httplib.h>
@@ -22,12 +22,6 @@ httplib::Server::HandlerResponse check_request(HttpServer::State& st, const http
 
 // The request announces a body (Content-Length > 0 or Transfer-Encoding).
 bool declares_body(const httplib::Request& req);
-
-// The response refused a body the request declared: its connection is read no further.
-bool refuses_body(const httplib::Request& req, const httplib::Response& res);
-
-// After the response to a request is written: stops reading its connection when refuses_body.
-void body_refused(const httplib::Request& req, const httplib::Response& res);
 
 ApiError status_error(int status, std::string type, std::string message, std::string code = "");
 

@@ -16,6 +16,7 @@
 
 #include "server/api_error.h"
 #include "server/connection_deadlines.h"
+#include "server/http_connection.h"
 #include "server/http_server.h"
 
 namespace mla::server {
@@ -47,7 +48,7 @@ struct HttpServer::State {
   explicit State(ServerOptions o) : options(std::move(o)) {}
 
   const ServerOptions options;
-  httplib::Server http;
+  ConnectionServer http;
   std::thread listener;
   std::atomic<bool> listener_done{false};  // the accept loop has returned
   int port = -1;

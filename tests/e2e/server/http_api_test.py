@@ -57,6 +57,34 @@ def raw_exchange(port, data, timeout=10):
         s.close()
 
 
+def read_until_closed(port, data, timeout):
+    """Sends raw bytes, returns everything the server answers; fails unless it closes the
+    connection within `timeout` seconds."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        out = b""
+        while True:
+            b = s.recv(65536)  # socket.timeout fails the test: the server left it hanging
+            if not b:
+                return out
+            out += b
+    finally:
+        s.close()
+
+
+def split_responses(raw):
+    """[(status, body)] of consecutive responses framed by Content-Length."""
+    out = []
+    while raw:
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        n = [int(l.split(b":")[1]) for l in lines[1:] if l.lower().startswith(b"content-length:")]
+        out.append((int(lines[0].split()[1]), rest[:n[0]]))
+        raw = rest[n[0]:]
+    return out
+
+
 class StreamFramingTest(unittest.TestCase):
     def test_sse_framing_and_chunks(self):
         body = {"model": SERVER.model_id, "prompt": "Hello", "max_tokens": 6, "temperature": 0,
@@ -237,6 +265,49 @@ class BadRequestTest(unittest.TestCase):
         out = raw_exchange(SERVER.port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + fine +
                            b"Connection: close\r\n\r\n")
         self.assertTrue(out.startswith(b"HTTP/1.1 200"), out[:100])
+        # One header line over 8 KiB (under the 16 KiB block limit): 431, and the connection ends
+        # (the request after it is not answered).
+        out = read_until_closed(SERVER.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                                b"b" * 9000 + b"\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+                                timeout=3)
+        self.assertTrue(out.startswith(b"HTTP/1.1 431"), out[:100])
+        self.assertIn(b"request_header_fields_too_large", out)
+        self.assertEqual(out.count(b"HTTP/1.1 "), 1, out[:300])
+
+    def test_pipelined_requests_are_answered_in_order(self):
+        # Two completions and a /health in one write, then a request that closes: four answers in
+        # order, well inside the 5 s keep-alive timeout the server waited out before.
+        def completion(prompt):
+            body = json.dumps({"model": SERVER.model_id, "prompt": prompt, "max_tokens": 3,
+                               "temperature": 0}).encode()
+            return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                    b"\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+        start = time.monotonic()
+        out = read_until_closed(SERVER.port, completion("one") + b"GET /health HTTP/1.1\r\n"
+                                b"Host: x\r\n\r\n" + completion("two") + b"GET /v1/models HTTP/1.1"
+                                b"\r\nHost: x\r\nConnection: close\r\n\r\n", timeout=4)
+        self.assertLess(time.monotonic() - start, 4)
+        answers = split_responses(out)
+        self.assertEqual([status for status, _ in answers], [200] * 4, out[:400])
+        bodies = [json.loads(body) for _, body in answers]
+        self.assertEqual([b.get("object") for b in bodies],
+                         ["text_completion", None, "text_completion", "list"])
+        self.assertEqual(bodies[1]["status"], "ok")
+        # Each completion is the one its prompt gets alone.
+        for i, prompt in ((0, "one"), (2, "two")):
+            alone = json.loads(raw_exchange(SERVER.port, completion(prompt)).partition(
+                b"\r\n\r\n")[2])
+            self.assertEqual(bodies[i]["choices"][0]["text"], alone["choices"][0]["text"])
+
+    def test_a_framing_error_closes_the_connection(self):
+        # A Content-Length that is not a number: 400, and the bytes after it are not taken for a
+        # request (nor answered); the server closes the connection.
+        out = read_until_closed(SERVER.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                b"Content-Length: 1 2\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+                                timeout=4)
+        self.assertTrue(out.startswith(b"HTTP/1.1 400"), out[:100])
+        self.assertEqual(out.count(b"HTTP/1.1 "), 1, out[:300])
+        self.assertIn(b"Connection: close", out.partition(b"\r\n\r\n")[0])
 
 
 class InfoRoutesTest(unittest.TestCase):
