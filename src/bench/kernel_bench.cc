@@ -115,13 +115,7 @@ Result<std::vector<PrefillResult>> bench_prefill(const PrefillCase& c, const Mac
   p.s_q = c.m;
   p.d_r = kDr;
   p.q = q.data();
-  p.kv_dtype = c.kv_dtype;
-  p.kv_global_scale = cache.global_scale;
-  p.kv_cache = cache.data.data();
-  p.page_size = kPage;
-  p.num_blocks = cache.num_blocks;
-  p.block_table = cache.block_table.data();
-  p.s_kv = s_kv;
+  p.cache = cache_view(cache);
   p.w = &w;
   p.softmax_scale = float(1.0 / std::sqrt(192.0));
   p.causal = true;

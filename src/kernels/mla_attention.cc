@@ -25,21 +25,15 @@ namespace {
 // The absorbed path for b sequences of s_q queries: fold W_UK into the query, run the decode
 // kernel over the latent cache, unfold W_UV from the latent output.
 struct AbsorbedCall {
-  int b, s_q, d_r;
-  const float* q;  // [b, s_q, h_q, d_n + d_r]
-  DType kv_dtype;
-  float kv_global_scale;
-  const void* kv_cache;
-  int page_size, num_blocks;
-  const int32_t* block_table;  // [b, max_blocks_per_seq]
-  int max_blocks_per_seq;
-  const int32_t* seqlens;  // [b]
-  const MlaAbsorbedWeights* w;
-  float softmax_scale;
-  bool causal;
-  DType absorbed_q_dtype;  // kF32 or kBF16
-  float* out;              // [b, s_q, h_q, d_v]
-  float* lse;              // [b, h_q, s_q]
+  int b = 0, s_q = 0, d_r = 0;
+  const float* q = nullptr;  // [b, s_q, h_q, d_n + d_r]
+  PagedLatentCache cache;    // b sequences
+  const MlaAbsorbedWeights* w = nullptr;
+  float softmax_scale = 1.0f;
+  bool causal = true;
+  DType absorbed_q_dtype = DType::kF32;  // kF32 or kBF16
+  float* out = nullptr;                  // [b, s_q, h_q, d_v]
+  float* lse = nullptr;                  // [b, h_q, s_q]
 };
 
 Status check_absorbed_q_dtype(const char* op, DType t) {
@@ -72,9 +66,7 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
   dp.h_q = H;
   dp.d_qk = d_abs;
   dp.d_v = r;
-  dp.page_size = c.page_size;
-  dp.num_blocks = c.num_blocks;
-  dp.max_blocks_per_seq = c.max_blocks_per_seq;
+  dp.cache = c.cache;
   dp.q_dtype = ref ? DType::kF64 : DType::kF32;
   dp.q = ref ? static_cast<const void*>(q_abs64.data()) : q_abs.data();
   std::vector<uint16_t> q_abs16;  // [rows, H, d_abs] when the kernel takes a BF16 query
@@ -84,11 +76,6 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
     dp.q_dtype = DType::kBF16;
     dp.q = q_abs16.data();
   }
-  dp.kv_dtype = c.kv_dtype;
-  dp.kv_global_scale = c.kv_global_scale;
-  dp.kv_cache = c.kv_cache;
-  dp.block_table = c.block_table;
-  dp.cache_seqlens = c.seqlens;
   dp.softmax_scale = c.softmax_scale;
   dp.causal = c.causal;
   dp.out = o_lat.data();
@@ -112,25 +99,18 @@ Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool, std::st
   if (!p.w) return invalid_argument("mla_decode_batch: weights are required");
   MLA_RETURN_IF_ERROR(check_absorbed_q_dtype("mla_decode_batch", p.absorbed_q_dtype));
   if (p.b == 0) return Status();
-  AbsorbedCall c{p.b,
-                 1,
-                 p.d_r,
-                 p.q,
-                 p.kv_dtype,
-                 p.kv_global_scale,
-                 p.kv_cache,
-                 p.page_size,
-                 p.num_blocks,
-                 p.block_table,
-                 p.max_blocks_per_seq,
-                 p.seqlens,
-                 p.w,
-                 p.softmax_scale,
-                 /*causal=*/true,
-                 p.absorbed_q_dtype,
-                 p.out,
-                 p.lse};
-  return run_absorbed(c, pool, backend);
+  return run_absorbed({.b = p.b,
+                       .s_q = 1,
+                       .d_r = p.d_r,
+                       .q = p.q,
+                       .cache = p.cache,
+                       .w = p.w,
+                       .softmax_scale = p.softmax_scale,
+                       .causal = true,
+                       .absorbed_q_dtype = p.absorbed_q_dtype,
+                       .out = p.out,
+                       .lse = p.lse},
+                      pool, backend);
 }
 
 Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
@@ -148,14 +128,8 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
     pp.d_r = p.d_r;
     pp.d_v = d_v;
     pp.r = r;
-    pp.s_kv = p.s_kv;
-    pp.page_size = p.page_size;
-    pp.num_blocks = p.num_blocks;
     pp.q = p.q;
-    pp.kv_dtype = p.kv_dtype;
-    pp.kv_global_scale = p.kv_global_scale;
-    pp.kv_cache = p.kv_cache;
-    pp.block_table = p.block_table;
+    pp.cache = p.cache;
     pp.w_uk = w.w_uk.data();
     pp.w_uv = w.w_uv.data();
     pp.softmax_scale = p.softmax_scale;
@@ -168,31 +142,17 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
     return path;
   }
 
-  // validate() checks the rest; the page count below needs these first.
-  if (p.page_size < 1 || p.s_kv < 0)
-    return invalid_argument(
-        fmt::format("mla_attention: page_size {} and s_kv {} must be positive / non-negative",
-                    p.page_size, p.s_kv));
-  const int pages = int((int64_t(p.s_kv) + p.page_size - 1) / p.page_size);
-  const int32_t seqlen = p.s_kv;
-  AbsorbedCall c{1,
-                 p.s_q,
-                 p.d_r,
-                 p.q,
-                 p.kv_dtype,
-                 p.kv_global_scale,
-                 p.kv_cache,
-                 p.page_size,
-                 p.num_blocks,
-                 p.block_table,
-                 pages,
-                 &seqlen,
-                 &w,
-                 p.softmax_scale,
-                 p.causal,
-                 p.absorbed_q_dtype,
-                 p.out,
-                 p.lse};
+  const AbsorbedCall c{.b = 1,
+                       .s_q = p.s_q,
+                       .d_r = p.d_r,
+                       .q = p.q,
+                       .cache = p.cache,
+                       .w = &w,
+                       .softmax_scale = p.softmax_scale,
+                       .causal = p.causal,
+                       .absorbed_q_dtype = p.absorbed_q_dtype,
+                       .out = p.out,
+                       .lse = p.lse};
   MLA_RETURN_IF_ERROR(run_absorbed(c, pool, backend));
   return path;
 }

@@ -26,13 +26,9 @@ inline constexpr DType kDefaultAbsorbedQueryDtype = DType::kF32;
 
 struct MlaAttentionParams {
   int s_q = 0, d_r = 64;
-  const float* q = nullptr;        // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
-  DType kv_dtype = DType::kBF16;   // as in MlaDecodeParams: plain rows or quantised records
-  float kv_global_scale = 1.0f;    // nvfp4 only
-  const void* kv_cache = nullptr;  // [num_blocks, page_size, row bytes]
-  int page_size = 64, num_blocks = 0;
-  const int32_t* block_table = nullptr;  // [ceil(s_kv / page_size)]
-  int s_kv = 0;
+  const float* q = nullptr;  // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
+  // One sequence (block-table row 0, s_kv = seq_lens[0] keys, the chunk's own rows included).
+  PagedLatentCache cache;
   const MlaAbsorbedWeights* w = nullptr;
   float softmax_scale = 1.0f;
   bool causal = true;
@@ -55,14 +51,8 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
 // absorbed-decode kernel call: every cache tile is read once for all heads of its sequence.
 struct MlaDecodeBatchParams {
   int b = 0, d_r = 64;
-  const float* q = nullptr;        // [b, h_q, d_n + d_r]: q_nope | rotated q_pe
-  DType kv_dtype = DType::kBF16;   // as in MlaDecodeParams
-  float kv_global_scale = 1.0f;    // nvfp4 only
-  const void* kv_cache = nullptr;  // [num_blocks, page_size, row bytes]
-  int page_size = 64, num_blocks = 0;
-  const int32_t* block_table = nullptr;  // [b, max_blocks_per_seq]
-  int max_blocks_per_seq = 0;
-  const int32_t* seqlens = nullptr;  // [b] keys per sequence, the new token included
+  const float* q = nullptr;  // [b, h_q, d_n + d_r]: q_nope | rotated q_pe
+  PagedLatentCache cache;    // b sequences, the new token's row included
   const MlaAbsorbedWeights* w = nullptr;
   float softmax_scale = 1.0f;
   DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;

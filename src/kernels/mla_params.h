@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/kv_format.h"
+#include "kernels/paged_latent_cache.h"
 #include "mla/status.h"
 
 namespace mla {
@@ -20,20 +21,12 @@ struct MlaDecodeParams {
   int h_q = 0;     // query heads
   int d_qk = 576;  // r + d_r
   int d_v = 512;   // r
-  int page_size = 64;
-  int num_blocks = 0;          // pages in kv_cache
-  int max_blocks_per_seq = 0;  // columns of block_table
 
   DType q_dtype = DType::kBF16;  // kBF16 or kF32
   const void* q = nullptr;       // [b, s_q, h_q, d_qk]
-  // The latent's storage: kBF16 / kF32 rows of d_qk values, or the records of core/kv_format.h
-  // (kF8E4M3, kI8, kE2M1 = nvfp4) with r = d_v and d_r = d_qk - d_v, dequantised in the kernel.
-  DType kv_dtype = DType::kBF16;
-  float kv_global_scale = 1.0f;            // nvfp4 only: the layer's global scale
-  const void* kv_cache = nullptr;          // [num_blocks, page_size, row bytes (kv_row_bytes)]
-  const int32_t* block_table = nullptr;    // [b, max_blocks_per_seq]; entries past a sequence's
-                                           // pages are never read
-  const int32_t* cache_seqlens = nullptr;  // [b] keys per sequence (s_kv)
+  // b sequences of rows with r = d_v and d_r = d_qk - d_v; quantised records are dequantised in
+  // the kernel.
+  PagedLatentCache cache;
   float softmax_scale = 1.0f;
   // Bottom-right aligned: query i of s_q sees keys 0 .. s_kv - s_q + i.
   bool causal = false;
@@ -58,17 +51,12 @@ struct MlaPrefillParams {
   int d_r = 64;   // qk_rope_head_dim
   int d_v = 128;  // v_head_dim
   int r = 512;    // kv_lora_rank
-  int s_kv = 0;
-  int page_size = 64;
-  int num_blocks = 0;
 
-  const float* q = nullptr;              // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
-  DType kv_dtype = DType::kBF16;         // as in MlaDecodeParams
-  float kv_global_scale = 1.0f;          // nvfp4 only
-  const void* kv_cache = nullptr;        // [num_blocks, page_size, row bytes (kv_row_bytes)]
-  const int32_t* block_table = nullptr;  // [ceil(s_kv / page_size)]
-  const float* w_uk = nullptr;           // [h_q, d_n, r]  (kv_b_proj rows of each head's k_nope)
-  const float* w_uv = nullptr;           // [h_q, d_v, r]  (kv_b_proj rows of each head's v)
+  const float* q = nullptr;  // [s_q, h_q, d_n + d_r]: q_nope | rotated q_pe
+  // One sequence: block-table row 0, s_kv = seq_lens[0] keys.
+  PagedLatentCache cache;
+  const float* w_uk = nullptr;  // [h_q, d_n, r]  (kv_b_proj rows of each head's k_nope)
+  const float* w_uv = nullptr;  // [h_q, d_v, r]  (kv_b_proj rows of each head's v)
   float softmax_scale = 1.0f;
   bool causal = true;
   // kF32: FP32 up-projections and attention tiles. kBF16: the up-projections of the cached latent
@@ -82,15 +70,17 @@ struct MlaPrefillParams {
   float* lse = nullptr;     // [h_q, s_q] fp32, natural log, +inf for rows with no visible key
   float* scores = nullptr;  // optional [s_q, h_q, scores_stride], as in MlaDecodeParams
   int64_t scores_stride = 0;
+
+  int s_kv() const { return cache.seq_lens ? cache.seq_lens[0] : 0; }
 };
 
 Status validate(const MlaDecodeParams& p);
 // Bytes of one cache row of p (plain or quantised record).
 inline int64_t kv_row_bytes(const MlaDecodeParams& p) {
-  return kv_row_bytes(p.kv_dtype, p.d_v, p.d_qk - p.d_v);
+  return kv_row_bytes(p.cache.dtype, p.d_v, p.d_qk - p.d_v);
 }
 inline int64_t kv_row_bytes(const MlaPrefillParams& p) {
-  return kv_row_bytes(p.kv_dtype, p.r, p.d_r);
+  return kv_row_bytes(p.cache.dtype, p.r, p.d_r);
 }
 Status validate(const MlaPrefillParams& p);
 

@@ -83,18 +83,22 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
   return c;
 }
 
+PagedLatentCache cache_view(const PagedCache& c) {
+  return {.dtype = c.dtype,
+          .global_scale = c.global_scale,
+          .rows = c.data.data(),
+          .page_size = c.page_size,
+          .num_blocks = c.num_blocks,
+          .block_table = c.block_table.data(),
+          .max_blocks_per_seq = c.max_blocks,
+          .seq_lens = c.seqlens.data()};
+}
+
 void set_decode_cache(const PagedCache& c, MlaDecodeParams& p) {
   p.b = int(c.seqlens.size());
   p.d_qk = c.latent_dim + c.rope_dim;
   p.d_v = c.latent_dim;
-  p.page_size = c.page_size;
-  p.num_blocks = c.num_blocks;
-  p.max_blocks_per_seq = c.max_blocks;
-  p.kv_dtype = c.dtype;
-  p.kv_global_scale = c.global_scale;
-  p.kv_cache = c.data.data();
-  p.block_table = c.block_table.data();
-  p.cache_seqlens = c.seqlens.data();
+  p.cache = cache_view(c);
 }
 
 }  // namespace mla

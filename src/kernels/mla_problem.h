@@ -29,6 +29,9 @@ PagedCache make_paged_cache(Rng& rng, DType dtype, const std::vector<int32_t>& s
                             int page_size, int latent_dim, int rope_dim, double sd,
                             float global_scale = kNvfp4DefaultGlobalScale, int extra_blocks = 3);
 
+// The contract view of c (every sequence of it; one-sequence ops read the first).
+PagedLatentCache cache_view(const PagedCache& c);
+
 // Points p's cache fields at c: b, d_qk, d_v, page size, blocks, block table, seqlens, format.
 void set_decode_cache(const PagedCache& c, MlaDecodeParams& p);
 

@@ -138,6 +138,17 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
   const int64_t n_scores = int64_t(s_q) * H * s_kv, n_out = int64_t(s_q) * H * d_v,
                 n_lse = int64_t(H) * s_q;
 
+  // The one sequence's pages in a cache image.
+  auto cache_view = [&](const CacheImage& c) {
+    return PagedLatentCache{.dtype = c.dtype,
+                            .global_scale = c.global_scale,
+                            .rows = c.data.data(),
+                            .page_size = cfg.page_size,
+                            .num_blocks = pages,
+                            .block_table = table.data(),
+                            .max_blocks_per_seq = pages,
+                            .seq_lens = &seqlen};
+  };
   auto decode_params = [&](const CacheImage& c, DType qt, const void* qp, float* o_lat, float* lse,
                            float* sc) {
     MlaDecodeParams p;
@@ -146,16 +157,9 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
     p.h_q = H;
     p.d_qk = d_row;
     p.d_v = r;
-    p.page_size = cfg.page_size;
-    p.num_blocks = pages;
-    p.max_blocks_per_seq = pages;
     p.q_dtype = qt;
     p.q = qp;
-    p.kv_dtype = c.dtype;
-    p.kv_global_scale = c.global_scale;
-    p.kv_cache = c.data.data();
-    p.block_table = table.data();
-    p.cache_seqlens = &seqlen;
+    p.cache = cache_view(c);
     p.softmax_scale = scale;
     p.causal = true;
     p.out = o_lat;
@@ -267,14 +271,8 @@ Result<VerifyReport> verify_impl(const VerifyConfig& cfg, ThreadPool& pool) {
     p.d_r = d_r;
     p.d_v = d_v;
     p.r = r;
-    p.s_kv = s_kv;
-    p.page_size = cfg.page_size;
-    p.num_blocks = pages;
     p.q = q.data();
-    p.kv_dtype = cache.dtype;
-    p.kv_global_scale = cache.global_scale;
-    p.kv_cache = cache.data.data();
-    p.block_table = table.data();
+    p.cache = cache_view(cache);
     p.w_uk = w_uk.data();
     p.w_uv = w_uv.data();
     p.softmax_scale = scale;

@@ -42,15 +42,15 @@ bool on_isa(const P& p) {
 // The BF16-dot decode consumes query and cache as BF16, as FlashMLA's kernel does; an FP32
 // absorbed query goes to the FP32 variants instead of being rounded silently.
 bool bf16dot_decode(const MlaDecodeParams& p) {
-  return cpu_supports(CpuIsa::kAvx512Bf16) && p.kv_dtype == DType::kBF16 &&
+  return cpu_supports(CpuIsa::kAvx512Bf16) && p.cache.dtype == DType::kBF16 &&
          p.q_dtype == DType::kBF16 && p.d_qk % 2 == 0;
 }
 
 // The all-BF16 decode: BF16 query (as above) over a BF16 or quantised cache whose latent and
 // scale blocks split into channel pairs (even r and d_r).
 bool bf16pv_inputs(const MlaDecodeParams& p) {
-  const bool cache = p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF8E4M3 ||
-                     p.kv_dtype == DType::kI8 || p.kv_dtype == DType::kE2M1;
+  const bool cache = p.cache.dtype == DType::kBF16 || p.cache.dtype == DType::kF8E4M3 ||
+                     p.cache.dtype == DType::kI8 || p.cache.dtype == DType::kE2M1;
   return cache && p.q_dtype == DType::kBF16 && p.d_qk % 2 == 0 && p.d_v % 2 == 0;
 }
 bool bf16pv_decode(const MlaDecodeParams& p) {

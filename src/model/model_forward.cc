@@ -73,8 +73,17 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
                  const float* q, float* out, ThreadPool& pool, ForwardStats* stats) {
   const ModelConfig& c = m.weights.config;
   const int H = m.heads, d_qk = c.d_qk(), d_v = c.v_head_dim;  // this rank's heads
-  const DType kv_dtype = kv_cache_latent_dtype(m.options.kv_dtype);
-  const float gscale = kNvfp4DefaultGlobalScale;
+  // This layer's pages, for sequences with the given block tables [b, max_blocks] and lengths.
+  auto layer_cache = [&](const int32_t* block_table, int max_blocks, const int32_t* seq_lens) {
+    return PagedLatentCache{.dtype = kv_cache_latent_dtype(m.options.kv_dtype),
+                            .global_scale = kNvfp4DefaultGlobalScale,
+                            .rows = cache.layer_base(layer),
+                            .page_size = cache.page_size(),
+                            .num_blocks = cache.num_blocks(),
+                            .block_table = block_table,
+                            .max_blocks_per_seq = max_blocks,
+                            .seq_lens = seq_lens};
+  };
   // The decode batch's gathered block tables, lengths, queries and outputs, and the lse rows:
   // kept between layers and calls (this runs on the engine thread only), so a decode step
   // allocates nothing here.
@@ -105,14 +114,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     p.b = int(n);
     p.d_r = c.qk_rope_head_dim;
     p.q = qd;
-    p.kv_dtype = kv_dtype;
-    p.kv_global_scale = gscale;
-    p.kv_cache = cache.layer_base(layer);
-    p.page_size = cache.page_size();
-    p.num_blocks = cache.num_blocks();
-    p.block_table = table.data();
-    p.max_blocks_per_seq = int(max_blocks);
-    p.seqlens = seqlens.data();
+    p.cache = layer_cache(table.data(), int(max_blocks), seqlens.data());
     p.w = &L.absorbed;
     p.softmax_scale = m.softmax_scale;
     p.absorbed_q_dtype = m.options.attention_q_dtype;
@@ -132,13 +134,8 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     p.s_q = sq.n_tokens;
     p.d_r = c.qk_rope_head_dim;
     p.q = q + first_token[s] * H * d_qk;
-    p.kv_dtype = kv_dtype;
-    p.kv_global_scale = gscale;
-    p.kv_cache = cache.layer_base(layer);
-    p.page_size = cache.page_size();
-    p.num_blocks = cache.num_blocks();
-    p.block_table = sq.block_table.data();
-    p.s_kv = int(sq.start + sq.n_tokens);
+    const int32_t kv_len = int32_t(sq.start + sq.n_tokens);
+    p.cache = layer_cache(sq.block_table.data(), int(sq.block_table.size()), &kv_len);
     p.w = &L.absorbed;
     p.softmax_scale = m.softmax_scale;
     p.causal = true;

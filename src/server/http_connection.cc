@@ -233,19 +233,19 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
     if (!strm.wait_for_request(int(keep_alive_timeout_sec_) * 1000, listening)) break;
     const RequestHead head = strm.read_head(head_limits);
     if (head == RequestHead::kRequestLineTooLong) {
-      write_refusal(strm, *this, 414,
-                    "the request line is longer than " + std::to_string(head_limits.request_line) +
-                        " bytes");
+      write_refusal(
+          strm, *this, 414,
+          "the request line is longer than " + std::to_string(head_limits.request_line) + " bytes");
       linger = true;
       break;
     }
     if (head == RequestHead::kHeaderLineTooLong || head == RequestHead::kHeaderBlockTooLarge) {
-      write_refusal(strm, *this, 431,
-                    head == RequestHead::kHeaderLineTooLong
-                        ? "a header line is longer than " +
-                              std::to_string(head_limits.header_line) + " bytes"
-                        : "the request's header lines are longer than " +
-                              std::to_string(head_limits.header_block) + " bytes in all");
+      write_refusal(
+          strm, *this, 431,
+          head == RequestHead::kHeaderLineTooLong
+              ? "a header line is longer than " + std::to_string(head_limits.header_line) + " bytes"
+              : "the request's header lines are longer than " +
+                    std::to_string(head_limits.header_block) + " bytes in all");
       linger = true;
       break;
     }

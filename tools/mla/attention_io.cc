@@ -145,16 +145,16 @@ Result<DecodeInputs> read_decode_inputs(const std::string& path) {
   p.h_q = int(q->shape[2]);
   p.d_qk = int(d_qk);
   p.d_v = int(d_v);
-  p.num_blocks = int(kv->shape[0]);
-  p.page_size = int(kv->shape[1]);
-  p.max_blocks_per_seq = int(bt->shape[1]);
   p.q_dtype = q->dtype;
   p.q = in.q.data();
-  p.kv_dtype = kv_format ? kv_cache_latent_dtype(*kv_format) : kv->dtype;
-  p.kv_global_scale = float(global_scale);
-  p.kv_cache = in.kv_cache.data();
-  p.block_table = in.block_table.data();
-  p.cache_seqlens = in.cache_seqlens.data();
+  p.cache = {.dtype = kv_format ? kv_cache_latent_dtype(*kv_format) : kv->dtype,
+             .global_scale = float(global_scale),
+             .rows = in.kv_cache.data(),
+             .page_size = int(kv->shape[1]),
+             .num_blocks = int(kv->shape[0]),
+             .block_table = in.block_table.data(),
+             .max_blocks_per_seq = int(bt->shape[1]),
+             .seq_lens = in.cache_seqlens.data()};
   p.softmax_scale = float(scale);
   p.causal = causal;
   if (!(p.softmax_scale > 0.0f))

@@ -50,7 +50,7 @@ struct DecodeTileAmx {
   bool block_scaled() const { return kv == DType::kF8E4M3 || kv == DType::kI8; }
 
   void begin(const MlaDecodeParams& p) {
-    kv = p.kv_dtype;
+    kv = p.cache.dtype;
     r = d_v = p.d_v;
     d_r = p.d_qk - p.d_v;
     dv_pad = round_up(d_v, 4 * W);
@@ -58,9 +58,9 @@ struct DecodeTileAmx {
     lat_pad = round_up(r, 32);
     dk_pad = lat_pad + round_up(d_r, 32);
     nblk = block_scaled() ? (r + kFp8ScaleBlock - 1) / kFp8ScaleBlock : 1;
-    global_scale = kv == DType::kE2M1 ? p.kv_global_scale : 1.0f;
-    row_bytes = CacheRowFormat(kv, r, d_r, p.kv_global_scale).row_bytes;
-    in_place = kv == DType::kBF16 && r % 32 == 0 && d_r % 32 == 0 && p.page_size % 16 == 0;
+    global_scale = kv == DType::kE2M1 ? p.cache.global_scale : 1.0f;
+    row_bytes = CacheRowFormat(kv, r, d_r, p.cache.global_scale).row_bytes;
+    in_place = kv == DType::kBF16 && r % 32 == 0 && d_r % 32 == 0 && p.cache.page_size % 16 == 0;
     const int ldm = rows_pad(kRowBlock);
     ensure_scratch(qT, size_t(dk_pad / 2) * ldm);
     ensure_scratch(vp, size_t(kKeys / 2) * ldv);
@@ -100,7 +100,7 @@ struct DecodeTileAmx {
   }
 
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
-    const CacheRowFormat f(kv, r, d_r, p.kv_global_scale);
+    const CacheRowFormat f(kv, r, d_r, p.cache.global_scale);
     const uint8_t* zero = reinterpret_cast<const uint8_t*>(zero_row.data());
     for (int j = 0; j < kKeys; ++j) {
       if (j >= n) {

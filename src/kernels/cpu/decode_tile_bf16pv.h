@@ -64,15 +64,15 @@ struct DecodeTileBf16Pv {
   bool block_scaled() const { return kv == DType::kF8E4M3 || kv == DType::kI8; }
 
   void begin(const MlaDecodeParams& p) {
-    kv = p.kv_dtype;
+    kv = p.cache.dtype;
     d_qk = p.d_qk;
     d_qk2 = d_qk / 2;
     d_v = p.d_v;
     dv_pad = round_up(d_v, 4 * W);
     kb_stride = round_up(d_qk, 32);
     nblk = block_scaled() ? (d_v + kFp8ScaleBlock - 1) / kFp8ScaleBlock : 1;
-    global_scale = kv == DType::kE2M1 ? p.kv_global_scale : 1.0f;
-    row_bytes = CacheRowFormat(kv, d_v, d_qk - d_v, p.kv_global_scale).row_bytes;
+    global_scale = kv == DType::kE2M1 ? p.cache.global_scale : 1.0f;
+    row_bytes = CacheRowFormat(kv, d_v, d_qk - d_v, p.cache.global_scale).row_bytes;
     const int ldm = rows_pad(kRowBlock);
     ensure_scratch(qT, size_t(d_qk2) * ldm);
     ensure_scratch(vp, size_t(kTile / 2) * dv_pad);
@@ -90,7 +90,7 @@ struct DecodeTileBf16Pv {
   }
 
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
-    const CacheRowFormat f(kv, d_v, d_qk - d_v, p.kv_global_scale);
+    const CacheRowFormat f(kv, d_v, d_qk - d_v, p.cache.global_scale);
     const uint8_t* zero = reinterpret_cast<const uint8_t*>(zero_row.data());
     for (int j = 0; j < kTile; ++j) {
       if (j >= n) {

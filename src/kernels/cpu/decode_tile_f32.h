@@ -48,7 +48,7 @@ struct DecodeTileF32 {
   }
 
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
-    const CacheRowFormat f(p.kv_dtype, d_v, d_qk - d_v, p.kv_global_scale);
+    const CacheRowFormat f(p.cache.dtype, d_v, d_qk - d_v, p.cache.global_scale);
     for (int j = 0; j < n; ++j) {
       float* dst = kr.data() + int64_t(j) * kr_stride;
       load_cache_row(f, cache_row(p, b, t0 + j, f.row_bytes), dst, dst + d_v);

@@ -35,9 +35,10 @@ constexpr int kDecodeRowBlock = 64;
 
 // Address of key t of sequence b in the paged cache, as bytes.
 inline const uint8_t* cache_row(const MlaDecodeParams& p, int b, int t, int64_t row_bytes) {
-  const int32_t page = p.block_table[int64_t(b) * p.max_blocks_per_seq + t / p.page_size];
-  const int64_t slot = int64_t(page) * p.page_size + t % p.page_size;
-  return static_cast<const uint8_t*>(p.kv_cache) + slot * row_bytes;
+  const int32_t page =
+      p.cache.block_table[int64_t(b) * p.cache.max_blocks_per_seq + t / p.cache.page_size];
+  const int64_t slot = int64_t(page) * p.cache.page_size + t % p.cache.page_size;
+  return static_cast<const uint8_t*>(p.cache.rows) + slot * row_bytes;
 }
 
 // Per-thread buffers of one work item (sized by the row block, not by the context).
@@ -67,7 +68,7 @@ inline void plan_decode(const MlaDecodeParams& p, int threads, int row_block, in
   const int rows = p.s_q * p.h_q;
   d.row_blocks = (rows + row_block - 1) / row_block;
   int64_t total_tiles = 0;
-  for (int b = 0; b < p.b; ++b) total_tiles += (p.cache_seqlens[b] + kTile - 1) / kTile;
+  for (int b = 0; b < p.b; ++b) total_tiles += (p.cache.seq_lens[b] + kTile - 1) / kTile;
   const int64_t target_items = int64_t(4) * threads;
   const int64_t per_item =
       std::max<int64_t>(1, (total_tiles * d.row_blocks + target_items - 1) / target_items);
@@ -75,7 +76,7 @@ inline void plan_decode(const MlaDecodeParams& p, int threads, int row_block, in
   d.tiles_per.resize(p.b);
   d.part_off.resize(p.b);
   for (int b = 0; b < p.b; ++b) {
-    const int64_t tiles = (p.cache_seqlens[b] + kTile - 1) / kTile;
+    const int64_t tiles = (p.cache.seq_lens[b] + kTile - 1) / kTile;
     const int64_t want = std::max<int64_t>(1, tiles / per_item);  // key ranges for this sequence
     int64_t tp = std::max<int64_t>(1, (tiles + want - 1) / want);
     if (tp > step_tiles) tp = (tp + step_tiles - 1) / step_tiles * step_tiles;
@@ -128,7 +129,7 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
     const int64_t local = item - first_item[b];
     const int split = int(local / plan.row_blocks), rb = int(local % plan.row_blocks);
     const int r0 = rb * kRowBlock, R = std::min(kRowBlock, rows - r0);
-    const int s_kv = p.cache_seqlens[b];
+    const int s_kv = p.cache.seq_lens[b];
     const int tile_begin = split * plan.tiles_per[b];
     const int tile_end = std::min((s_kv + kTile - 1) / kTile, tile_begin + plan.tiles_per[b]);
 

@@ -132,7 +132,7 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
   const int dv_pad = round_up(p.d_v, 4 * V::kWidth);
   const int row_blocks = (p.s_q + kPrefillRowBlock - 1) / kPrefillRowBlock;
   const int64_t ld_k = int64_t(H) * p.d_n, ld_v = int64_t(H) * p.d_v;
-  const CacheRowFormat fmt(p.kv_dtype, r, p.d_r, p.kv_global_scale);
+  const CacheRowFormat fmt(p.cache.dtype, r, p.d_r, p.cache.global_scale);
   Tile tile;
   tile.begin(p);
 
@@ -152,13 +152,14 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
   std::fill(m.begin(), m.end(), kNegInf);
   std::fill(l.begin(), l.end(), 0.0f);
 
-  for (int c0 = 0; c0 < p.s_kv; c0 += kPrefillChunk) {
-    const int n_c = std::min(kPrefillChunk, p.s_kv - c0);
+  for (int c0 = 0; c0 < p.s_kv(); c0 += kPrefillChunk) {
+    const int n_c = std::min(kPrefillChunk, p.s_kv() - c0);
     for (int j = 0; j < n_c; ++j) {
       const int t = c0 + j;
-      const int64_t slot = int64_t(p.block_table[t / p.page_size]) * p.page_size + t % p.page_size;
+      const int64_t slot = int64_t(p.cache.block_table[t / p.cache.page_size]) * p.cache.page_size +
+                           t % p.cache.page_size;
       // Only the gathered rows are dequantised.
-      const uint8_t* row = static_cast<const uint8_t*>(p.kv_cache) + slot * fmt.row_bytes;
+      const uint8_t* row = static_cast<const uint8_t*>(p.cache.rows) + slot * fmt.row_bytes;
       load_cache_row(fmt, row, c.data() + int64_t(j) * r, kpe.data() + int64_t(j) * p.d_r);
     }
     // knope = c · W_UKᵀ, v = c · W_UVᵀ with W_UK viewed as [H·d_n, r] and W_UV as [H·d_v, r].
@@ -185,7 +186,7 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
         const int n = std::min(kTile, c0 + n_c - t0);
         bool any = false;
         for (int i = 0; i < R; ++i) {
-          const int lim = std::clamp(visible_keys(p.s_kv, p.s_q, s0 + i, p.causal) - t0, 0, n);
+          const int lim = std::clamp(visible_keys(p.s_kv(), p.s_q, s0 + i, p.causal) - t0, 0, n);
           limit[i] = float(lim);
           any |= lim > 0;
           if (p.scores)

@@ -30,12 +30,13 @@ bool is_bf16_or_f32(DType t) {
 // core/kv_format's reference dequantisation (so the oracle sees the cache's stored values).
 void read_row(const MlaDecodeParams& p, const uint8_t* rec, double* row) {
   const int r = p.d_v, d_r = p.d_qk - p.d_v;
-  if (is_bf16_or_f32(p.kv_dtype)) {
-    for (int c = 0; c < p.d_qk; ++c) row[c] = load(p.kv_dtype, rec, c);
+  if (is_bf16_or_f32(p.cache.dtype)) {
+    for (int c = 0; c < p.d_qk; ++c) row[c] = load(p.cache.dtype, rec, c);
     return;
   }
   std::vector<float> tmp(p.d_qk);
-  dequantize_kv_row(*kv_cache_dtype_of(p.kv_dtype), r, d_r, rec, p.kv_global_scale, tmp.data());
+  dequantize_kv_row(*kv_cache_dtype_of(p.cache.dtype), r, d_r, rec, p.cache.global_scale,
+                    tmp.data());
   for (int c = 0; c < p.d_qk; ++c) row[c] = tmp[c];
 }
 
@@ -44,9 +45,9 @@ void read_row(const MlaDecodeParams& p, const uint8_t* rec, double* row) {
 void mla_decode(const MlaDecodeParams& p) {
   MLA_CHECK(
       (is_bf16_or_f32(p.q_dtype) || p.q_dtype == DType::kF64) &&
-          (is_bf16_or_f32(p.kv_dtype) || kv_cache_dtype_of(p.kv_dtype).has_value()),
+          (is_bf16_or_f32(p.cache.dtype) || kv_cache_dtype_of(p.cache.dtype).has_value()),
       "mla_decode ref reads bf16, f32 (or f64) q and a bf16, f32 or quantised cache, got {} and {}",
-      dtype_name(p.q_dtype), dtype_name(p.kv_dtype));
+      dtype_name(p.q_dtype), dtype_name(p.cache.dtype));
   const int64_t row_bytes = kv_row_bytes(p);
   const double scale = p.softmax_scale;
   const double kInf = std::numeric_limits<double>::infinity();
@@ -57,20 +58,21 @@ void mla_decode(const MlaDecodeParams& p) {
   std::vector<double> acc_abs;     // [d_v] Σ p |v| when abs_out is asked for
 
   for (int b = 0; b < p.b; ++b) {
-    const int s_kv = p.cache_seqlens[b];
-    const int32_t* table = p.block_table + int64_t(b) * p.max_blocks_per_seq;  // [max_blocks]
+    const int s_kv = p.cache.seq_lens[b];
+    const int32_t* table =
+        p.cache.block_table + int64_t(b) * p.cache.max_blocks_per_seq;  // [max_blocks]
     for (int s = 0; s < p.s_q; ++s) {
       // Keys 0 .. n-1 are visible; n <= 0 means an empty row. Only these rows are ever read, so
       // poisoned slots past cache_seqlens and unused table entries never reach the arithmetic.
       const int n = std::max(visible_keys(s_kv, p.s_q, s, p.causal), 0);
       rows.resize(size_t(n) * p.d_qk);
       for (int t = 0; t < n; ++t) {
-        const int32_t block = table[t / p.page_size];
-        MLA_CHECK(block >= 0 && block < p.num_blocks,
-                  "block_table[{}][{}] = {} outside [0, {}) for key {} of {}", b, t / p.page_size,
-                  block, p.num_blocks, t, s_kv);
-        const int64_t slot = int64_t(block) * p.page_size + t % p.page_size;
-        read_row(p, static_cast<const uint8_t*>(p.kv_cache) + slot * row_bytes,
+        const int32_t block = table[t / p.cache.page_size];
+        MLA_CHECK(block >= 0 && block < p.cache.num_blocks,
+                  "block_table[{}][{}] = {} outside [0, {}) for key {} of {}", b,
+                  t / p.cache.page_size, block, p.cache.num_blocks, t, s_kv);
+        const int64_t slot = int64_t(block) * p.cache.page_size + t % p.cache.page_size;
+        read_row(p, static_cast<const uint8_t*>(p.cache.rows) + slot * row_bytes,
                  &rows[size_t(t) * p.d_qk]);
       }
 

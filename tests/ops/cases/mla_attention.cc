@@ -54,11 +54,7 @@ void run_paths(const PathSpec& spec, const Options& opt, Tally& tally) {
   p.s_q = spec.s_q;
   p.d_r = d_r;
   p.q = q.data();
-  p.kv_cache = cache.data.data();
-  p.page_size = 16;
-  p.num_blocks = cache.num_blocks;
-  p.block_table = cache.block_table.data();
-  p.s_kv = s_kv;
+  p.cache = cache_view(cache);
   p.w = &*w;
   p.softmax_scale = float(1.0 / std::sqrt(double(d_n + d_r)));
   const int64_t n_out = int64_t(spec.s_q) * H * d_v;

@@ -39,7 +39,7 @@ double decode_flops(const MlaDecodeParams& p) {
   for (int b = 0; b < p.b; ++b)
     for (int s = 0; s < p.s_q; ++s)
       keys += std::max(
-          0, std::min(p.cache_seqlens[b], visible_keys(p.cache_seqlens[b], p.s_q, s, p.causal)));
+          0, std::min(p.cache.seq_lens[b], visible_keys(p.cache.seq_lens[b], p.s_q, s, p.causal)));
   return keys * p.h_q * 2.0 * (p.d_qk + p.d_v);
 }
 

@@ -55,14 +55,8 @@ void run_prefill_case(const PrefillSpec& spec, const Options& opt, Tally& tally)
   p.d_r = spec.d_r;
   p.d_v = spec.d_v;
   p.r = spec.r;
-  p.s_kv = spec.s_kv();
-  p.page_size = spec.page_size;
-  p.num_blocks = cache.num_blocks;
+  p.cache = cache_view(cache);
   p.q = q.data();
-  p.kv_dtype = spec.kv_dtype;
-  p.kv_global_scale = cache.global_scale;
-  p.kv_cache = cache.data.data();
-  p.block_table = cache.block_table.data();
   p.w_uk = w_uk.data();
   p.w_uv = w_uv.data();
   p.softmax_scale = float(1.0 / std::sqrt(double(d_qk)));

@@ -27,13 +27,13 @@ struct DecodeFixture {
     p.b = 2;
     p.s_q = 1;
     p.h_q = 3;
-    p.page_size = 16;
-    p.num_blocks = 4;
-    p.max_blocks_per_seq = 2;
     p.q = q.data();
-    p.kv_cache = cache.data();
-    p.block_table = table.data();
-    p.cache_seqlens = seqlens.data();
+    p.cache = {.rows = cache.data(),
+               .page_size = 16,
+               .num_blocks = 4,
+               .block_table = table.data(),
+               .max_blocks_per_seq = 2,
+               .seq_lens = seqlens.data()};
     p.out = out.data();
     p.lse = lse.data();
   }
@@ -53,16 +53,16 @@ TEST(ValidateDecode, RejectsWhatKernelsWouldTrust) {
   };
   expect_error([](DecodeFixture& f) { f.p.h_q = 0; }, "h_q");
   expect_error([](DecodeFixture& f) { f.p.d_v = 600; }, "d_v");
-  expect_error([](DecodeFixture& f) { f.p.page_size = 0; }, "page_size");
-  expect_error([](DecodeFixture& f) { f.p.kv_dtype = DType::kI32; }, "kv_cache dtype");
+  expect_error([](DecodeFixture& f) { f.p.cache.page_size = 0; }, "page_size");
+  expect_error([](DecodeFixture& f) { f.p.cache.dtype = DType::kI32; }, "kv_cache dtype");
   expect_error(
       [](DecodeFixture& f) {
-        f.p.kv_dtype = DType::kE2M1;
-        f.p.kv_global_scale = 0.0f;
+        f.p.cache.dtype = DType::kE2M1;
+        f.p.cache.global_scale = 0.0f;
       },
       "kv_global_scale");
   expect_error([](DecodeFixture& f) { f.p.q_dtype = DType::kI32; }, "q dtype");
-  expect_error([](DecodeFixture& f) { f.seqlens[1] = -1; }, "cache_seqlens");
+  expect_error([](DecodeFixture& f) { f.seqlens[1] = -1; }, "seq_lens");
   expect_error([](DecodeFixture& f) { f.seqlens[0] = 33; }, "block table has 2 columns");
   expect_error([](DecodeFixture& f) { f.table[3] = 4; }, "block_table[1] = 4");
   expect_error([](DecodeFixture& f) { f.table[2] = -1; }, "block_table[0] = -1");

@@ -61,12 +61,8 @@ Worst worst_ratio(const Case& k, DType math, double u) {
   p.d_r = k.d_r;
   p.d_v = k.d_v;
   p.r = k.r;
-  p.s_kv = s_kv;
-  p.page_size = k.page;
-  p.num_blocks = cache.num_blocks;
   p.q = q.data();
-  p.kv_cache = cache.data.data();
-  p.block_table = cache.block_table.data();
+  p.cache = cache_view(cache);
   p.w_uk = w_uk.data();
   p.w_uv = w_uv.data();
   p.softmax_scale = float(1.0 / std::sqrt(double(d_qk)));

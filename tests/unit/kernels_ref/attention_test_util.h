@@ -46,6 +46,16 @@ struct PagedKv {
                              : static_cast<const void*>(f32.data());
   }
   const int32_t* table_row(int b) const { return table.data() + int64_t(b) * max_blocks; }
+  // The sequences from `first` on, stored as t.
+  PagedLatentCache view(DType t, int first = 0) const {
+    return {.dtype = t,
+            .rows = data(t),
+            .page_size = page_size,
+            .num_blocks = num_blocks,
+            .block_table = table_row(first),
+            .max_blocks_per_seq = max_blocks,
+            .seq_lens = seqlens.data() + first};
+  }
 };
 
 // Places the rows in randomly permuted pages, with `spare_blocks` pages nobody owns and one table
@@ -122,16 +132,10 @@ inline AttnOut run_decode(const PagedKv& kv, DType kv_dtype, int s_q, int h_q, i
   p.h_q = h_q;
   p.d_qk = kv.d_row;
   p.d_v = d_v;
-  p.page_size = kv.page_size;
-  p.num_blocks = kv.num_blocks;
-  p.max_blocks_per_seq = kv.max_blocks;
   p.q_dtype = q_dtype;
   p.q = q_dtype == DType::kBF16 ? static_cast<const void*>(q_bf16.data())
                                 : static_cast<const void*>(q.data());
-  p.kv_dtype = kv_dtype;
-  p.kv_cache = kv.data(kv_dtype);
-  p.block_table = kv.table.data();
-  p.cache_seqlens = kv.seqlens.data();
+  p.cache = kv.view(kv_dtype);
   p.softmax_scale = scale;
   p.causal = causal;
   p.out = r.out.data();
@@ -164,13 +168,8 @@ inline AttnOut run_prefill(const PagedKv& kv, int seq, DType kv_dtype, const Pre
   p.d_r = d.d_r;
   p.d_v = d.d_v;
   p.r = d.r;
-  p.s_kv = kv.seqlens[seq];
-  p.page_size = kv.page_size;
-  p.num_blocks = kv.num_blocks;
   p.q = q.data();
-  p.kv_dtype = kv_dtype;
-  p.kv_cache = kv.data(kv_dtype);
-  p.block_table = kv.table_row(seq);
+  p.cache = kv.view(kv_dtype, seq);
   p.w_uk = w_uk.data();
   p.w_uv = w_uv.data();
   p.softmax_scale = scale;

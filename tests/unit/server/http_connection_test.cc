@@ -121,8 +121,9 @@ TEST_F(ConnectionLoopTest, PipelinedRequestsAreAnsweredInOrderAtOnce) {
 }
 
 TEST_F(ConnectionLoopTest, ALongHeaderLineGets431AndTheConnectionCloses) {
-  auto [out, closed] = exchange("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " +
-                                std::string(9000, 'b') + "\r\n\r\nGET /health HTTP/1.1\r\n\r\n");
+  auto [out, closed] =
+      exchange("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(9000, 'b') +
+               "\r\n\r\nGET /health HTTP/1.1\r\n\r\n");
   EXPECT_EQ(out.rfind("HTTP/1.1 431", 0), 0u) << out.substr(0, 200);
   EXPECT_NE(out.find("request_header_fields_too_large"), std::string::npos);
   EXPECT_EQ(count(out, "HTTP/1.1 "), 1);
