@@ -1,7 +1,7 @@
 // Constrained decoding's cost per token (model/json_constraint.h) at the DeepSeek-V3 vocabulary
 // (129,280 logits): one token mask in each kind of JSON state, and the vocabulary trie's build.
 // docs/BENCHMARKS.md §Constrained decoding compares it with a decode step.
-//   MLA_GRAMMAR_BENCH_JSON  tokenizer.json (default: ../shared/data/deepseek-v3-tokenizer)
+//   MLA_GRAMMAR_BENCH_JSON  tokenizer.json (default: $MLA_DEEPSEEK_V3_TOKENIZER_DIR/tokenizer.json)
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -26,8 +26,9 @@ const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture f;
     const char* json = std::getenv("MLA_GRAMMAR_BENCH_JSON");
+    const char* v3_dir = std::getenv("MLA_DEEPSEEK_V3_TOKENIZER_DIR");
     mla::Result<mla::tok::Tokenizer> t = mla::tok::Tokenizer::from_file(
-        json ? json : MLA_SOURCE_DIR "/../shared/data/deepseek-v3-tokenizer/tokenizer.json");
+        json ? json : std::string(v3_dir ? v3_dir : ".") + "/tokenizer.json");
     if (!t.ok()) {
       f.error = t.status().to_string();
       return f;

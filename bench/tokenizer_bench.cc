@@ -2,7 +2,8 @@
 // DeepSeek-V3 tokenizer. bench/tokenizer_bench.py builds the corpus and runs Hugging Face
 // `tokenizers` on it in the same run for the side-by-side table in docs/BENCHMARKS.md.
 //   MLA_TOKENIZER_BENCH_CORPUS  corpus file (UTF-8); required
-//   MLA_TOKENIZER_BENCH_JSON    tokenizer.json (default: ../shared/data/deepseek-v3-tokenizer)
+//   MLA_TOKENIZER_BENCH_JSON    tokenizer.json (default:
+//   $MLA_DEEPSEEK_V3_TOKENIZER_DIR/tokenizer.json)
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -29,8 +30,9 @@ const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture f;
     const char* json = std::getenv("MLA_TOKENIZER_BENCH_JSON");
+    const char* v3_dir = std::getenv("MLA_DEEPSEEK_V3_TOKENIZER_DIR");
     const std::string json_path =
-        json ? json : MLA_SOURCE_DIR "/../shared/data/deepseek-v3-tokenizer/tokenizer.json";
+        json ? json : std::string(v3_dir ? v3_dir : ".") + "/tokenizer.json";
     const char* corpus = std::getenv("MLA_TOKENIZER_BENCH_CORPUS");
     if (!corpus) {
       f.error = "set MLA_TOKENIZER_BENCH_CORPUS (bench/tokenizer_bench.py does)";

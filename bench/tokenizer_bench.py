@@ -16,7 +16,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-V3_JSON = os.path.join(ROOT, "..", "shared", "data", "deepseek-v3-tokenizer", "tokenizer.json")
+# DeepSeek-V3's tokenizer.json, from the folder MLA_DEEPSEEK_V3_TOKENIZER_DIR names.
+V3_JSON = os.path.join(os.environ.get("MLA_DEEPSEEK_V3_TOKENIZER_DIR", "."), "tokenizer.json")
 
 
 def build_corpus():

@@ -7,8 +7,9 @@
                     seeded random strings per tokenizer and mode; exits 0 printing
                     "skipped: tokenizers not installed" when the oracle is missing
 
-The real DeepSeek-V3 files are read from ../shared/data/deepseek-v3-tokenizer/ (never copied
-here); two small tokenizers trained with `tokenizers` (committed) cover the other components.
+The real DeepSeek-V3 files are read from the folder MLA_DEEPSEEK_V3_TOKENIZER_DIR names (the
+model's tokenizer.json and tokenizer_config.json; not part of the repository, compared only when
+set); two small tokenizers trained with `tokenizers` (committed) cover the other components.
 `live` also checks the tokenizer.json that `MLA make-tiny` writes (a DeepSeek family and MiniCPM3,
 whose added tokens differ; the Kimi families write tiktoken.model, checked by
 tests/e2e/tokenizer/tiktoken_oracle.py).
@@ -22,7 +23,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "data", "tokenizer")
-V3_DIR = os.path.join(ROOT, "..", "shared", "data", "deepseek-v3-tokenizer")
+V3_DIR = os.environ.get("MLA_DEEPSEEK_V3_TOKENIZER_DIR", "(MLA_DEEPSEEK_V3_TOKENIZER_DIR unset)")
 V3_JSON = os.path.join(V3_DIR, "tokenizer.json")
 TRAINED = ["tiny_bytelevel.json", "tiny_splits.json"]
 
@@ -270,7 +271,7 @@ def generate():
     rng = random.Random(20240601)
     full, plain = load_pair(tk, V3_JSON)
     texts = HANDWRITTEN + random_corpus(1, 900)
-    write_golden("deepseek_v3_golden.json", "../shared/data/deepseek-v3-tokenizer/tokenizer.json",
+    write_golden("deepseek_v3_golden.json", "$MLA_DEEPSEEK_V3_TOKENIZER_DIR/tokenizer.json",
                  texts, full, plain, rng, 300)
     write_chat_golden(full)
     write_property_golden(tk)
@@ -332,7 +333,7 @@ def live_compare(tk, mla, n, extra_targets):
     targets = [V3_JSON] + [os.path.join(DATA, name) for name in TRAINED] + extra_targets
     for path in targets:
         if not os.path.exists(path):
-            # The shared DeepSeek files live outside the repository; the trained ones must exist.
+            # DeepSeek's files live outside the repository; the trained ones must exist.
             print(f"not found, not compared: {path}")
             failures += 0 if path == V3_JSON else 1
             continue

@@ -26,7 +26,8 @@ class TokenizerCli : public ::testing::Test {
   void SetUp() override {
     // CTest sets MLA_BINARY to this build's `mla`: a missing binary is a failure, not a skip.
     ASSERT_TRUE(std::filesystem::exists(mla_binary())) << "no binary at " << mla_binary();
-    if (!std::filesystem::exists(testing_util::v3_json())) GTEST_SKIP() << "no shared V3 files";
+    if (!std::filesystem::exists(testing_util::v3_json()))
+      GTEST_SKIP() << "missing " << testing_util::v3_json();
   }
   const std::string model = "-m '" + testing_util::v3_dir() + "'";
 };

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -11,9 +12,12 @@
 
 namespace mla::tok::testing_util {
 
-// The real DeepSeek-V3 files, read in place from the shared data folder (never copied here).
+// The real DeepSeek-V3 tokenizer files (tokenizer.json, tokenizer_config.json of the model's
+// Hugging Face repository), read in place from the folder MLA_DEEPSEEK_V3_TOKENIZER_DIR names;
+// the tests that need them skip without it (docs/TOKENIZER.md §Tests).
 inline std::string v3_dir() {
-  return MLA_SOURCE_DIR "/../shared/data/deepseek-v3-tokenizer";
+  const char* dir = std::getenv("MLA_DEEPSEEK_V3_TOKENIZER_DIR");
+  return dir ? dir : "(MLA_DEEPSEEK_V3_TOKENIZER_DIR unset)";
 }
 inline std::string v3_json() {
   return v3_dir() + "/tokenizer.json";
