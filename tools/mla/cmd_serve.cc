@@ -94,26 +94,29 @@ void on_stop_signal(int sig) {
 }
 
 int run_serve(ServeCliOptions o) {
-  // SIGTERM / SIGINT reach a handler on whichever thread the kernel picks (libraries start
-  // threads of their own, which a signal mask set here would not cover); it writes the signal to
-  // a pipe that the main thread waits on.
-  if (pipe(g_stop_pipe) != 0) return fail(io_error("cannot create the signal pipe"));
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
 
   // Flag errors before the port is taken.
   Result<RuntimeOptions> ro = runtime_options(o.rt);
   if (!ro.ok()) return fail(ro.status());
   if (is_follower()) {  // no server, no key: the leader's forward passes only
+    // No stop handler either: SIGTERM / SIGINT end a follower (their default action), and
+    // mpirun, seeing a rank end on a signal, ends the job. A follower never reads a stop pipe.
     auto model = Model::load(o.model, *ro);
     if (!model.ok()) return fail(model.status());
     return follow_leader(**model, o.threads);
   }
+  // SIGTERM / SIGINT reach a handler on whichever thread the kernel picks (libraries start
+  // threads of their own, which a signal mask set here would not cover); it writes the signal to
+  // a pipe that the main thread waits on.
+  if (pipe(g_stop_pipe) != 0) return fail_before_load(io_error("cannot create the signal pipe"));
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
   // From here until the model is loaded a failure is the leader's alone: fail_before_load ends
   // the other ranks, which wait in the load.
   if (!o.api_key_file.empty()) {

@@ -4,7 +4,8 @@
   - `mla serve` across 2 ranks answers the official `openai` client with the one-rank server's
     tokens: greedy completions and streamed chat, n = 2 (forks whose copy-on-write copies the
     leader must repeat in the follower's cache), a prefix-cache hit, concurrent requests;
-  - a rank killed mid-stream ends the job: the stream ends and mpirun exits non-zero, no hang;
+  - a rank killed mid-stream, or a follower sent SIGTERM, ends the job: the stream ends and
+    mpirun exits non-zero, no hang;
   - a rank count that does not divide the heads and experts, and a corrupt shard on one rank,
     are one clear error on every rank naming the cause and the rank;
   - `mla generate` and `mla bench model` across ranks.
@@ -166,6 +167,21 @@ class Faults(unittest.TestCase):
             code = server.proc.wait(timeout=60)
             self.assertNotEqual(code, 0)
             self.assertLess(time.time() - t0, 60)
+        finally:
+            if server.proc.poll() is None:
+                server.proc.kill()
+                server.proc.wait()
+
+    def test_follower_sigterm_ends_the_job(self):
+        # SIGTERM to a follower: it ends (the default action; only the leader has a stop
+        # handler), and mpirun ends the job, no hang.
+        server = MlaServer(BINARY, MODEL, *SERVE_ARGS, launcher=TWO)
+        try:
+            follower = rank_pid(server.proc.pid, 1)
+            self.assertIsNotNone(follower, "rank 1's process not found")
+            os.kill(follower, signal.SIGTERM)
+            code = server.proc.wait(timeout=60)
+            self.assertNotEqual(code, 0)
         finally:
             if server.proc.poll() is None:
                 server.proc.kill()
