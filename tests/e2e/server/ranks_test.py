@@ -4,8 +4,8 @@
   - `mla serve` across 2 ranks answers the official `openai` client with the one-rank server's
     tokens: greedy completions and streamed chat, n = 2 (forks whose copy-on-write copies the
     leader must repeat in the follower's cache), a prefix-cache hit, concurrent requests;
-  - a rank killed mid-stream, or a follower sent SIGTERM, ends the job: the stream ends and
-    mpirun exits non-zero, no hang;
+  - a rank killed mid-stream, or a follower sent SIGTERM, ends the job: the stream ends, the
+    leader says the launcher stopped it, and mpirun exits non-zero, no hang;
   - a rank count that does not divide the heads and experts, and a corrupt shard on one rank,
     are one clear error on every rank naming the cause and the rank;
   - `mla generate` and `mla bench model` across ranks.
@@ -167,10 +167,19 @@ class Faults(unittest.TestCase):
             code = server.proc.wait(timeout=60)
             self.assertNotEqual(code, 0)
             self.assertLess(time.time() - t0, 60)
+            self.assert_stopped_by_launcher(server)
         finally:
             if server.proc.poll() is None:
                 server.proc.kill()
                 server.proc.wait()
+
+    def assert_stopped_by_launcher(self, server):
+        # mpirun, seeing a rank end, signals the others; the leader says so instead of reading
+        # like an operator's shutdown (docs/SERVING.md §Across ranks).
+        server._reader.join(timeout=10)
+        log = "".join(server.log)
+        self.assertRegex(log, r"stopped by the launcher \(signal 15 from pid \d+, this rank's "
+                              r"parent\): another rank may have failed; see mpirun's report", log)
 
     def test_follower_sigterm_ends_the_job(self):
         # SIGTERM to a follower: it ends (the default action; only the leader has a stop
@@ -182,6 +191,7 @@ class Faults(unittest.TestCase):
             os.kill(follower, signal.SIGTERM)
             code = server.proc.wait(timeout=60)
             self.assertNotEqual(code, 0)
+            self.assert_stopped_by_launcher(server)
         finally:
             if server.proc.poll() is None:
                 server.proc.kill()
