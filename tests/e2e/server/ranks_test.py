@@ -10,7 +10,7 @@
     leader says the launcher stopped it, and mpirun exits non-zero, no hang;
   - a rank count that does not divide the heads and experts, and a corrupt shard on one rank,
     are one clear error on every rank naming the cause and the rank;
-  - `mla generate` and `mla bench model` across ranks.
+  - `mla generate` and `mla bench model` across ranks, on the checkpoint and on a Q8_0 GGUF of it.
 The logits' agreement with the one-rank run, within the bound of the arithmetic, is checked per
 family by tests/e2e/model_oracle.py.
 
@@ -349,6 +349,41 @@ class Commands(unittest.TestCase):
                            capture_output=True, text=True, env=env, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertGreater(json.loads(r.stdout)["decode_tokens_per_s"], 0)
+
+    def test_gguf_q8_0(self):
+        # A Q8_0 GGUF of the same checkpoint (`mla quantize`): its blocks sliced per rank (whole
+        # blocks at 2 ranks: each rank's 2 heads are 32 columns of o_proj, one Q8_0 block), re-laid
+        # for the VNNI kernels or not, 32 greedy tokens equal to one rank's.
+        with tempfile.TemporaryDirectory(prefix="mla-ranks-") as tmp:
+            gguf = os.path.join(tmp, "q8_0.gguf")
+            q = subprocess.run([BINARY, "quantize", "-m", MODEL, "--type", "q8_0", "--out", gguf],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(q.returncode, 0, q.stderr)
+            prefix, env = TWO
+            args = ["generate", "-m", gguf, "--tokens", "1,2,3,4,5,6,7,8", "-n", "32",
+                    "--ignore-eos", "--threads", "1", "--matmul-dtype", "f32",
+                    "--attention-dtype", "f32", "--json"]
+            for repack in ("on", "off"):
+                one = subprocess.run([BINARY, *args, "--repack", repack], capture_output=True,
+                                     text=True, timeout=120)
+                two = subprocess.run([*prefix, BINARY, *args, "--repack", repack],
+                                     capture_output=True, text=True, env=env, timeout=120)
+                self.assertEqual(one.returncode, 0, one.stderr)
+                self.assertEqual(two.returncode, 0, two.stderr)
+                want = json.loads(one.stdout)["generated"]
+                self.assertEqual(len(want), 32)
+                self.assertEqual(json.loads(two.stdout)["generated"], want, f"--repack {repack}")
+                self.assertNotIn("warning: rank", two.stderr)
+            # At 4 ranks each rank's head is 16 columns, half a block: the slice is held as F32
+            # (FP32 products where one rank runs int8 ones), and every rank says so, naming it.
+            four, env4 = mpirun(4)
+            r = subprocess.run([*four, BINARY, *args[:5], "-n", "1", "--threads", "1"],
+                               capture_output=True, text=True, env=env4, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stderr, r"warning: rank 1 of 4: .*q8_0\.gguf: 4 weight slices cut "
+                                       r"inside their GGUF blocks, held as F32 .*: layer 0 o_proj "
+                                       r"\(Q8_0 columns \[16, 32\) of 64\)")
+            self.assertEqual(r.stderr.count("weight slices cut inside their GGUF blocks"), 4)
 
 
 if __name__ == "__main__":
