@@ -350,6 +350,29 @@ KvCacheShape Model::cache_shape(int32_t num_blocks, int page_size) const {
 
 namespace {
 
+// A rank's slices cut inside their GGUF blocks (o_proj's columns of heads narrower than a
+// block): held as F32, their products run in FP32 where one rank runs the file's blocks on int8
+// activations, so the split's results differ from one rank's by more than the summation order.
+// One line per rank naming them (the first few; a model's layers usually repeat one name).
+void warn_widened(const std::string& dir, const std::vector<std::string>& widened, int rank,
+                  int ranks) {
+  if (widened.empty()) return;
+  constexpr size_t kNamed = 3;
+  std::string names;
+  for (size_t i = 0; i < std::min(widened.size(), kNamed); ++i) {
+    std::string_view w = widened[i];
+    if (w.starts_with(dir + ": ")) w.remove_prefix(dir.size() + 2);
+    names += (i ? "; " : "") + std::string(w);
+  }
+  if (widened.size() > kNamed) names += fmt::format("; and {} more", widened.size() - kNamed);
+  fmt::print(stderr,
+             "warning: rank {} of {}: {}: {} weight slice{} cut inside {} GGUF blocks, held as F32 "
+             "(FP32 products, not the int8 ones of one rank: results may differ from one rank's "
+             "beyond the summation order): {}\n",
+             rank, ranks, dir, widened.size(), widened.size() == 1 ? "" : "s",
+             widened.size() == 1 ? "its" : "their", names);
+}
+
 // This process's part of the model (all of it when alone).
 Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
                                                const RuntimeOptions& options) {
@@ -427,6 +450,7 @@ Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
     impl->lm_head = impl->lm_head_store.weight;
   }
   if (options.repack_weights) MLA_RETURN_IF_ERROR(repack_weights(*impl, dir));
+  warn_widened(dir, impl->slices.widened, impl->rank, N);
   return impl;
 }
 

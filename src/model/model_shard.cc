@@ -60,6 +60,8 @@ Result<LinearWeight> widened_slice(const LinearWeight& w, IndexRange rows, Index
   s.in = cols.size();
   store.total_bytes += 4 * rows.size() * cols.size();
   store.bytes.push_back(std::move(bytes));
+  store.widened.push_back(fmt::format("{} ({} columns [{}, {}) of {})", what, dtype_name(w.dtype),
+                                      cols.begin, cols.end, w.in));
   return s;
 }
 

@@ -28,6 +28,9 @@ struct SliceStore {
   std::vector<AlignedBuffer<uint8_t>> bytes;
   std::vector<AlignedBuffer<float>> scales;
   int64_t total_bytes = 0;
+  // The slices slice_linear widened to F32 (a GGUF block format cut inside its blocks): `what`
+  // with the format and the columns, for the load's warning.
+  std::vector<std::string> widened;
   // Frees the copy whose bytes start at data (a weight re-laid or requantised into new memory,
   // or kv_b_proj once split per head); no-op for other pointers.
   void release(const uint8_t* data);
@@ -37,7 +40,8 @@ struct SliceStore {
 // cols.size()] in W's dtype. A block-scaled W gets its own scale grid with blocks of
 // gcd(block_rows, rows.begin) × gcd(block_cols, cols.begin), each inside one block of W's grid,
 // so every value keeps its scale. A GGUF block format cut inside its blocks (columns not on
-// block boundaries) comes out as F32, its values exactly; interleaved layouts (repacked) cannot
+// block boundaries) comes out as F32, its values exactly, and is listed in store.widened (its
+// products then run in FP32, not on int8 activations); interleaved layouts (repacked) cannot
 // be cut. invalid_argument naming `what` and the offending bound.
 Result<LinearWeight> slice_linear(const LinearWeight& w, IndexRange rows, IndexRange cols,
                                   SliceStore& store, const std::string& what);

@@ -88,32 +88,41 @@ Status warm_prefixes(const std::string& path, sched::Engine& engine, const serve
 
 int g_stop_pipe[2] = {-1, -1};
 
-void on_stop_signal(int sig) {
-  const unsigned char c = static_cast<unsigned char>(sig);
-  [[maybe_unused]] const ssize_t n = write(g_stop_pipe[1], &c, 1);  // async-signal-safe
+// What the handler writes to the pipe: the signal and the process that sent it.
+struct StopSignal {
+  int sig = 0;
+  pid_t sender = 0;
+};
+
+void on_stop_signal(int sig, siginfo_t* info, void*) {
+  const StopSignal s{sig, info ? info->si_pid : 0};
+  [[maybe_unused]] const ssize_t n = write(g_stop_pipe[1], &s, sizeof s);  // async-signal-safe
 }
 
 int run_serve(ServeCliOptions o) {
-  // SIGTERM / SIGINT reach a handler on whichever thread the kernel picks (libraries start
-  // threads of their own, which a signal mask set here would not cover); it writes the signal to
-  // a pipe that the main thread waits on.
-  if (pipe(g_stop_pipe) != 0) return fail(io_error("cannot create the signal pipe"));
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
 
   // Flag errors before the port is taken.
   Result<RuntimeOptions> ro = runtime_options(o.rt);
   if (!ro.ok()) return fail(ro.status());
   if (is_follower()) {  // no server, no key: the leader's forward passes only
+    // No stop handler either: SIGTERM / SIGINT end a follower (their default action), and
+    // mpirun, seeing a rank end on a signal, ends the job. A follower never reads a stop pipe.
     auto model = Model::load(o.model, *ro);
     if (!model.ok()) return fail(model.status());
     return follow_leader(**model, o.threads);
   }
+  // SIGTERM / SIGINT reach a handler on whichever thread the kernel picks (libraries start
+  // threads of their own, which a signal mask set here would not cover); it writes the signal to
+  // a pipe that the main thread waits on. A write of a few bytes to a pipe is atomic.
+  if (pipe(g_stop_pipe) != 0) return fail_before_load(io_error("cannot create the signal pipe"));
+  struct sigaction sa {};
+  sa.sa_sigaction = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
   // From here until the model is loaded a failure is the leader's alone: fail_before_load ends
   // the other ranks, which wait in the load.
   if (!o.api_key_file.empty()) {
@@ -191,11 +200,18 @@ int run_serve(ServeCliOptions o) {
                  : ", no chat format");
   if ((*model)->ranks() > 1) fmt::print(stderr, "split: {}\n", (*model)->split_summary());
 
-  unsigned char sig = 0;
-  while (read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+  StopSignal stop;
+  while (read(g_stop_pipe[0], &stop, sizeof stop) < 0 && errno == EINTR) {
   }
   std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C does not wait for the drain
-  fmt::print(stderr, "signal {}: draining {} requests for up to {} s\n", sig, http.in_flight(),
+  // Across ranks, a signal from our parent is the launcher's: mpirun signals every rank when one
+  // of them died (or when mpirun itself was signalled), so this is not an operator's shutdown.
+  if ((*model)->ranks() > 1 && stop.sender != 0 && stop.sender == getppid())
+    fmt::print(stderr,
+               "stopped by the launcher (signal {} from pid {}, this rank's parent): another "
+               "rank may have failed; see mpirun's report\n",
+               stop.sig, stop.sender);
+  fmt::print(stderr, "signal {}: draining {} requests for up to {} s\n", stop.sig, http.in_flight(),
              o.shutdown_timeout_s);
   http.shutdown(std::chrono::milliseconds(int64_t(o.shutdown_timeout_s * 1000)));
   fmt::print(stderr, "stopped\n");

@@ -29,6 +29,7 @@ class MlaServer:
             args = ("--attention-dtype", "f32", *args)
         model_args = ["-m", model] if model is not None else []
         prefix, env = launcher or ([], None)
+        self.launched = launcher is not None
         self.proc = subprocess.Popen([*prefix, binary, "serve", *model_args, "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=env)

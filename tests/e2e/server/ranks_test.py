@@ -4,10 +4,13 @@
   - `mla serve` across 2 ranks answers the official `openai` client with the one-rank server's
     tokens: greedy completions and streamed chat, n = 2 (forks whose copy-on-write copies the
     leader must repeat in the follower's cache), a prefix-cache hit, concurrent requests;
-  - a rank killed mid-stream ends the job: the stream ends and mpirun exits non-zero, no hang;
+  - chunked prefill, preemption, a dropped stream and prefix-cache hits in every KV format give
+    the one-rank server's greedy tokens;
+  - a rank killed mid-stream, or a follower sent SIGTERM, ends the job: the stream ends, the
+    leader says the launcher stopped it, and mpirun exits non-zero, no hang;
   - a rank count that does not divide the heads and experts, and a corrupt shard on one rank,
     are one clear error on every rank naming the cause and the rank;
-  - `mla generate` and `mla bench model` across ranks.
+  - `mla generate` and `mla bench model` across ranks, on the checkpoint and on a Q8_0 GGUF of it.
 The logits' agreement with the one-rank run, within the bound of the arithmetic, is checked per
 family by tests/e2e/model_oracle.py.
 
@@ -23,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -81,6 +85,19 @@ def chat_stream(server, text):
     return "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
 
 
+def stop(server):
+    """SIGTERM to the server's rank 0 (the leader drains, releases the follower, every rank and
+    mpirun exit 0; mpirun itself signalled ends the ranks and exits 1: docs/SERVING.md §Across
+    ranks); the exit code."""
+    if server.proc.poll() is None and server.launched:
+        os.kill(rank_pid(server.proc.pid, 0), signal.SIGTERM)
+        try:
+            server.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass  # server.stop signals mpirun and fails
+    return server.stop(timeout=60)
+
+
 class ServeAcrossRanks(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -90,11 +107,7 @@ class ServeAcrossRanks(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.one.stop()
-        # SIGTERM to the leader (rank 0): it drains, and its model's destruction releases the
-        # follower, so every rank and mpirun exit 0 (mpirun itself signalled ends the ranks and
-        # exits 1: docs/SERVING.md §Across ranks).
-        os.kill(rank_pid(cls.two.proc.pid, 0), signal.SIGTERM)
-        assert cls.two.proc.wait(timeout=60) == 0, "mpirun mla serve did not exit 0: " + "".join(cls.two.log[-5:])
+        assert stop(cls.two) == 0, "mpirun mla serve did not exit 0: " + "".join(cls.two.log[-5:])
 
     def assert_same(self, a, b, what):
         self.assertEqual(len(a), len(b), what)
@@ -124,6 +137,81 @@ class ServeAcrossRanks(unittest.TestCase):
             got = dict(zip(PROMPTS, ex.map(lambda p: complete(self.two, p), PROMPTS)))
         for p in PROMPTS:
             self.assert_same(got[p], want[p], "concurrent " + p[:30])
+
+
+# Every KV format (`mla serve --kv-dtype`) with chunked prefill (32-token steps; the prompts below
+# are 42-48 tokens), a cache of 10 pages of 16 tokens that the concurrent requests outgrow (each
+# needs 3 pages to start and 6 to finish), so the scheduler preempts and recomputes, a stream
+# dropped mid-way (cancellation) and a repeated prompt (prefix-cache hits). Bytes per page (16
+# tokens, 4 layers): the format's record of the tiny checkpoint's 48 + 8 latent values.
+FEATURE_PAGES = 10
+KV_PAGE_BYTES = {"bf16": 7168, "fp8_e4m3": 5248, "int8": 5248, "nvfp4": 3072}
+FEATURE_PROMPTS = [
+    "And the earth was without form, and void; and darkness was upon the deep.",
+    "And God called the light Day, and the darkness he called Night. And the",
+    "And God made the firmament, and divided the waters which were under it",
+    "And the evening and the morning were the third day. And God said, Let",
+]
+
+
+class FeaturesAcrossRanks(unittest.TestCase):
+    """Chunked prefill, preemption, cancellation and the prefix cache in each KV format on 2 ranks
+    give the one-rank server's greedy tokens. The comparison is of tokens: a latent value at a
+    rounding boundary of the format may round to the neighbouring code in one run and not the
+    other (the two runs' latents differ in FP32 rounding), which moves a logprob by up to ~2e-3
+    here, past LOGPROB_TOL. With FP32 products the replies do not depend on the batches the
+    scheduler formed, so the two servers' different preemptions do not change them."""
+
+    def features(self, server):
+        clients = [client(server) for _ in range(len(FEATURE_PROMPTS) + 1)]
+        start = threading.Barrier(len(clients))  # every request at once: the cache overflows
+
+        def one(c, p, wait=True):
+            if wait:
+                start.wait()
+            r = c.completions.create(model=server.model_id, prompt=p, temperature=0,
+                                     max_tokens=40, extra_body={"ignore_eos": True})
+            return r.choices[0].text, r.usage.prompt_tokens
+
+        def dropped(c):
+            start.wait()
+            stream = c.completions.create(model=server.model_id, prompt=FEATURE_PROMPTS[1],
+                                          max_tokens=100, stream=True,
+                                          extra_body={"ignore_eos": True})
+            for i, _ in enumerate(stream):
+                if i == 3:
+                    break
+            stream.close()  # the server sees the hang-up and cancels the request
+
+        with concurrent.futures.ThreadPoolExecutor(len(clients)) as ex:
+            drop = ex.submit(dropped, clients[-1])
+            got = list(ex.map(one, clients, FEATURE_PROMPTS))
+            drop.result()
+        server.wait_idle(timeout=30)  # the cancelled request's pages are free on every rank
+        # The first prompt again, alone: its full pages come from the prefix cache.
+        got.append(one(clients[0], FEATURE_PROMPTS[0], wait=False))
+        return got, server.metrics()
+
+    def test_features_in_every_kv_format(self):
+        for kv, page_bytes in KV_PAGE_BYTES.items():
+            with self.subTest(kv=kv):
+                args = (*SERVE_ARGS, "--max-num-batched-tokens", "32", "--kv-dtype", kv,
+                        "--kv-cache-bytes", str(FEATURE_PAGES * page_bytes))
+                servers = [MlaServer(BINARY, MODEL, *args)]
+                try:
+                    servers.append(MlaServer(BINARY, MODEL, *args, launcher=TWO))
+                    (want, m1), (got, m2) = (self.features(s) for s in servers)
+                finally:
+                    codes = [stop(s) for s in servers]
+                self.assertEqual(codes, [0, 0], kv)
+                for m in (m1, m2):
+                    self.assertEqual(m["vllm:kv_cache_blocks_total"], FEATURE_PAGES, kv)
+                    self.assertGreater(m["vllm:num_preemptions_total"], 0, kv)
+                    self.assertGreater(m["vllm:prefix_cache_hits_total"], 0, kv)
+                    self.assertEqual(m['vllm:request_success_total{finished_reason="abort"}'], 1,
+                                     kv)
+                self.assertTrue(all(n > 32 for _, n in want), kv)  # each prompt took 2 chunks
+                self.assertEqual([t for t, _ in got], [t for t, _ in want], kv)
 
 
 def rank_pid(launcher_pid, rank):
@@ -166,6 +254,31 @@ class Faults(unittest.TestCase):
             code = server.proc.wait(timeout=60)
             self.assertNotEqual(code, 0)
             self.assertLess(time.time() - t0, 60)
+            self.assert_stopped_by_launcher(server)
+        finally:
+            if server.proc.poll() is None:
+                server.proc.kill()
+                server.proc.wait()
+
+    def assert_stopped_by_launcher(self, server):
+        # mpirun, seeing a rank end, signals the others; the leader says so instead of reading
+        # like an operator's shutdown (docs/SERVING.md §Across ranks).
+        server._reader.join(timeout=10)
+        log = "".join(server.log)
+        self.assertRegex(log, r"stopped by the launcher \(signal 15 from pid \d+, this rank's "
+                              r"parent\): another rank may have failed; see mpirun's report", log)
+
+    def test_follower_sigterm_ends_the_job(self):
+        # SIGTERM to a follower: it ends (the default action; only the leader has a stop
+        # handler), and mpirun ends the job, no hang.
+        server = MlaServer(BINARY, MODEL, *SERVE_ARGS, launcher=TWO)
+        try:
+            follower = rank_pid(server.proc.pid, 1)
+            self.assertIsNotNone(follower, "rank 1's process not found")
+            os.kill(follower, signal.SIGTERM)
+            code = server.proc.wait(timeout=60)
+            self.assertNotEqual(code, 0)
+            self.assert_stopped_by_launcher(server)
         finally:
             if server.proc.poll() is None:
                 server.proc.kill()
@@ -236,6 +349,41 @@ class Commands(unittest.TestCase):
                            capture_output=True, text=True, env=env, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertGreater(json.loads(r.stdout)["decode_tokens_per_s"], 0)
+
+    def test_gguf_q8_0(self):
+        # A Q8_0 GGUF of the same checkpoint (`mla quantize`): its blocks sliced per rank (whole
+        # blocks at 2 ranks: each rank's 2 heads are 32 columns of o_proj, one Q8_0 block), re-laid
+        # for the VNNI kernels or not, 32 greedy tokens equal to one rank's.
+        with tempfile.TemporaryDirectory(prefix="mla-ranks-") as tmp:
+            gguf = os.path.join(tmp, "q8_0.gguf")
+            q = subprocess.run([BINARY, "quantize", "-m", MODEL, "--type", "q8_0", "--out", gguf],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(q.returncode, 0, q.stderr)
+            prefix, env = TWO
+            args = ["generate", "-m", gguf, "--tokens", "1,2,3,4,5,6,7,8", "-n", "32",
+                    "--ignore-eos", "--threads", "1", "--matmul-dtype", "f32",
+                    "--attention-dtype", "f32", "--json"]
+            for repack in ("on", "off"):
+                one = subprocess.run([BINARY, *args, "--repack", repack], capture_output=True,
+                                     text=True, timeout=120)
+                two = subprocess.run([*prefix, BINARY, *args, "--repack", repack],
+                                     capture_output=True, text=True, env=env, timeout=120)
+                self.assertEqual(one.returncode, 0, one.stderr)
+                self.assertEqual(two.returncode, 0, two.stderr)
+                want = json.loads(one.stdout)["generated"]
+                self.assertEqual(len(want), 32)
+                self.assertEqual(json.loads(two.stdout)["generated"], want, f"--repack {repack}")
+                self.assertNotIn("warning: rank", two.stderr)
+            # At 4 ranks each rank's head is 16 columns, half a block: the slice is held as F32
+            # (FP32 products where one rank runs int8 ones), and every rank says so, naming it.
+            four, env4 = mpirun(4)
+            r = subprocess.run([*four, BINARY, *args[:5], "-n", "1", "--threads", "1"],
+                               capture_output=True, text=True, env=env4, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stderr, r"warning: rank 1 of 4: .*q8_0\.gguf: 4 weight slices cut "
+                                       r"inside their GGUF blocks, held as F32 .*: layer 0 o_proj "
+                                       r"\(Q8_0 columns \[16, 32\) of 64\)")
+            self.assertEqual(r.stderr.count("weight slices cut inside their GGUF blocks"), 4)
 
 
 if __name__ == "__main__":

@@ -136,6 +136,11 @@ TEST(SliceLinear, ColumnsInsideABlockComeOutAsF32) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->dtype, DType::kF32);
   expect_slice_exact(s.w, *r, {1, 4}, {128, 320});
+  // Listed for the load's warning, named; a slice on block boundaries is not.
+  ASSERT_EQ(store.widened.size(), 1u);
+  EXPECT_EQ(store.widened[0], "layer 3 o_proj (Q4_K columns [128, 320) of 512)");
+  ASSERT_TRUE(slice_linear(s.w, {1, 4}, {256, 512}, store, "layer 4 o_proj").ok());
+  EXPECT_EQ(store.widened.size(), 1u);
 }
 
 TEST(SliceLinear, RefusesBadRanges) {
