@@ -21,13 +21,13 @@
 #include "core/ggml_repack.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/linear_cpu.h"
 #include "kernels/linear.h"
+#include "kernels/registry.h"
 
 namespace {
 
 using mla::DType;
-using mla::cpu::LinearPath;
+using mla::LinearPath;
 
 struct WeightSet {
   // `copies` identical [out, in] matrices back to back, 64-byte aligned as the loader's buffers
@@ -95,16 +95,16 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
 void BM_Linear(benchmark::State& state, DType dt, int64_t out, int64_t in, int64_t n,
                LinearPath path, bool l3_resident) {
   const WeightSet& ws = weights(dt, out, in);
-  const mla::cpu::LinearCpuVariant* v = nullptr;
-  for (const auto& c : mla::cpu::linear_cpu_variants())
-    if (!v && c.supported()) v = &c;
+  const mla::LinearVariant* v = mla::select_variant(mla::LinearParams{}, "cpu").value();
   mla::Rng rng(1);
   std::vector<float> x(size_t(n * in)), y(size_t(n * out));
   for (auto& e : x) e = float(rng.normal());
   mla::ThreadPool& pool = mla::default_thread_pool();
   int c = 0;
   for (auto _ : state) {
-    v->run(ws.at(c), n, x.data(), y.data(), pool, path);
+    const mla::LinearWeight w = ws.at(c);
+    const mla::LinearJob job{&w, n, x.data(), y.data()};
+    v->run(mla::LinearParams{{&job, 1}, path}, pool);
     if (!l3_resident) c = (c + 1) % ws.copies;
   }
   benchmark::DoNotOptimize(y.data());

@@ -1,4 +1,5 @@
-// validate() of a weight and the backend dispatch of linear() (kernels/linear.h).
+// validate() of a weight and of linear parameters, and linear() / linear_many(): checked, then
+// run on the first variant of the backend in the registry's table (kernels/registry.h).
 #include "kernels/linear.h"
 
 #include <cstdint>
@@ -7,8 +8,7 @@
 #include <vector>
 
 #include "core/ggml_repack.h"
-#include "kernels/cpu/linear_cpu.h"
-#include "kernels/ref/linear_ref.h"
+#include "kernels/registry.h"
 
 namespace mla {
 
@@ -46,66 +46,67 @@ Status validate(const LinearWeight& w) {
 }
 
 namespace {
-cpu::LinearPath path_of(DType math) {
-  return math == DType::kBF16 ? cpu::LinearPath::kBf16 : cpu::LinearPath::kAuto;
-}
-}  // namespace
 
-DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view backend) {
-  if (backend != "cpu" || t != DType::kQ8_0 || !q8_0_r16_fits(out, in)) return t;
-  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
-    if (v.supported()) return v.repacks_q8_0 ? DType::kQ8_0R16 : t;
-  return t;
+LinearPath path_of(DType math) {
+  return math == DType::kBF16 ? LinearPath::kBf16 : LinearPath::kAuto;
 }
 
-Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-              std::string_view backend, DType math) {
-  MLA_RETURN_IF_ERROR(validate(w));
-  if (backend != "cpu" && backend != "ref")
-    return invalid_argument("linear: unknown backend '" + std::string(backend) +
-                            "' (expected cpu or ref)");
-  if (n < 0) return invalid_argument("linear: n = " + std::to_string(n) + " < 0");
-  if (n == 0) return Status();
-  if (!x || !y) return invalid_argument("linear: x or y is null with n = " + std::to_string(n));
-  if (backend == "ref") {
-    std::vector<double> acc(size_t(n * w.out));
-    ref::linear(w, n, x, acc.data());
-    for (size_t i = 0; i < acc.size(); ++i) y[i] = float(acc[i]);
-    return Status();
-  }
-  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
-    if (v.supported()) {
-      v.run(w, n, x, y, pool, path_of(math));
-      break;
-    }
-  return Status();
-}
-
-Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, std::string_view backend,
-                   DType math) {
-  if (backend != "cpu" && backend != "ref")
-    return invalid_argument("linear_many: unknown backend '" + std::string(backend) +
-                            "' (expected cpu or ref)");
+// validate(LinearParams) with errors prefixed by the entry point's name.
+Status validate_jobs(std::span<const LinearJob> jobs, const char* op) {
   for (size_t j = 0; j < jobs.size(); ++j) {
     const LinearJob& job = jobs[j];
-    const std::string at = "linear_many job " + std::to_string(j);
+    const std::string at = std::string(op) + " job " + std::to_string(j);
     if (!job.w) return invalid_argument(at + ": no weight");
     MLA_RETURN_IF_ERROR(validate(*job.w));
     if (job.n < 0) return invalid_argument(at + ": n = " + std::to_string(job.n) + " < 0");
     if (job.n > 0 && (!job.x || !job.y))
       return invalid_argument(at + ": x or y is null with n = " + std::to_string(job.n));
   }
-  if (backend == "ref") {
-    for (const LinearJob& job : jobs)
-      MLA_RETURN_IF_ERROR(linear(*job.w, job.n, job.x, job.y, pool, backend));
-    return Status();
-  }
-  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
-    if (v.supported()) {
-      v.run_many(jobs, pool, path_of(math));
-      break;
-    }
   return Status();
+}
+
+Status check_backend(std::string_view backend, const char* op) {
+  if (backend == "cpu" || backend == "ref") return Status();
+  return invalid_argument(std::string(op) + ": unknown backend '" + std::string(backend) +
+                          "' (expected cpu or ref)");
+}
+
+// The first variant of `backend` in the registry's table (validated params): every linear
+// variant runs every weight dtype, so this is the best one this CPU has.
+Status run_on(const LinearParams& p, std::string_view backend, ThreadPool& pool) {
+  MLA_ASSIGN_OR_RETURN(const LinearVariant* v, select_variant(p, backend));
+  v->run(p, pool);
+  return Status();
+}
+
+}  // namespace
+
+Status validate(const LinearParams& p) {
+  return validate_jobs(p.jobs, "linear");
+}
+
+DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view backend) {
+  if (backend != "cpu" || t != DType::kQ8_0 || !q8_0_r16_fits(out, in)) return t;
+  const Result<const LinearVariant*> v = select_variant(LinearParams{}, backend);
+  return v.ok() && (*v)->repacks_q8_0 ? DType::kQ8_0R16 : t;
+}
+
+Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
+              std::string_view backend, DType math) {
+  MLA_RETURN_IF_ERROR(validate(w));
+  MLA_RETURN_IF_ERROR(check_backend(backend, "linear"));
+  if (n < 0) return invalid_argument("linear: n = " + std::to_string(n) + " < 0");
+  if (n == 0) return Status();
+  if (!x || !y) return invalid_argument("linear: x or y is null with n = " + std::to_string(n));
+  const LinearJob job{&w, n, x, y};
+  return run_on(LinearParams{{&job, 1}, path_of(math)}, backend, pool);
+}
+
+Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, std::string_view backend,
+                   DType math) {
+  MLA_RETURN_IF_ERROR(check_backend(backend, "linear_many"));
+  MLA_RETURN_IF_ERROR(validate_jobs(jobs, "linear_many"));
+  return run_on(LinearParams{jobs, path_of(math)}, backend, pool);
 }
 
 }  // namespace mla

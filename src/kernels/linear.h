@@ -37,8 +37,9 @@ constexpr bool linear_block_scaled(DType t) {
 Status validate(const LinearWeight& w);
 
 // y[n, out] = x[n, in] · W_realᵀ, fp32 row-major, x and y not aliased. n may be 0.
-// backend "cpu": the best ISA variant of this machine, threads of `pool` over output rows.
-// backend "ref": kernels/ref's plain loop (FP64 accumulation), for checking.
+// backend "cpu": the best ISA variant of this machine (the first linear.cpu variant of the
+// registry it supports), threads of `pool` over output rows.
+// backend "ref": kernels/ref's plain loop (FP64 accumulation; linear.ref.fp64), for checking.
 // math kF32: FP32 products. kBF16: a product of more than 16 rows with BF16 or FP8 weights may
 // round x to BF16 (relative error 2^-8) and run on BF16 dot products where the CPU has them
 // (AVX512_BF16), FP32 accumulation; decode-sized products stay FP32. Other values: kF32.
@@ -57,6 +58,36 @@ struct LinearJob {
   const float* x = nullptr;
   float* y = nullptr;
 };
+
+// How a CPU variant computes a product (docs/BENCHMARKS.md "Weight products (linear)" has the
+// figures):
+//   kDot:  register-blocked dot products of weight rows (widened in registers) with up to 4 rows
+//          of x at a time: W is streamed once for n ≤ 4 (decode); for larger n an L2-sized chunk
+//          of rows is reused for every group of 4 (FP8 / F16 chunks widened once to FP32 first).
+//          It beat OpenBLAS SGEMM on widened panels at every n measured (16, 64, 512), so the
+//          engine uses no BLAS library (and maps no BLAS work buffer). FP32 products.
+//   kAuto: kDot (linear()'s math kF32).
+//   kBf16: products of more than 16 rows of x with BF16, FP8 or F32 weights (F32 rounded to
+//          BF16 as well) run on BF16 dot products (x rounded to BF16 once, FP32 accumulation:
+//          cpu/linear_gemm_bf16.h) in the variants that have them; everything else as kDot
+//          (linear()'s math kBF16).
+enum class LinearPath { kAuto, kDot, kBf16 };
+
+// The parameters of a linear variant (kernels/registry.h): every job in one pass over the pool's
+// threads. linear() is one job, linear_many() several; a CPU variant computes a job the same way,
+// bit for bit, alone or among others (one product is a pass with one job).
+struct LinearParams {
+  std::span<const LinearJob> jobs;  // y of different jobs do not overlap
+  LinearPath path = LinearPath::kAuto;
+};
+
+// invalid_argument naming the job: no weight, validate(*w) fails, n < 0, or x / y null with
+// n > 0. No jobs, or jobs of n = 0 with null pointers, are valid (nothing to do).
+Status validate(const LinearParams& p);
+
+// A linear variant's run() (kernels/registry.h): what the prefill kernels are handed for their
+// up-projections.
+using LinearRunFn = void (*)(const LinearParams& p, ThreadPool& pool);
 
 // Every job as linear() computes it (the same outputs, bit for bit), in one pass over the pool's
 // threads: for many small products (the experts of an MoE layer in decode), where a pass each

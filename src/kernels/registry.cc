@@ -1,10 +1,13 @@
-// The variant tables of the MLA ops and variant selection.
+// The variant tables of the MLA ops, the weight products and RoPE, and variant selection.
 #include "kernels/registry.h"
 
 #include <fmt/format.h>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/mla_decode_cpu.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/ref/linear_ref.h"
 #include "kernels/ref/mla_ref.h"
 
 namespace mla {
@@ -67,12 +70,69 @@ void ref_prefill(const MlaPrefillParams& p, ThreadPool&) {
   ref::mla_prefill(p);
 }
 
+// ---- linear: run-time ISA checks (baseline code) ----
+bool has_avx512(const LinearParams&) {
+  return cpu_supports(CpuIsa::kAvx512);
+}
+bool has_avx512_vbmi(const LinearParams&) {
+  return cpu_features().avx512_vbmi;  // implies AVX-512, and MLA_ISA=avx512 or lower clears it
+}
+// VNNI for the GGUF integer kernels; cpu_features does not track it (MLA_ISA caps still apply
+// through the base ISA).
+bool has_avx512_vnni(const LinearParams& p) {
+  return has_avx512(p) && __builtin_cpu_supports("avx512vnni");
+}
+bool has_avx512_vbmi_vnni(const LinearParams& p) {
+  return has_avx512_vbmi(p) && __builtin_cpu_supports("avx512vnni");
+}
+// linear.cpu.avx512bf16 is built on the VBMI traits (linear_avx512_vbmi_traits.h): a CPU with
+// AVX512_BF16 but no VBMI runs one of the FP32 variants.
+bool has_avx512_bf16_vbmi(const LinearParams&) {
+  return cpu_features().avx512_bf16 && cpu_features().avx512_vbmi;
+}
+// The AVX2 variant converts FP16 and FP8 with F16C (vcvtph2ps), which every AVX2 + FMA CPU has,
+// but cpu_features does not promise it.
+bool has_avx2(const LinearParams&) {
+  return cpu_supports(CpuIsa::kAvx2) && __builtin_cpu_supports("f16c");
+}
+
+// Each job in FP64 (kernels/ref), rounded to FP32 once.
+void ref_linear(const LinearParams& p, ThreadPool&) {
+  std::vector<double> acc;
+  for (const LinearJob& job : p.jobs) {
+    if (job.n == 0) continue;
+    acc.assign(size_t(job.n * job.w->out), 0.0);
+    ref::linear(*job.w, job.n, job.x, acc.data());
+    for (size_t i = 0; i < acc.size(); ++i) job.y[i] = float(acc[i]);
+  }
+}
+
+// The linear variant the CPU prefill runs its up-projections on: the best one of this CPU.
+LinearRunFn cpu_linear() {
+  for (const LinearVariant& v : linear_variants())
+    if (v.backend == "cpu" && v.supports(LinearParams{})) return v.run;
+  return cpu::linear_scalar;  // not reached: linear.cpu.scalar supports everything
+}
+template <void (*F)(const MlaPrefillParams&, ThreadPool&, LinearRunFn)>
+void prefill_on_cpu_linear(const MlaPrefillParams& p, ThreadPool& pool) {
+  F(p, pool, cpu_linear());
+}
+
+// ---- RoPE ----
+void cpu_rope(const RopeParams& p, ThreadPool&) {
+  const RopeTable& t = *p.table;
+  cpu::rope_rotate(t.cfg.dim, t.cfg.layout, t.cos.data(), t.sin.data(), p.positions, p.n_tokens,
+                   p.n_heads, p.row_stride, p.offset, p.x);
+}
+void ref_rope(const RopeParams& p, ThreadPool&) {
+  ref::rope_rotate(p.table->cfg, p.positions, p.n_tokens, p.n_heads, p.row_stride, p.offset, p.x);
+}
+
+// The variant names are listed only when selection fails (linear() selects on every call).
 template <typename V, typename P>
 Result<const V*> select_from(const std::vector<V>& table, const P& p, std::string_view backend,
                              std::string_view name, const char* op) {
-  std::string names;
   for (const V& v : table) {
-    names += (names.empty() ? "" : ", ") + v.name;
     if (!name.empty() ? v.name == name : v.backend == backend) {
       if (v.supports(p)) return &v;
       if (!name.empty())
@@ -81,10 +141,20 @@ Result<const V*> select_from(const std::vector<V>& table, const P& p, std::strin
             fmt::format("{}: variant {} does not support these inputs on this CPU", op, name));
     }
   }
+  std::string names;
+  for (const V& v : table) names += (names.empty() ? "" : ", ") + v.name;
   if (!name.empty())
     return invalid_argument(fmt::format("{}: no variant named \"{}\" (have: {})", op, name, names));
   return invalid_argument(
       fmt::format("{}: no \"{}\" variant supports these inputs (have: {})", op, backend, names));
+}
+
+template <typename V, typename P>
+Status run_checked(const V& v, const P& p, ThreadPool& pool) {
+  MLA_RETURN_IF_ERROR(validate(p));
+  if (!v.supports(p)) return unimplemented(v.name + " does not support these inputs on this CPU");
+  v.run(p, pool);
+  return {};
 }
 
 }  // namespace
@@ -111,12 +181,41 @@ const std::vector<MlaDecodeVariant>& mla_decode_variants() {
 const std::vector<MlaPrefillVariant>& mla_prefill_variants() {
   static const std::vector<MlaPrefillVariant> table = {
       {"mla_prefill.cpu.avx512.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx512>,
-       cpu::mla_prefill_avx512},
+       prefill_on_cpu_linear<cpu::mla_prefill_avx512>},
       {"mla_prefill.cpu.avx2.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kAvx2>,
-       cpu::mla_prefill_avx2},
+       prefill_on_cpu_linear<cpu::mla_prefill_avx2>},
       {"mla_prefill.cpu.scalar.bf16", "cpu", Intermediates::kFp32, on_isa<CpuIsa::kScalar>,
-       cpu::mla_prefill_scalar},
+       prefill_on_cpu_linear<cpu::mla_prefill_scalar>},
       {"mla_prefill.ref.fp64.any", "ref", Intermediates::kFp64, any_params, ref_prefill},
+  };
+  return table;
+}
+
+const std::vector<LinearVariant>& linear_variants() {
+  static const std::vector<LinearVariant> table = {
+      {{"linear.cpu.avx512bf16", "cpu", Intermediates::kBf16, has_avx512_bf16_vbmi,
+        cpu::linear_avx512_bf16},
+       true},
+      {{"linear.cpu.avx512vbmivnni", "cpu", Intermediates::kFp32, has_avx512_vbmi_vnni,
+        cpu::linear_avx512_vbmi_vnni},
+       true},
+      {{"linear.cpu.avx512vbmi", "cpu", Intermediates::kFp32, has_avx512_vbmi,
+        cpu::linear_avx512_vbmi}},
+      {{"linear.cpu.avx512vnni", "cpu", Intermediates::kFp32, has_avx512_vnni,
+        cpu::linear_avx512_vnni},
+       true},
+      {{"linear.cpu.avx512", "cpu", Intermediates::kFp32, has_avx512, cpu::linear_avx512}},
+      {{"linear.cpu.avx2", "cpu", Intermediates::kFp32, has_avx2, cpu::linear_avx2}},
+      {{"linear.cpu.scalar", "cpu", Intermediates::kFp32, any_params, cpu::linear_scalar}},
+      {{"linear.ref.fp64", "ref", Intermediates::kFp64, any_params, ref_linear}},
+  };
+  return table;
+}
+
+const std::vector<RopeVariant>& rope_variants() {
+  static const std::vector<RopeVariant> table = {
+      {"rope.cpu.scalar", "cpu", Intermediates::kFp32, any_params, cpu_rope},
+      {"rope.ref.fp64", "ref", Intermediates::kFp64, any_params, ref_rope},
   };
   return table;
 }
@@ -129,18 +228,26 @@ Result<const MlaPrefillVariant*> select_variant(const MlaPrefillParams& p, std::
                                                 std::string_view name) {
   return select_from(mla_prefill_variants(), p, backend, name, "mla_prefill");
 }
+Result<const LinearVariant*> select_variant(const LinearParams& p, std::string_view backend,
+                                            std::string_view name) {
+  return select_from(linear_variants(), p, backend, name, "linear");
+}
+Result<const RopeVariant*> select_variant(const RopeParams& p, std::string_view backend,
+                                          std::string_view name) {
+  return select_from(rope_variants(), p, backend, name, "rope");
+}
 
 Status run_variant(const MlaDecodeVariant& v, const MlaDecodeParams& p, ThreadPool& pool) {
-  MLA_RETURN_IF_ERROR(validate(p));
-  if (!v.supports(p)) return unimplemented(v.name + " does not support these inputs on this CPU");
-  v.run(p, pool);
-  return {};
+  return run_checked(v, p, pool);
 }
 Status run_variant(const MlaPrefillVariant& v, const MlaPrefillParams& p, ThreadPool& pool) {
-  MLA_RETURN_IF_ERROR(validate(p));
-  if (!v.supports(p)) return unimplemented(v.name + " does not support these inputs on this CPU");
-  v.run(p, pool);
-  return {};
+  return run_checked(v, p, pool);
+}
+Status run_variant(const LinearVariant& v, const LinearParams& p, ThreadPool& pool) {
+  return run_checked(v, p, pool);
+}
+Status run_variant(const RopeVariant& v, const RopeParams& p, ThreadPool& pool) {
+  return run_checked(v, p, pool);
 }
 
 }  // namespace mla

@@ -1,4 +1,5 @@
-// make_rope_table and the checked entry to the FP32 rotation.
+// make_rope_table, validate(RopeParams) and the checked entry to the FP32 rotation (through the
+// registry).
 #include "kernels/rope_table.h"
 
 #include <fmt/format.h>
@@ -6,8 +7,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/rope.h"
 #include "kernels/ref/mla_ref.h"
+#include "kernels/registry.h"
 
 namespace mla {
 
@@ -35,18 +36,30 @@ Result<RopeTable> make_rope_table(const RopeConfig& cfg, int64_t max_positions) 
   return t;
 }
 
-Status rope_apply_f32(const RopeTable& table, const int64_t* positions, int n_tokens, int n_heads,
-                      int64_t row_stride, int64_t offset, float* x) {
-  if (n_tokens < 0 || n_heads < 0 || offset < 0 || offset + table.cfg.dim > row_stride)
+Status validate(const RopeParams& p) {
+  if (!p.table) return invalid_argument("rope: no table");
+  const RopeTable& table = *p.table;
+  if (p.n_tokens < 0 || p.n_heads < 0 || p.offset < 0 || p.offset + table.cfg.dim > p.row_stride)
     return invalid_argument(
         fmt::format("rope: bad shape (tokens {}, heads {}, row_stride {}, offset {}, dim {})",
-                    n_tokens, n_heads, row_stride, offset, table.cfg.dim));
-  for (int t = 0; t < n_tokens; ++t)
-    if (positions[t] < 0 || positions[t] >= table.max_positions)
+                    p.n_tokens, p.n_heads, p.row_stride, p.offset, table.cfg.dim));
+  for (int t = 0; t < p.n_tokens; ++t)
+    if (p.positions[t] < 0 || p.positions[t] >= table.max_positions)
       return invalid_argument(fmt::format("rope: position {} of token {} outside the table [0, {})",
-                                          positions[t], t, table.max_positions));
-  cpu::rope_rotate(table.cfg.dim, table.cfg.layout, table.cos.data(), table.sin.data(), positions,
-                   n_tokens, n_heads, row_stride, offset, x);
+                                          p.positions[t], t, table.max_positions));
+  return {};
+}
+
+Status rope_apply_f32(const RopeTable& table, const int64_t* positions, int n_tokens, int n_heads,
+                      int64_t row_stride, int64_t offset, float* x) {
+  const RopeParams p{&table, positions, n_tokens, n_heads, row_stride, offset, x};
+  MLA_RETURN_IF_ERROR(validate(p));
+  MLA_ASSIGN_OR_RETURN(const RopeVariant* v, select_variant(p, "cpu"));
+  // The rotation is serial (a few hundred bytes per head and token, inside a layer that is already
+  // split over the threads elsewhere): it is handed a pool without workers, so using the RoPE op
+  // never starts the process-wide pool.
+  static ThreadPool serial(1);
+  v->run(p, serial);
   return {};
 }
 

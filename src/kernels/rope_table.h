@@ -23,10 +23,23 @@ struct RopeTable {
 // table does not fit.
 Result<RopeTable> make_rope_table(const RopeConfig& cfg, int64_t max_positions);
 
-// Rotates, in place, the cfg.dim values at x + (t·n_heads + h)·row_stride + offset for token t
-// (absolute position positions[t]) and head h. invalid_argument when a position is negative or
-// not below the table's max_positions.
-//   x [n_tokens, n_heads, row_stride] fp32
+// The parameters of a RoPE variant (kernels/registry.h): rotate, in place, the cfg.dim values at
+// x + (t·n_heads + h)·row_stride + offset for token t (absolute position positions[t]) and head h.
+//   positions [n_tokens];  x [n_tokens, n_heads, row_stride] fp32 (q rows: [q_nope | q_pe],
+//   offset d_n; latent rows: [c_kv | k_pe], offset r)
+struct RopeParams {
+  const RopeTable* table = nullptr;  // cos / sin [max_positions, cfg.dim / 2] and cfg
+  const int64_t* positions = nullptr;
+  int n_tokens = 0, n_heads = 0;
+  int64_t row_stride = 0, offset = 0;
+  float* x = nullptr;
+};
+
+// invalid_argument for no table, a bad shape (negative counts, offset < 0 or offset + dim past
+// row_stride), or a position negative or not below the table's max_positions.
+Status validate(const RopeParams& p);
+
+// validate(), then the RoPE variant of the CPU (the FP32 rotation of kernels/cpu/rope.h).
 Status rope_apply_f32(const RopeTable& table, const int64_t* positions, int n_tokens, int n_heads,
                       int64_t row_stride, int64_t offset, float* x);
 

@@ -7,14 +7,15 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/check.h"
 #include "core/ggml_quant.h"
 #include "core/ggml_repack.h"
 #include "core/rng.h"
-#include "kernels/cpu/linear_cpu.h"
 #include "kernels/linear.h"
+#include "linear_run.h"
 
 namespace mla::test {
 
@@ -204,11 +205,10 @@ inline double i8_gemm_bound(const std::vector<float>& x, const std::vector<float
   return b + k * u / (1 - k * u) * terms;
 }
 
-inline bool gemm_path(const char* variant, cpu::LinearPath path, int64_t n) {
-  const std::string v = variant;
+inline bool gemm_path(std::string_view v, LinearPath path, int64_t n) {
   return (v == "linear.cpu.avx512bf16" || v == "linear.cpu.avx512vbmivnni" ||
           v == "linear.cpu.avx512vnni") &&
-         path == cpu::LinearPath::kBf16 && n > 16;
+         path == LinearPath::kBf16 && n > 16;
 }
 
 // Integer dot products: every block format and Q8_0_R16 on AVX512-VNNI (linear.cpu.avx512bf16);
@@ -216,9 +216,8 @@ inline bool gemm_path(const char* variant, cpu::LinearPath path, int64_t n) {
 // same x quantisation and exact integer sums (linear_ggml_avx2*.h: the same bounds). The
 // Q8_0_R16 GEMV (linear_ggml_r16.h) rounds as the Q8_0 one, with one lane per row in place of
 // the final horizontal sum: vnni_bound holds for it; the other variants decode it to FP32.
-inline bool vnni_path(const char* variant, DType t) {
+inline bool vnni_path(std::string_view v, DType t) {
   const bool block = t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
-  const std::string v = variant;
   if (v == "linear.cpu.avx2" || v == "linear.cpu.avx512" || v == "linear.cpu.avx512vbmi")
     return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
            t == DType::kQ6_K;
@@ -229,7 +228,7 @@ inline bool vnni_path(const char* variant, DType t) {
 
 // The bound of output (i, o): the kernel the variant runs for dtype t on `path` with n rows of x.
 // xi: row i of x; w: row o of the decoded weights; mag: its per-value term magnitudes.
-inline double block_bound(const char* variant, cpu::LinearPath path, int64_t n, DType t,
+inline double block_bound(std::string_view variant, LinearPath path, int64_t n, DType t,
                           const std::vector<float>& xi, const std::vector<float>& w,
                           const std::vector<double>& mag) {
   double abs_sum = 0;

@@ -27,7 +27,7 @@ struct Tally {
 };
 
 struct OpCase {
-  std::string op;    // "mla_decode"
+  std::string op;    // "mla_decode", "linear", "rope", ...: one add_*_cases each
   std::string name;  // "b2_sq1_skv140_h16_p64_varlen_causal_bf16"
   std::function<void(const Options&, Tally&)> run;
 };
@@ -35,7 +35,9 @@ struct OpCase {
 void add_mla_decode_cases(std::vector<OpCase>& cases, const Options& opt);
 void add_mla_prefill_cases(std::vector<OpCase>& cases, const Options& opt);
 void add_mla_attention_cases(std::vector<OpCase>& cases, const Options& opt);
+void add_linear_cases(std::vector<OpCase>& cases, const Options& opt);
 void add_linear_ggml_cases(std::vector<OpCase>& cases, const Options& opt);
+void add_rope_cases(std::vector<OpCase>& cases, const Options& opt);
 
 // Output buffer with kGuard sentinel floats on each side.
 class GuardedOutput {

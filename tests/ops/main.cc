@@ -31,7 +31,9 @@ int main(int argc, char** argv) {
   mla::ops::add_mla_decode_cases(cases, opt);
   mla::ops::add_mla_prefill_cases(cases, opt);
   mla::ops::add_mla_attention_cases(cases, opt);
+  mla::ops::add_linear_cases(cases, opt);
   mla::ops::add_linear_ggml_cases(cases, opt);
+  mla::ops::add_rope_cases(cases, opt);
   mla::ops::Tally tally;
   for (const auto& c : cases) c.run(opt, tally);
   fmt::print("{} cases: {} passed, {} failed, {} unsupported\n", cases.size(), tally.pass,

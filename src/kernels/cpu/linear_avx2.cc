@@ -61,13 +61,8 @@ struct LinAvx2 : GgmlAvx2Hooks {
 
 }  // namespace
 
-void linear_avx2(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-                 LinearPath path) {
-  run_linear<LinAvx2>(w, n, x, y, pool, path);
-}
-
-void linear_many_avx2(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
-  run_linear_many<LinAvx2>(jobs, pool, path);
+void linear_avx2(const LinearParams& p, ThreadPool& pool) {
+  run_linear_many<LinAvx2>(p.jobs, pool, p.path);
 }
 
 }  // namespace mla::cpu

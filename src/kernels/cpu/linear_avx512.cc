@@ -15,13 +15,8 @@
 
 namespace mla::cpu {
 
-void linear_avx512(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-                   LinearPath path) {
-  run_linear<LinAvx512>(w, n, x, y, pool, path);
-}
-
-void linear_many_avx512(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
-  run_linear_many<LinAvx512>(jobs, pool, path);
+void linear_avx512(const LinearParams& p, ThreadPool& pool) {
+  run_linear_many<LinAvx512>(p.jobs, pool, p.path);
 }
 
 }  // namespace mla::cpu

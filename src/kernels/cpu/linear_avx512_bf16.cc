@@ -43,13 +43,8 @@ struct LinAvx512Bf16 : LinAvx512Vbmi, GgmlVnniHooks {
 
 }  // namespace
 
-void linear_avx512_bf16(const LinearWeight& w, int64_t n, const float* x, float* y,
-                        ThreadPool& pool, LinearPath path) {
-  run_linear<LinAvx512Bf16>(w, n, x, y, pool, path);
-}
-
-void linear_many_avx512_bf16(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
-  run_linear_many<LinAvx512Bf16>(jobs, pool, path);
+void linear_avx512_bf16(const LinearParams& p, ThreadPool& pool) {
+  run_linear_many<LinAvx512Bf16>(p.jobs, pool, p.path);
 }
 
 }  // namespace mla::cpu

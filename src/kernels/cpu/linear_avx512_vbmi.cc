@@ -41,13 +41,8 @@ const Fp8Fp32Bytes kFp8Fp32Bytes = fp8_fp32_bytes();
 
 namespace mla::cpu {
 
-void linear_avx512_vbmi(const LinearWeight& w, int64_t n, const float* x, float* y,
-                        ThreadPool& pool, LinearPath path) {
-  run_linear<LinAvx512Vbmi>(w, n, x, y, pool, path);
-}
-
-void linear_many_avx512_vbmi(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
-  run_linear_many<LinAvx512Vbmi>(jobs, pool, path);
+void linear_avx512_vbmi(const LinearParams& p, ThreadPool& pool) {
+  run_linear_many<LinAvx512Vbmi>(p.jobs, pool, p.path);
 }
 
 }  // namespace mla::cpu

@@ -23,14 +23,8 @@ struct LinAvx512VbmiVnni : LinAvx512Vbmi, GgmlVnniHooks {
 
 }  // namespace
 
-void linear_avx512_vbmi_vnni(const LinearWeight& w, int64_t n, const float* x, float* y,
-                             ThreadPool& pool, LinearPath path) {
-  run_linear<LinAvx512VbmiVnni>(w, n, x, y, pool, path);
-}
-
-void linear_many_avx512_vbmi_vnni(std::span<const LinearJob> jobs, ThreadPool& pool,
-                                  LinearPath path) {
-  run_linear_many<LinAvx512VbmiVnni>(jobs, pool, path);
+void linear_avx512_vbmi_vnni(const LinearParams& p, ThreadPool& pool) {
+  run_linear_many<LinAvx512VbmiVnni>(p.jobs, pool, p.path);
 }
 
 }  // namespace mla::cpu

@@ -23,13 +23,8 @@ struct LinAvx512Vnni : LinAvx512, GgmlVnniHooks {
 
 }  // namespace
 
-void linear_avx512_vnni(const LinearWeight& w, int64_t n, const float* x, float* y,
-                        ThreadPool& pool, LinearPath path) {
-  run_linear<LinAvx512Vnni>(w, n, x, y, pool, path);
-}
-
-void linear_many_avx512_vnni(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
-  run_linear_many<LinAvx512Vnni>(jobs, pool, path);
+void linear_avx512_vnni(const LinearParams& p, ThreadPool& pool) {
+  run_linear_many<LinAvx512Vnni>(p.jobs, pool, p.path);
 }
 
 }  // namespace mla::cpu

@@ -557,13 +557,5 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   });
 }
 
-// One product: a pass with one job.
-template <class L>
-void run_linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-                LinearPath path) {
-  const LinearJob job{&w, n, x, y};
-  run_linear_many<L>(std::span<const LinearJob>(&job, 1), pool, path);
-}
-
 }  // namespace
 }  // namespace mla::cpu

@@ -40,13 +40,8 @@ struct LinScalar {
 
 }  // namespace
 
-void linear_scalar(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,
-                   LinearPath path) {
-  run_linear<LinScalar>(w, n, x, y, pool, path);
-}
-
-void linear_many_scalar(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
-  run_linear_many<LinScalar>(jobs, pool, path);
+void linear_scalar(const LinearParams& p, ThreadPool& pool) {
+  run_linear_many<LinScalar>(p.jobs, pool, p.path);
 }
 
 }  // namespace mla::cpu

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/thread_pool.h"
+#include "kernels/linear.h"
 #include "kernels/mla_params.h"
 
 namespace mla::cpu {
@@ -20,10 +21,13 @@ void mla_decode_avx512bf16pv(const MlaDecodeParams& p, ThreadPool& pool);
 // The same numerics on the AMX tile unit (tdpbf16ps for both products).
 void mla_decode_amx(const MlaDecodeParams& p, ThreadPool& pool);
 
-void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool);
-void mla_prefill_avx2(const MlaPrefillParams& p, ThreadPool& pool);
-void mla_prefill_avx512(const MlaPrefillParams& p, ThreadPool& pool);
+// The up-projections of the cached latents to K and V are weight products: they run on `linear`,
+// the run() of the linear variant the registry picked for this CPU (this library cannot call
+// the registry: it sits below it).
+void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear);
+void mla_prefill_avx2(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear);
+void mla_prefill_avx512(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear);
 // mla_prefill_avx512's BF16 tiles (attention_dtype BF16 on an AVX512_BF16 CPU).
-void mla_prefill_avx512bf16(const MlaPrefillParams& p, ThreadPool& pool);
+void mla_prefill_avx512bf16(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear);
 
 }  // namespace mla::cpu

@@ -10,8 +10,8 @@
 
 namespace mla::cpu {
 
-void mla_prefill_avx2(const MlaPrefillParams& p, ThreadPool& pool) {
-  run_mla_prefill<VecAvx2>(p, pool);
+void mla_prefill_avx2(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear) {
+  run_mla_prefill<VecAvx2>(p, pool, linear);
 }
 
 }  // namespace mla::cpu

@@ -12,11 +12,11 @@
 
 namespace mla::cpu {
 
-void mla_prefill_avx512(const MlaPrefillParams& p, ThreadPool& pool) {
+void mla_prefill_avx512(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear) {
   if (p.attention_dtype == DType::kBF16 && (p.d_n + p.d_r) % 2 == 0 &&
       cpu_supports(CpuIsa::kAvx512Bf16))
-    return mla_prefill_avx512bf16(p, pool);
-  run_mla_prefill<VecAvx512>(p, pool);
+    return mla_prefill_avx512bf16(p, pool, linear);
+  run_mla_prefill<VecAvx512>(p, pool, linear);
 }
 
 }  // namespace mla::cpu

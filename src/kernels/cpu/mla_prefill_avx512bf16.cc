@@ -13,8 +13,8 @@
 
 namespace mla::cpu {
 
-void mla_prefill_avx512bf16(const MlaPrefillParams& p, ThreadPool& pool) {
-  run_mla_prefill<VecAvx512, PrefillTileBf16>(p, pool);
+void mla_prefill_avx512bf16(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear) {
+  run_mla_prefill<VecAvx512, PrefillTileBf16>(p, pool, linear);
 }
 
 }  // namespace mla::cpu

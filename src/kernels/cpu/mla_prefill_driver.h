@@ -1,16 +1,16 @@
 // The decompressed prefill driver: walks the cached context in chunks of kPrefillChunk tokens,
-// up-projects each chunk's latent rows to per-head K and V with one weight product each
-// (kernels/cpu/linear_cpu.h on the pool's threads: FP32 products, or the BF16 GEMM when
-// attention_dtype is BF16), then
+// up-projects each chunk's latent rows to per-head K and V with one weight product each (on the
+// linear variant the registry passes in, on the pool's threads: FP32 products, or the BF16 GEMM
+// when attention_dtype is BF16), then
 // runs the FP32 attention tiles per (head, query block), carrying the online-softmax state across
 // chunks. Workspace is bounded by the chunk (≈ kPrefillChunk · H · (d_n + d_v) floats), not the
 // context. Include inside the ISA's target region after the Vec type. Internal linkage.
 #pragma once
 
 #include "kernels/cpu/attention_tile.h"
-#include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/load_f32.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/linear.h"
 
 namespace mla::cpu {
 namespace {
@@ -38,19 +38,19 @@ void prefill_score_keys(const float* qT, int ld, int d_n, int d_r, const float* 
   }
 }
 
-// y [n, out] = x [n, in] · Wᵀ for an FP32 W [out, in], on the best weight-product variant: FP32
-// products, or BF16 ones (dtype kBF16, linear path kBf16).
-inline void up_project(const float* w, int64_t out, int64_t in, int64_t n, const float* x, float* y,
-                       DType dtype, ThreadPool& pool) {
+// y [n, out] = x [n, in] · Wᵀ for an FP32 W [out, in], on `linear` (the run() of the best linear
+// variant of this CPU, which the registry passes to the prefill variants): FP32 products, or BF16
+// ones (dtype kBF16, linear path kBf16).
+inline void up_project(LinearRunFn linear, const float* w, int64_t out, int64_t in, int64_t n,
+                       const float* x, float* y, DType dtype, ThreadPool& pool) {
   LinearWeight lw;
   lw.dtype = DType::kF32;
   lw.data = reinterpret_cast<const uint8_t*>(w);
   lw.out = out;
   lw.in = in;
-  for (const LinearCpuVariant& v : linear_cpu_variants())
-    if (v.supported())
-      return v.run(lw, n, x, y, pool,
-                   dtype == DType::kBF16 ? LinearPath::kBf16 : LinearPath::kAuto);
+  const LinearJob job{&lw, n, x, y};
+  linear(LinearParams{{&job, 1}, dtype == DType::kBF16 ? LinearPath::kBf16 : LinearPath::kAuto},
+         pool);
 }
 
 // The FP32 tiles: Q·Kᵀ with the query rows as lanes and each key value broadcast, P·V in FP32.
@@ -127,7 +127,7 @@ struct PrefillTileF32 {
 };
 
 template <class V, class Tile = PrefillTileF32<V>>
-void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
+void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear) {
   const int H = p.h_q, r = p.r;
   const int dv_pad = round_up(p.d_v, 4 * V::kWidth);
   const int row_blocks = (p.s_q + kPrefillRowBlock - 1) / kPrefillRowBlock;
@@ -163,8 +163,8 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool) {
       load_cache_row(fmt, row, c.data() + int64_t(j) * r, kpe.data() + int64_t(j) * p.d_r);
     }
     // knope = c · W_UKᵀ, v = c · W_UVᵀ with W_UK viewed as [H·d_n, r] and W_UV as [H·d_v, r].
-    up_project(p.w_uk, ld_k, r, n_c, c.data(), knope.data(), p.attention_dtype, pool);
-    up_project(p.w_uv, ld_v, r, n_c, c.data(), v.data(), p.attention_dtype, pool);
+    up_project(linear, p.w_uk, ld_k, r, n_c, c.data(), knope.data(), p.attention_dtype, pool);
+    up_project(linear, p.w_uv, ld_v, r, n_c, c.data(), v.data(), p.attention_dtype, pool);
     tile.chunk(n_c, knope.data(), kpe.data(), v.data(), pool);
 
     pool.parallel_for(int64_t(H) * row_blocks, [&](int64_t item, int) {

@@ -6,8 +6,8 @@
 
 namespace mla::cpu {
 
-void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool) {
-  run_mla_prefill<VecScalar>(p, pool);
+void mla_prefill_scalar(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear) {
+  run_mla_prefill<VecScalar>(p, pool, linear);
 }
 
 }  // namespace mla::cpu

@@ -36,6 +36,12 @@ double mla_softmax_scale(int d_qk, const RopeScaling& scaling);
 // token t is at absolute position positions[t].
 void rope_apply(const RopeConfig& cfg, const int64_t* positions, int n_tokens, int n_heads,
                 float* x);
+// The same on rows with a stride, as the table kernel takes them (kernels/rope_table.h): the
+// cfg.dim values at x + (t·n_heads + h)·row_stride + offset; cos / sin are computed here in FP64
+// from cfg (not read from a table), so a check against it covers the table too.
+//   x [n_tokens, n_heads, row_stride] fp32
+void rope_rotate(const RopeConfig& cfg, const int64_t* positions, int n_tokens, int n_heads,
+                 int64_t row_stride, int64_t offset, float* x);
 
 // ---- attention ----
 // Absorbed decode over the paged cache (the FlashMLA contract, docs/kernels/mla_decode.md).

@@ -78,8 +78,8 @@ double mla_softmax_scale(int d_qk, const RopeScaling& scaling) {
   return scale;
 }
 
-void rope_apply(const RopeConfig& cfg, const int64_t* positions, int n_tokens, int n_heads,
-                float* x) {
+void rope_rotate(const RopeConfig& cfg, const int64_t* positions, int n_tokens, int n_heads,
+                 int64_t row_stride, int64_t offset, float* x) {
   const std::vector<double> inv_freq = rope_inv_freq(cfg);
   const double attention_factor = rope_attention_factor(cfg);
   const int dim = cfg.dim, half = dim / 2;
@@ -93,13 +93,18 @@ void rope_apply(const RopeConfig& cfg, const int64_t* positions, int n_tokens, i
       const int a = cfg.layout == RopeLayout::kInterleaved ? 2 * i : i;
       const int b = cfg.layout == RopeLayout::kInterleaved ? 2 * i + 1 : i + half;
       for (int h = 0; h < n_heads; ++h) {
-        float* v = x + (int64_t(t) * n_heads + h) * dim;  // [dim]
+        float* v = x + (int64_t(t) * n_heads + h) * row_stride + offset;  // [dim]
         const double xa = v[a], xb = v[b];
         v[a] = float(xa * c - xb * s);
         v[b] = float(xa * s + xb * c);
       }
     }
   }
+}
+
+void rope_apply(const RopeConfig& cfg, const int64_t* positions, int n_tokens, int n_heads,
+                float* x) {
+  rope_rotate(cfg, positions, n_tokens, n_heads, cfg.dim, 0, x);
 }
 
 }  // namespace mla::ref

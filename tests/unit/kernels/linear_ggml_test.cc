@@ -13,10 +13,10 @@
 #include "core/ggml_quant.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/linear_cpu.h"
 #include "kernels/linear.h"
 #include "kernels/ref/linear_ref.h"
 #include "linear_ggml_bounds.h"
+#include "linear_run.h"
 
 namespace mla {
 namespace {
@@ -43,20 +43,19 @@ TEST_P(LinearGgmlTest, EveryCpuVariantMatchesTheReference) {
       if (n > 3) x[size_t(in) + 1] = 40.0f;
       std::vector<double> ref(size_t(n * out));
       ref::linear(bw.w, n, x.data(), ref.data());
-      for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
-        if (!v.supported()) continue;
+      for (const LinearVariant* v : cpu_linear_variants_here()) {
         std::vector<float> y(size_t(n * out), -1.0f);
-        for (cpu::LinearPath path : {cpu::LinearPath::kAuto, cpu::LinearPath::kBf16}) {
-          v.run(bw.w, n, x.data(), y.data(), pool, path);
+        for (LinearPath path : {LinearPath::kAuto, LinearPath::kBf16}) {
+          run_product(*v, bw.w, n, x.data(), y.data(), pool, path);
           int bad = 0;
           for (int64_t i = 0; i < n; ++i)
             for (int64_t o = 0; o < out; ++o) {
               const std::vector<float> xi(x.begin() + i * in, x.begin() + (i + 1) * in);
-              const double b =
-                  test::block_bound(v.name, path, n, t, xi, bw.rows[size_t(o)], bw.mags[size_t(o)]);
+              const double b = test::block_bound(v->name, path, n, t, xi, bw.rows[size_t(o)],
+                                                 bw.mags[size_t(o)]);
               const double got = y[size_t(i * out + o)], want = ref[size_t(i * out + o)];
               if (!(std::fabs(got - want) <= b) && ++bad <= 3)
-                ADD_FAILURE() << v.name << " " << dtype_name(t) << " [" << out << ", " << in
+                ADD_FAILURE() << v->name << " " << dtype_name(t) << " [" << out << ", " << in
                               << "] n=" << n << " y[" << i << "][" << o << "] = " << got
                               << ", want " << want << " ± " << b;
             }

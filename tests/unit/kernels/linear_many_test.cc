@@ -1,5 +1,6 @@
 // linear_many: several products in one pass over the pool give, bit for bit, what one linear()
-// call each gives, in every CPU variant; bad jobs are named.
+// call each gives, in every CPU variant of the registry (a pass of all jobs against a pass of
+// one job each); bad jobs are named.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,8 +10,9 @@
 
 #include "core/rng.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/linear_cpu.h"
 #include "kernels/linear.h"
+#include "kernels/registry.h"
+#include "linear_run.h"
 #include "linear_test_weight.h"
 
 namespace mla {
@@ -40,21 +42,21 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
   for (const auto& x : xs) xp.push_back(x.data());
   xp.back() = xp[xp.size() - 2];
   ThreadPool pool(3);
-  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
-    if (!v.supported()) continue;
-    for (cpu::LinearPath path : {cpu::LinearPath::kAuto, cpu::LinearPath::kBf16}) {
+  for (const LinearVariant* v : cpu_linear_variants_here()) {
+    for (LinearPath path : {LinearPath::kAuto, LinearPath::kBf16}) {
       std::vector<std::vector<float>> many(std::size(shapes)), one(std::size(shapes));
       std::vector<LinearJob> jobs;
       for (size_t j = 0; j < std::size(shapes); ++j) {
         many[j].assign(size_t(shapes[j].n * shapes[j].out), -1.0f);
         one[j].assign(many[j].size(), -2.0f);
         jobs.push_back({&weights[j].w, shapes[j].n, xp[j], many[j].data()});
-        if (shapes[j].n > 0) v.run(weights[j].w, shapes[j].n, xp[j], one[j].data(), pool, path);
+        if (shapes[j].n > 0)
+          run_product(*v, weights[j].w, shapes[j].n, xp[j], one[j].data(), pool, path);
       }
-      v.run_many(jobs, pool, path);
+      v->run(LinearParams{jobs, path}, pool);
       for (size_t j = 0; j < std::size(shapes); ++j)
         for (size_t k = 0; k < many[j].size(); ++k)
-          ASSERT_EQ(many[j][k], one[j][k]) << v.name << " job " << j << " output " << k;
+          ASSERT_EQ(many[j][k], one[j][k]) << v->name << " job " << j << " output " << k;
     }
   }
   // The public entry takes the best variant; "ref" runs each job through ref::linear.

@@ -12,10 +12,10 @@
 #include "core/ggml_repack.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/linear_cpu.h"
 #include "kernels/linear.h"
 #include "kernels/ref/linear_ref.h"
 #include "linear_ggml_bounds.h"
+#include "linear_run.h"
 
 namespace mla {
 namespace {
@@ -48,20 +48,19 @@ TEST(Q8_0R16, EveryCpuVariantMatchesTheReference) {
       if (n > 3) x[size_t(in) + 1] = 40.0f;  // a large value in one block
       std::vector<double> ref(size_t(n * out));
       ref::linear(bw.w, n, x.data(), ref.data());
-      for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants()) {
-        if (!v.supported()) continue;
-        for (cpu::LinearPath path : {cpu::LinearPath::kAuto, cpu::LinearPath::kBf16}) {
+      for (const LinearVariant* v : cpu_linear_variants_here()) {
+        for (LinearPath path : {LinearPath::kAuto, LinearPath::kBf16}) {
           std::vector<float> y(size_t(n * out), -1.0f);
-          v.run(bw.w, n, x.data(), y.data(), pool, path);
+          run_product(*v, bw.w, n, x.data(), y.data(), pool, path);
           int bad = 0;
           for (int64_t i = 0; i < n; ++i) {
             const std::vector<float> xi(x.begin() + i * in, x.begin() + (i + 1) * in);
             for (int64_t o = 0; o < out; ++o) {
-              const double b = test::block_bound(v.name, path, n, DType::kQ8_0R16, xi,
+              const double b = test::block_bound(v->name, path, n, DType::kQ8_0R16, xi,
                                                  bw.rows[size_t(o)], bw.mags[size_t(o)]);
               const double got = y[size_t(i * out + o)], want = ref[size_t(i * out + o)];
               if (!(std::fabs(got - want) <= b) && ++bad <= 3)
-                ADD_FAILURE() << v.name << " [" << out << ", " << in << "] n=" << n << " y[" << i
+                ADD_FAILURE() << v->name << " [" << out << ", " << in << "] n=" << n << " y[" << i
                               << "][" << o << "] = " << got << ", want " << want << " ± " << b;
             }
           }
@@ -109,12 +108,7 @@ TEST(Q8_0R16, RefusesShapesItCannotHold) {
 }
 
 TEST(Q8_0R16, PreferredOnlyForQ8_0ThatFitsOnAVnniVariant) {
-  bool repacks = false;
-  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
-    if (v.supported()) {
-      repacks = v.repacks_q8_0;
-      break;
-    }
+  const bool repacks = cpu_linear_variants_here().front()->repacks_q8_0;
   EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 1408),
             repacks ? DType::kQ8_0R16 : DType::kQ8_0);
   EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 1408, "ref"), DType::kQ8_0);

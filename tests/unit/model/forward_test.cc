@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "cache/sequence_blocks.h"
-#include "kernels/cpu/linear_cpu.h"
+#include "kernels/registry.h"
 #include "model/generator.h"
 #include "temp_dir.h"
 #include "tiny/tiny_checkpoint.h"
@@ -121,9 +121,8 @@ TEST_P(ForwardTest, AbsorbedAndDecompressedPrefillAgree) {
 // Whether linear() takes the BF16 GEMM on this CPU: its best variant is linear.cpu.avx512bf16
 // (AVX512_BF16 and VBMI; a CPU with BF16 but no VBMI keeps the FP32 products).
 bool bf16_gemm_runs_here() {
-  for (const cpu::LinearCpuVariant& v : cpu::linear_cpu_variants())
-    if (v.supported()) return std::string(v.name) == "linear.cpu.avx512bf16";
-  return false;
+  const auto v = select_variant(LinearParams{}, "cpu");
+  return v.ok() && (*v)->name == "linear.cpu.avx512bf16";
 }
 
 // --matmul-dtype bf16: products of more than 16 rows round x to BF16, relative 2^-8 of each

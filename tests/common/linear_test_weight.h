@@ -1,5 +1,5 @@
-// Random weights for the linear() tests: every dtype, FP8 and int8 with a scale grid, at an
-// unaligned address as inside an mmap'd file.
+// Random weights for the linear() tests and the ops harness: every dtype, FP8 and int8 with a
+// scale grid, at an unaligned address as inside an mmap'd file.
 #pragma once
 
 #include <cmath>
