@@ -80,4 +80,19 @@ void fill_normal(Rng& rng, DType t, void* dst, int64_t n, double sd) {
   }
 }
 
+bool run_linear_case(const LinearVariant& v, const LinearWeight& w, int64_t n, const float* x,
+                     LinearPath path, GuardedOutput& y, Tally& tally, const std::string& op,
+                     const std::string& case_name) {
+  y.poison();
+  const LinearJob job{&w, n, x, y.data()};
+  const LinearParams p{{&job, 1}, path};
+  if (!v.supports(p)) {
+    report_unsupported(tally, op, case_name, v.name);
+    return false;
+  }
+  const Status st = run_variant(v, p, default_thread_pool());
+  if (!st.ok()) report(tally, op, case_name, v.name, false, st.to_string());
+  return st.ok();
+}
+
 }  // namespace mla::ops

@@ -55,6 +55,12 @@ class GuardedOutput {
   size_t n_;
 };
 
+// One product x [n, w.in] · W_realᵀ on linear variant v into y (poisoned first: [n, w.out]);
+// false, with the (case, variant) reported UNSUPPORTED or FAIL, when v does not take it or fails.
+bool run_linear_case(const LinearVariant& v, const LinearWeight& w, int64_t n, const float* x,
+                     LinearPath path, GuardedOutput& y, Tally& tally, const std::string& op,
+                     const std::string& case_name);
+
 // Prints one result line and counts it. detail is printed after the status word.
 void report(Tally& t, const std::string& op, const std::string& case_name,
             const std::string& variant, bool pass, const std::string& detail);

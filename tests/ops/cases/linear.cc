@@ -12,6 +12,7 @@
 #include "../harness.h"
 #include "kernels/ref/linear_ref.h"
 #include "linear_bounds.h"
+#include "linear_run.h"
 #include "linear_test_weight.h"
 
 namespace mla::ops {
@@ -55,18 +56,7 @@ void run_linear_case(const LinearSpec& s, const Options& opt, Tally& tally) {
   for (const LinearVariant& v : linear_variants()) {
     if (!matches(opt, op, cname, v.name)) continue;
     GuardedOutput y(want.size());
-    y.poison();
-    const LinearJob job{&t.w, s.n, x.data(), y.data()};
-    const LinearParams p{{&job, 1}, s.path};
-    if (!v.supports(p)) {
-      report_unsupported(tally, op, cname, v.name);
-      continue;
-    }
-    const Status st = run_variant(v, p, default_thread_pool());
-    if (!st.ok()) {
-      report(tally, op, cname, v.name, false, st.to_string());
-      continue;
-    }
+    if (!run_linear_case(v, t.w, s.n, x.data(), s.path, y, tally, op, cname)) continue;
     // FP32 products: |ŷ − y| ≤ γ_(in+2)·Σ|x·w| (widening exact but for one rounding of a block
     // scale, every summation order within γ_in). The BF16 GEMM, where this variant takes it
     // (takes_bf16_gemm): x rounded to BF16 (2^-8) on top, and F32 weights rounded alike
@@ -85,7 +75,9 @@ void run_linear_case(const LinearSpec& s, const Options& opt, Tally& tally) {
       worst = std::max(worst, std::fabs(got - want[k]) / b);
     }
     if (opt.perf) {
-      const double sec = median_seconds(opt.perf_reps, [&] { v.run(p, default_thread_pool()); });
+      const double sec = median_seconds(opt.perf_reps, [&] {
+        run_product(v, t.w, s.n, x.data(), y.data(), default_thread_pool(), s.path);
+      });
       fmt::print("PERF {}/{} {} {:.3f} ms\n", op, cname, v.name, sec * 1e3);
     }
     const bool guards = y.guards_intact();

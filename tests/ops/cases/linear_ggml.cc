@@ -10,6 +10,7 @@
 #include "../harness.h"
 #include "kernels/ref/linear_ref.h"
 #include "linear_ggml_bounds.h"
+#include "linear_run.h"
 
 namespace mla::ops {
 namespace {
@@ -38,18 +39,7 @@ void run_ggml_case(const GgmlSpec& s, const Options& opt, Tally& tally) {
   for (const LinearVariant& v : linear_variants()) {
     if (!matches(opt, op, cname, v.name)) continue;
     GuardedOutput y(size_t(s.n * s.out));
-    y.poison();
-    const LinearJob job{&bw.w, s.n, x.data(), y.data()};
-    const LinearParams p{{&job, 1}, s.path};
-    if (!v.supports(p)) {
-      report_unsupported(tally, op, cname, v.name);
-      continue;
-    }
-    const Status st = run_variant(v, p, default_thread_pool());
-    if (!st.ok()) {
-      report(tally, op, cname, v.name, false, st.to_string());
-      continue;
-    }
+    if (!run_linear_case(v, bw.w, s.n, x.data(), s.path, y, tally, op, cname)) continue;
     double worst = 0;  // the largest |error| / bound
     bool finite = true, exact = true;
     for (int64_t i = 0; i < s.n; ++i) {
@@ -64,7 +54,9 @@ void run_ggml_case(const GgmlSpec& s, const Options& opt, Tally& tally) {
       }
     }
     if (opt.perf) {
-      const double sec = median_seconds(opt.perf_reps, [&] { v.run(p, default_thread_pool()); });
+      const double sec = median_seconds(opt.perf_reps, [&] {
+        run_product(v, bw.w, s.n, x.data(), y.data(), default_thread_pool(), s.path);
+      });
       fmt::print("PERF {}/{} {} {:.3f} ms\n", op, cname, v.name, sec * 1e3);
     }
     const bool guards = y.guards_intact();
