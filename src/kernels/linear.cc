@@ -55,12 +55,13 @@ LinearPath path_of(DType math) {
 Status validate_jobs(std::span<const LinearJob> jobs, const char* op) {
   for (size_t j = 0; j < jobs.size(); ++j) {
     const LinearJob& job = jobs[j];
-    const std::string at = std::string(op) + " job " + std::to_string(j);
-    if (!job.w) return invalid_argument(at + ": no weight");
+    // Formatted only for an error: this runs for every job of every decode pass.
+    auto at = [&] { return std::string(op) + " job " + std::to_string(j); };
+    if (!job.w) return invalid_argument(at() + ": no weight");
     MLA_RETURN_IF_ERROR(validate(*job.w));
-    if (job.n < 0) return invalid_argument(at + ": n = " + std::to_string(job.n) + " < 0");
+    if (job.n < 0) return invalid_argument(at() + ": n = " + std::to_string(job.n) + " < 0");
     if (job.n > 0 && (!job.x || !job.y))
-      return invalid_argument(at + ": x or y is null with n = " + std::to_string(job.n));
+      return invalid_argument(at() + ": x or y is null with n = " + std::to_string(job.n));
   }
   return Status();
 }
