@@ -47,7 +47,8 @@ MaybeError tool_calls(const json& v, const std::string& where, std::vector<tok::
     if (v[j].contains("id") && v[j]["id"].is_string()) call.id = v[j]["id"].get<std::string>();
     if (f->contains("arguments")) {
       const json& a = (*f)["arguments"];
-      call.arguments = a.is_string() ? a.get<std::string>() : dump_json(a);
+      // Not a string (OpenAI sends one): as the templates' tojson writes it.
+      call.arguments = a.is_string() ? a.get<std::string>() : tok::python_json(tok::OrderedJson(a));
     }
     out->push_back(std::move(call));
   }
@@ -85,6 +86,13 @@ MaybeError chat_messages(const json& body, std::vector<tok::ChatMessage>* out) {
     if (m.contains("name") && m["name"].is_string()) msg.name = m["name"].get<std::string>();
     if (m.contains("tool_call_id") && m["tool_call_id"].is_string())
       msg.tool_call_id = m["tool_call_id"].get<std::string>();
+    // A reply's reasoning sent back with it (kimi-k2-thinking shows it; the others drop it).
+    if (m.contains("reasoning_content") && !m["reasoning_content"].is_null()) {
+      if (!m["reasoning_content"].is_string())
+        return bad_request(w + ".reasoning_content",
+                           fmt::format("{}.reasoning_content must be a string", w));
+      msg.reasoning_content = m["reasoning_content"].get<std::string>();
+    }
     out->push_back(std::move(msg));
   }
   return std::nullopt;

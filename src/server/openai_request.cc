@@ -296,9 +296,11 @@ std::optional<ApiError> parse_completion_request(Endpoint endpoint, const nlohma
     tok::ChatOptions opts;
     if (auto e = parse_tools(body, raw_body, model, &out->tools, &opts, &out->request.sampling))
       return e;
-    // Kimi's tool-call markers are special tokens: the parser needs their text (as vLLM does).
-    if (out->tools.parse && model.chat_format &&
-        tool_syntax(*model.chat_format) == ToolSyntax::kKimi)
+    // Kimi's tool-call markers are special tokens, and so may be Kimi-K2-Thinking's <think>:
+    // the parsers need their text (as vLLM does).
+    if (model.chat_format &&
+        ((out->tools.parse && tool_syntax(*model.chat_format) == ToolSyntax::kKimi) ||
+         (model.reasoning && *model.chat_format == tok::ChatFormat::kKimiK2Thinking)))
       out->request.skip_special_tokens = false;
     std::vector<int32_t> ids;
     if (auto e = chat_prompt(body, model, opts, &ids)) return e;

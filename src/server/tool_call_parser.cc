@@ -63,6 +63,7 @@ std::optional<ToolSyntax> tool_syntax(tok::ChatFormat f) {
     case tok::ChatFormat::kDeepSeekR1Original:
       return ToolSyntax::kDeepSeek;
     case tok::ChatFormat::kKimiK2:
+    case tok::ChatFormat::kKimiK2Thinking:
     case tok::ChatFormat::kMoonlight:
       return ToolSyntax::kKimi;
     default:

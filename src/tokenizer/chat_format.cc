@@ -21,6 +21,7 @@ constexpr std::pair<ChatFormat, const char*> kNames[] = {
     {ChatFormat::kDeepSeekR1Original, "deepseek-r1-original"},
     {ChatFormat::kDeepSeekV2, "deepseek-v2"},
     {ChatFormat::kKimiK2, "kimi-k2"},
+    {ChatFormat::kKimiK2Thinking, "kimi-k2-thinking"},
     {ChatFormat::kMoonlight, "moonlight"},
     {ChatFormat::kChatMl, "chatml"},
 };
@@ -173,7 +174,9 @@ Result<ChatFormat> chat_format_from_name(std::string_view name) {
 Result<ChatFormat> detect_chat_format(std::string_view t) {
   const auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
   if (has("<|im_middle|>"))
-    return has("Moonshot-AI") ? ChatFormat::kMoonlight : ChatFormat::kKimiK2;
+    return has("<think></think>") ? ChatFormat::kKimiK2Thinking
+           : has("Moonshot-AI")   ? ChatFormat::kMoonlight
+                                  : ChatFormat::kKimiK2;
   if (has(kAssistant)) {
     // V3.1's hybrid template closes an empty thought (<｜Assistant｜></think>): not built in.
     if (!has("<｜Assistant｜></think>") && has("</think>"))
@@ -199,7 +202,11 @@ bool chat_format_has_tools(ChatFormat f) {
 
 std::vector<ChatPart> forced_tool_call_prefix(ChatFormat f, std::string_view name) {
   Out out;
-  if (f == ChatFormat::kKimiK2 || f == ChatFormat::kMoonlight) {
+  if (f == ChatFormat::kKimiK2 || f == ChatFormat::kKimiK2Thinking || f == ChatFormat::kMoonlight) {
+    if (f == ChatFormat::kKimiK2Thinking) {  // an empty thought, then the call
+      out.soft_control("<think>");
+      out.soft_control("</think>");
+    }
     out.control("<|tool_calls_section_begin|>");
     out.control("<|tool_call_begin|>");
     out.text("functions." + std::string(name) + (name.empty() ? "" : ":0"));
@@ -228,6 +235,7 @@ Result<std::vector<ChatPart>> render_chat(ChatFormat f, std::span<const ChatMess
       case ChatFormat::kDeepSeekV2:
         return render_v2(messages, opts);
       case ChatFormat::kKimiK2:
+      case ChatFormat::kKimiK2Thinking:
       case ChatFormat::kMoonlight:
         return render_kimi(f, messages, opts);
       case ChatFormat::kChatMl:
@@ -250,17 +258,18 @@ std::string chat_text(std::span<const ChatPart> parts) {
 Result<std::vector<int32_t>> encode_chat(const Tokenizer& t, std::span<const ChatPart> parts) {
   std::vector<int32_t> ids;
   for (const ChatPart& p : parts) {
-    if (!p.control) {
+    bool found = false;
+    if (p.control)
+      for (const AddedToken& a : t.added_tokens())
+        if (a.content == p.text) {
+          ids.push_back(a.id);
+          found = true;
+          break;
+        }
+    if (!p.control || (!found && p.soft)) {
       MLA_RETURN_IF_ERROR(t.encode_append(p.text, EncodeOptions{}, &ids));
       continue;
     }
-    bool found = false;
-    for (const AddedToken& a : t.added_tokens())
-      if (a.content == p.text) {
-        ids.push_back(a.id);
-        found = true;
-        break;
-      }
     if (!found)
       return invalid_argument(
           fmt::format("the chat format needs the control token {}, which this tokenizer.json lacks "
@@ -268,60 +277,6 @@ Result<std::vector<int32_t>> encode_chat(const Tokenizer& t, std::span<const Cha
                       io_detail::quote_text(p.text)));
   }
   return ids;
-}
-
-Result<std::vector<ChatMessage>> parse_chat_messages(const Json& j, std::string_view origin,
-                                                     ChatOptions* opts) {
-  const Json* list = &j;
-  if (j.is_object()) {
-    if (!j.contains("messages"))
-      return invalid_argument(fmt::format("{}: expected a \"messages\" list", origin));
-    list = &j["messages"];
-    MLA_ASSIGN_OR_RETURN(
-        opts->add_generation_prompt,
-        get_bool(j, "add_generation_prompt", opts->add_generation_prompt, std::string(origin)));
-  }
-  if (!list->is_array())
-    return invalid_argument(fmt::format("{}: messages: expected a list", origin));
-  std::vector<ChatMessage> out;
-  for (size_t i = 0; i < list->size(); ++i) {
-    const Json& m = (*list)[i];
-    const std::string where = fmt::format("{}: messages[{}]", origin, i);
-    if (!m.is_object()) return invalid_argument(where + ": expected an object");
-    ChatMessage msg;
-    MLA_ASSIGN_OR_RETURN(msg.role, get_string(m, "role", where));
-    const auto c = m.find("content");
-    if (c != m.end() && !c->is_null()) {
-      if (!c->is_string())
-        return invalid_argument(
-            fmt::format("{}.content: expected a string or null, got {}", where, json_excerpt(*c)));
-      msg.content = c->get<std::string>();
-    }
-    if (m.contains("name") && m["name"].is_string()) msg.name = m["name"].get<std::string>();
-    if (m.contains("tool_call_id") && m["tool_call_id"].is_string())
-      msg.tool_call_id = m["tool_call_id"].get<std::string>();
-    if (const auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
-      if (!tc->is_array()) return invalid_argument(where + ".tool_calls: expected a list");
-      for (size_t k = 0; k < tc->size(); ++k) {
-        const Json& call = (*tc)[k];
-        const std::string cw = fmt::format("{}.tool_calls[{}]", where, k);
-        if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
-          return invalid_argument(cw + ": expected {\"type\", \"function\": {...}}");
-        ToolCall t;
-        if (call.contains("id") && call["id"].is_string()) t.id = call["id"].get<std::string>();
-        if (call.contains("type") && call["type"].is_string())
-          t.type = call["type"].get<std::string>();
-        const Json& fn = call["function"];
-        MLA_ASSIGN_OR_RETURN(t.name, get_string(fn, "name", cw + ".function"));
-        const auto args = fn.find("arguments");
-        if (args == fn.end()) return invalid_argument(cw + ".function: \"arguments\" is missing");
-        t.arguments = args->is_string() ? args->get<std::string>() : args->dump();
-        msg.tool_calls.push_back(std::move(t));
-      }
-    }
-    out.push_back(std::move(msg));
-  }
-  return out;
 }
 
 }  // namespace mla::tok

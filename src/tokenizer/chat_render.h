@@ -21,6 +21,7 @@ inline constexpr const char* kEos = "<｜end▁of▁sentence｜>";
 struct Out {
   std::vector<ChatPart> parts;
   void control(const char* token) { parts.push_back({true, token}); }
+  void soft_control(const char* token) { parts.push_back({true, token, true}); }
   void text(std::string_view s) {
     if (s.empty()) return;
     if (!parts.empty() && !parts.back().control)

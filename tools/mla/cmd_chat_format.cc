@@ -38,7 +38,7 @@ int run_chat_format(const ChatFormatOptions& o) {
   if (!f.ok()) return fail(f.status());
   Result<std::string> text = tok::read_text_file(o.messages);
   if (!text.ok()) return fail(text.status());
-  Result<tok::Json> j = tok::parse_json(*text, o.messages);
+  Result<tok::OrderedJson> j = tok::parse_ordered_json(*text, o.messages);
   if (!j.ok()) return fail(j.status());
   tok::ChatOptions opts;
   Result<std::vector<tok::ChatMessage>> msgs = tok::parse_chat_messages(*j, o.messages, &opts);
@@ -75,7 +75,7 @@ void register_chat_format(CLI::App& app, int* exit_code) {
   m->excludes(t);
   cmd->add_option("--messages", opts->messages,
                   "JSON file: [{\"role\", \"content\"}, ...] or {\"messages\": [...], "
-                  "\"add_generation_prompt\": bool}")
+                  "\"tools\": [...], \"add_generation_prompt\": bool}")
       ->required();
   cmd->add_option("--chat-format", opts->format,
                   "Format to use instead of recognising the template: " + tok::chat_format_names());

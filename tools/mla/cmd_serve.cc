@@ -179,7 +179,8 @@ int run_serve(ServeCliOptions o) {
   m.reasoning = o.reasoning_parser == "deepseek_r1" ||
                 (o.reasoning_parser == "auto" && m.chat_format &&
                  (*m.chat_format == tok::ChatFormat::kDeepSeekR1 ||
-                  *m.chat_format == tok::ChatFormat::kDeepSeekR1Original));
+                  *m.chat_format == tok::ChatFormat::kDeepSeekR1Original ||
+                  *m.chat_format == tok::ChatFormat::kKimiK2Thinking));
   m.vocab = (*model)->config().vocab_size;
   m.max_context = (*model)->max_context();
   m.max_total_tokens = int64_t((*engine)->num_blocks()) * (*engine)->page_size();
@@ -233,7 +234,8 @@ void register_serve(CLI::App& app, int* exit_code) {
                   "The model id clients send (default: the directory's name)");
   cmd->add_option("--reasoning-parser", o->reasoning_parser,
                   "Chat replies' reasoning (text before </think>) in reasoning_content: auto "
-                  "(default: for the DeepSeek-R1 chat formats), deepseek_r1 (always) or none")
+                  "(default: for the DeepSeek-R1 and Kimi-K2-Thinking chat formats), deepseek_r1 "
+                  "(always) or none")
       ->check(CLI::IsMember({"auto", "deepseek_r1", "none"}));
   cmd->add_option("--max-num-seqs", o->max_num_seqs, "Requests running at once")
       ->check(CLI::PositiveNumber);

@@ -636,6 +636,53 @@ class TiktokenModelTest(unittest.TestCase):
                 finally:
                     self.assertEqual(s.stop(), 0)
 
+    def test_kimi_thinking_format(self):
+        """A Kimi-K2-Thinking template (recognised by its <think></think>) turns the reasoning
+        parser on: replies carry reasoning_content (the tiny model never closes its thought, so
+        all of it); reasoning_content sent back shows in the prompt only after the last plain
+        reply; a reasoning_content that is not a string is a 400 naming it."""
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([BINARY, "make-tiny", "--family", "kimi-k2", "--out", d], check=True,
+                           capture_output=True)
+            cfg_path = os.path.join(d, "tokenizer_config.json")
+            with open(cfg_path, encoding="utf-8") as f:
+                cfg = json.load(f)
+            cfg["chat_template"] = ("{{ '<|im_assistant|>assistant<|im_middle|>' }}"
+                                    "<think></think>{{ message['content'] }}")
+            with open(cfg_path, "w", encoding="utf-8") as f:
+                json.dump(cfg, f)
+            s = MlaServer(BINARY, d)
+            try:
+                model = json.loads(s.request("GET", "/v1/models")[2])["data"][0]["id"]
+
+                def tokens(reasoning):
+                    messages = [{"role": "user", "content": "Hi"},
+                                {"role": "assistant", "content": "Hello", "reasoning_content": reasoning},
+                                {"role": "user", "content": "Time?"},
+                                {"role": "assistant", "content": None, "reasoning_content": reasoning,
+                                 "tool_calls": [{"id": "functions.now:0", "type": "function",
+                                                 "function": {"name": "now", "arguments": "{}"}}]}]
+                    status, _, body = s.post_json("/tokenize", {"model": model, "messages": messages,
+                                                                "add_generation_prompt": False})
+                    self.assertEqual(status, 200, body)
+                    return body["tokens"]
+
+                short, long_ = tokens("a"), tokens("a long chain of thought")
+                self.assertGreater(len(long_), len(short))  # the open turn shows its reasoning
+                status, _, body = s.post_json("/v1/chat/completions", {
+                    "model": model, "messages": [{"role": "user", "content": "Hi"}],
+                    "max_tokens": 4, "temperature": 0})
+                self.assertEqual(status, 200, body)
+                self.assertIn("reasoning_content", body["choices"][0]["message"])
+                status, _, body = s.post_json("/v1/chat/completions", {
+                    "model": model, "max_tokens": 1, "messages": [
+                        {"role": "user", "content": "Hi"},
+                        {"role": "assistant", "content": "x", "reasoning_content": 5}]})
+                self.assertEqual(status, 400, body)
+                self.assertIn("reasoning_content", body["error"]["message"])
+            finally:
+                self.assertEqual(s.stop(), 0)
+
 
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], *sys.argv[3:]], verbosity=2)  # extra args: test names

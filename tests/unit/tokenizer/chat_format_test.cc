@@ -34,7 +34,8 @@ TEST(ChatFormat, DeepSeekV3MatchesJinjaAndHuggingFace) {
   ASSERT_GE(golden["cases"].size(), 10u);
   for (const Json& c : golden["cases"]) {
     ChatOptions opts;
-    Result<std::vector<ChatMessage>> m = parse_chat_messages(c["messages"], "golden", &opts);
+    Result<std::vector<ChatMessage>> m =
+        parse_chat_messages(OrderedJson(c["messages"]), "golden", &opts);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     opts.add_generation_prompt = c["add_generation_prompt"].get<bool>();
     Result<std::vector<ChatPart>> parts = render_chat(ChatFormat::kDeepSeekV3, *m, opts);
@@ -140,8 +141,8 @@ TEST(ChatFormat, DeepSeekTools) {
   EXPECT_FALSE(render_chat(ChatFormat::kChatMl, msgs({{"user", "Hi"}}), o).ok());
 }
 
-// Kimi-K2's template with tools: the tool_declare turn first (compact JSON list), calls by id
-// after the content, results as "## Return of ID" under the tool's name.
+// Kimi-K2's template with tools: the tool_declare turn first (the list as json.dumps writes it),
+// calls by id after the content, results as "## Return of ID" under the tool's name.
 TEST(ChatFormat, KimiTools) {
   ChatOptions o;
   o.tools = {R"({"type":"function","function":{"name":"get_weather"}})",
@@ -156,15 +157,17 @@ TEST(ChatFormat, KimiTools) {
   m.push_back(result);
   Result<std::vector<ChatPart>> parts = render_chat(ChatFormat::kKimiK2, m, o);
   ASSERT_TRUE(parts.ok());
-  EXPECT_EQ(chat_text(*parts),
-            "<|im_system|>tool_declare<|im_middle|>[" + o.tools[0] + "," + o.tools[1] +
-                "]<|im_end|><|im_system|>system<|im_middle|>You are Kimi, an AI assistant "
-                "created by Moonshot AI.<|im_end|><|im_user|>user<|im_middle|>Weather?<|im_end|>"
-                "<|im_assistant|>assistant<|im_middle|><|tool_calls_section_begin|>"
-                "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
-                "{\"city\": \"Beijing\"}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
-                "<|im_system|>get_weather<|im_middle|>## Return of functions.get_weather:0\n"
-                "{\"weather\": \"Sunny\"}<|im_end|><|im_assistant|>assistant<|im_middle|>");
+  EXPECT_EQ(
+      chat_text(*parts),
+      "<|im_system|>tool_declare<|im_middle|>[{\"type\": \"function\", \"function\": "
+      "{\"name\": \"get_weather\"}}, {\"type\": \"function\", \"function\": {\"name\": "
+      "\"get_time\"}}]<|im_end|><|im_system|>system<|im_middle|>You are Kimi, an AI assistant "
+      "created by Moonshot AI.<|im_end|><|im_user|>user<|im_middle|>Weather?<|im_end|>"
+      "<|im_assistant|>assistant<|im_middle|><|tool_calls_section_begin|>"
+      "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+      "{\"city\": \"Beijing\"}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
+      "<|im_system|>get_weather<|im_middle|>## Return of functions.get_weather:0\n"
+      "{\"weather\": \"Sunny\"}<|im_end|><|im_assistant|>assistant<|im_middle|>");
   o.tools.clear();
   o.forced_tool = "get_time";
   EXPECT_TRUE(render_text(ChatFormat::kMoonlight, msgs({{"user", "t"}}), true)
@@ -229,7 +232,8 @@ TEST(ChatFormat, BadMessages) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("messages[0]"), std::string::npos);
   ChatOptions o;
-  Result<Json> j = parse_json(R"({"messages": [{"role": "user", "content": 5}]})", "m.json");
+  Result<OrderedJson> j =
+      parse_ordered_json(R"({"messages": [{"role": "user", "content": 5}]})", "m.json");
   ASSERT_TRUE(j.ok());
   Result<std::vector<ChatMessage>> p = parse_chat_messages(*j, "m.json", &o);
   ASSERT_FALSE(p.ok());
