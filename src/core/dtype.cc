@@ -34,6 +34,7 @@ int dtype_bits(DType t) {
     case DType::kQ5_K:
     case DType::kQ6_K:
     case DType::kQ8_0R16:
+    case DType::kQ4_KR16:
       return 0;
   }
   return 0;
@@ -51,6 +52,7 @@ DTypeBlock dtype_block(DType t) {
     case DType::kQ3_K:
       return {256, 110};
     case DType::kQ4_K:
+    case DType::kQ4_KR16:
       return {256, 144};
     case DType::kQ5_K:
       return {256, 176};
@@ -78,7 +80,7 @@ constexpr NameEntry kNames[] = {
 constexpr NameEntry kBlockNames[] = {
     {DType::kQ8_0, "Q8_0"}, {DType::kQ4_0, "Q4_0"},        {DType::kQ2_K, "Q2_K"},
     {DType::kQ3_K, "Q3_K"}, {DType::kQ4_K, "Q4_K"},        {DType::kQ5_K, "Q5_K"},
-    {DType::kQ6_K, "Q6_K"}, {DType::kQ8_0R16, "Q8_0_R16"},
+    {DType::kQ6_K, "Q6_K"}, {DType::kQ8_0R16, "Q8_0_R16"}, {DType::kQ4_KR16, "Q4_K_R16"},
 };
 
 std::string_view dtype_name(DType t) {

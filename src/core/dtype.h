@@ -36,6 +36,9 @@ enum class DType : uint8_t {
   // Q8_0 repacked at load for the int8 dot-product kernels (never in a file; core/ggml_repack.h):
   // 16 rows interleaved, codes stored as q + 128. The same bytes as Q8_0 per 16 rows.
   kQ8_0R16,
+  // Q4_K repacked the same way (core/ggml_repack.h): 16 rows interleaved per super-block, the
+  // codes of each row 4 bytes to a lane. The same bytes as Q4_K per 16 rows.
+  kQ4_KR16,
 };
 
 // Size of one element in bits (4 for E2M1); 0 for the block formats (see dtype_block).
@@ -63,10 +66,10 @@ inline int64_t dtype_bytes(DType t, int64_t n) {
 constexpr bool dtype_is_ggml_block(DType t) {
   return t >= DType::kQ8_0 && t <= DType::kQ6_K;
 }
-// Formats whose rows are interleaved in groups (kQ8_0R16): a row is not a contiguous run of bytes,
-// though a group of rows takes as many bytes as its rows would in the file format.
+// Formats whose rows are interleaved in groups (kQ8_0R16, kQ4_KR16): a row is not a contiguous
+// run of bytes, though a group of rows takes as many bytes as its rows would in the file format.
 constexpr bool dtype_is_row_interleaved(DType t) {
-  return t == DType::kQ8_0R16;
+  return t == DType::kQ8_0R16 || t == DType::kQ4_KR16;
 }
 
 inline uint32_t f32_bits(float f) {

@@ -1,6 +1,7 @@
 #include "core/ggml_repack.h"
 
 #include <cstring>
+#include <vector>
 
 #include "core/ggml_blocks.h"
 #include "core/ggml_quant.h"
@@ -45,7 +46,59 @@ void dequantize_q8_0_r16_row(const uint8_t* data, int64_t in, int64_t row, float
   }
 }
 
+void repack_q4_k_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
+  using B = ggml::Q4_K;
+  const int64_t sbs = in / 256, row_bytes = sbs * 144;
+  for (int64_t g = 0; g < out / kR16Rows; ++g) {
+    const uint8_t* rows = src + g * kR16Rows * row_bytes;
+    uint8_t* group = dst + g * kR16Rows * row_bytes;
+    for (int64_t sb = 0; sb < sbs; ++sb) {
+      uint8_t* unit = group + sb * kQ4KR16UnitBytes;
+      for (int r = 0; r < kR16Rows; ++r) {
+        const uint8_t* blk = rows + r * row_bytes + sb * 144;
+        std::memcpy(unit + 2 * r, blk + B::kD, 2);
+        std::memcpy(unit + 32 + 2 * r, blk + B::kDmin, 2);
+        for (int k = 0; k < 3; ++k)
+          std::memcpy(unit + 64 + 64 * k + 4 * r, blk + B::kScales + 4 * k, 4);
+        for (int v = 0; v < 32; ++v)
+          std::memcpy(unit + 256 + 64 * v + 4 * r, blk + B::kQs + 4 * v, 4);
+      }
+    }
+  }
+}
+
+void gather_q4_k_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* dst) {
+  using B = ggml::Q4_K;
+  const int64_t sbs = in / 256, r = row % kR16Rows;
+  const uint8_t* group = data + row / kR16Rows * kR16Rows * sbs * 144;
+  for (int64_t sb = 0; sb < sbs; ++sb) {
+    const uint8_t* unit = group + sb * kQ4KR16UnitBytes;
+    uint8_t* blk = dst + sb * 144;
+    std::memcpy(blk + B::kD, unit + 2 * r, 2);
+    std::memcpy(blk + B::kDmin, unit + 32 + 2 * r, 2);
+    for (int k = 0; k < 3; ++k)
+      std::memcpy(blk + B::kScales + 4 * k, unit + 64 + 64 * k + 4 * r, 4);
+    for (int v = 0; v < 32; ++v) std::memcpy(blk + B::kQs + 4 * v, unit + 256 + 64 * v + 4 * r, 4);
+  }
+}
+
+bool repack_fits(DType t, DType to, int64_t out, int64_t in) {
+  return (t == DType::kQ8_0 && to == DType::kQ8_0R16 && q8_0_r16_fits(out, in)) ||
+         (t == DType::kQ4_K && to == DType::kQ4_KR16 && q4_k_r16_fits(out, in));
+}
+
+void repack_rows(DType t, DType to, const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
+  (void)t;
+  if (to == DType::kQ8_0R16) return repack_q8_0_r16(src, out, in, dst);
+  repack_q4_k_r16(src, out, in, dst);
+}
+
 Status dequantize_weight_row(DType t, const uint8_t* data, int64_t in, int64_t row, float* out) {
+  if (t == DType::kQ4_KR16) {
+    std::vector<uint8_t> blocks(size_t(in / 256 * 144));
+    gather_q4_k_r16_row(data, in, row, blocks.data());
+    return dequantize_row(DType::kQ4_K, blocks.data(), in, out);
+  }
   if (!dtype_is_row_interleaved(t))
     return dequantize_row(t, data + row * dtype_bytes(t, in), in, out);
   dequantize_q8_0_r16_row(data, in, row, out);

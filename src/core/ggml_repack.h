@@ -1,7 +1,8 @@
-// Q8_0 weights repacked at load into DType::kQ8_0R16, the layout of the int8 dot-product decode
-// kernels (kernels/cpu/linear_ggml_r16.h): 16 rows' codes sit in one 64-byte vector, one int32
-// lane a row, so a GEMV accumulates 16 outputs per vector with no horizontal sums (what
-// ik_llama.cpp's run-time repacking does for its Q8_0). docs/GGUF.md "Repacked at load".
+// Q8_0 (and Q4_K, below) weights repacked at load into DType::kQ8_0R16 (kQ4_KR16), the layout
+// of the int8 dot-product decode kernels (kernels/cpu/linear_ggml_r16.h, linear_ggml_r16_k.h): 16
+// rows' codes sit in one 64-byte vector, one int32 lane a row, so a GEMV accumulates 16 outputs per
+// vector with no horizontal sums (what ik_llama.cpp's run-time repacking does for its Q8_0).
+// docs/GGUF.md "Repacked at load".
 //
 // Layout of a weight [out, in] (out a multiple of 16, in of 64): groups of 16 rows, group g at
 // g · 16 · row_bytes (row_bytes = in / 32 · 34, as Q8_0). Within a group, units of 64 values
@@ -38,7 +39,38 @@ void repack_q8_0_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
 // dequantize_row gives for the Q8_0 row it was made from.
 void dequantize_q8_0_r16_row(const uint8_t* data, int64_t in, int64_t row, float* out);
 
-// Row `row` of a weight [*, in] of dtype t stored at data: a kQ8_0R16 row as above, else
+// Q4_K repacked as DType::kQ4_KR16 for the same kind of kernel (kernels/cpu/linear_ggml_r16_k.h).
+// Layout of a weight [out, in] (out a multiple of 16, in of 256): groups of 16 rows, group g at
+// g · 16 · row_bytes (row_bytes = in / 256 · 144, as Q4_K). Within a group, one unit of 2,304
+// bytes per super-block sb (16 rows × 144 bytes, a multiple of 64):
+//   bytes [0, 32)       the f16 d of the 16 rows (row r at 2r)
+//   bytes [32, 64)      the f16 dmin
+//   bytes [64, 256)     the 12 scale bytes as three vectors of 16 int32 lanes: bytes 4k .. 4k + 3
+//                       of row r at 64 + 64k + 4r (the 6-bit scales and mins, packed as in Q4_K)
+//   bytes [256, 2304)   32 vectors of codes: vector 8c + k holds, for row r at 4r, bytes
+//                       qs[32c + 4k .. 32c + 4k + 3] of the row's super-block (low nibbles:
+//                       values 64c + 4k .., high nibbles: values 64c + 32 + 4k ..)
+// Every byte of the Q4_K rows is kept, only moved.
+inline constexpr int kQ4KR16UnitBytes = 16 * 144;
+
+constexpr bool q4_k_r16_fits(int64_t out, int64_t in) {
+  return out > 0 && in > 0 && out % kR16Rows == 0 && in % 256 == 0;
+}
+
+// dst = the Q4_K rows [out, in] at src in the layout above. Requires q4_k_r16_fits(out, in).
+void repack_q4_k_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
+
+// dst (in / 256 · 144 bytes) = row `row` of a kQ4_KR16 weight as the Q4_K row it was made from.
+void gather_q4_k_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* dst);
+
+// Whether a weight of dtype t and shape [out, in] can be repacked as `to`.
+bool repack_fits(DType t, DType to, int64_t out, int64_t in);
+
+// dst = the rows [out, in] of dtype t at src repacked as `to` (kQ8_0 → kQ8_0R16, kQ4_K →
+// kQ4_KR16). Requires repack_fits(t, to, out, in).
+void repack_rows(DType t, DType to, const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
+
+// Row `row` of a weight [*, in] of dtype t stored at data: a row-interleaved row as above, else
 // dequantize_row of the row's bytes (a GGUF block format or F32 / F16 / BF16).
 Status dequantize_weight_row(DType t, const uint8_t* data, int64_t in, int64_t row, float* out);
 

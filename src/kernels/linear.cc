@@ -17,8 +17,8 @@ Status validate(const LinearWeight& w) {
       !linear_block_scaled(w.dtype) && !dtype_is_ggml_block(w.dtype) &&
       !dtype_is_row_interleaved(w.dtype))
     return invalid_argument("linear weight: dtype " + std::string(dtype_name(w.dtype)) +
-                            " is not one of BF16, F16, F32, F8_E4M3, I8, a GGUF block format or "
-                            "Q8_0_R16");
+                            " is not one of BF16, F16, F32, F8_E4M3, I8, a GGUF block format, "
+                            "Q8_0_R16 or Q4_K_R16");
   if (dtype_is_ggml_block(w.dtype) && w.in % dtype_block(w.dtype).elems != 0)
     return invalid_argument("linear weight: " + std::string(dtype_name(w.dtype)) + " rows of " +
                             std::to_string(w.in) + " values are not whole blocks of " +
@@ -26,6 +26,9 @@ Status validate(const LinearWeight& w) {
   if (w.dtype == DType::kQ8_0R16 && !q8_0_r16_fits(w.out, w.in))
     return invalid_argument("linear weight: Q8_0_R16 shape [" + std::to_string(w.out) + ", " +
                             std::to_string(w.in) + "] needs out a multiple of 16 and in of 64");
+  if (w.dtype == DType::kQ4_KR16 && !q4_k_r16_fits(w.out, w.in))
+    return invalid_argument("linear weight: Q4_K_R16 shape [" + std::to_string(w.out) + ", " +
+                            std::to_string(w.in) + "] needs out a multiple of 16 and in of 256");
   if (w.out < 1 || w.in < 1)
     return invalid_argument("linear weight: shape [" + std::to_string(w.out) + ", " +
                             std::to_string(w.in) + "] must have out >= 1 and in >= 1");
@@ -87,9 +90,10 @@ Status validate(const LinearParams& p) {
 }
 
 DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view backend) {
-  if (backend != "cpu" || t != DType::kQ8_0 || !q8_0_r16_fits(out, in)) return t;
+  const DType to = t == DType::kQ8_0 ? DType::kQ8_0R16 : DType::kQ4_KR16;
+  if (backend != "cpu" || !repack_fits(t, to, out, in)) return t;
   const Result<const LinearVariant*> v = select_variant(LinearParams{}, backend);
-  return v.ok() && (*v)->repacks_q8_0 ? DType::kQ8_0R16 : t;
+  return v.ok() && (*v)->repacks_blocks ? to : t;
 }
 
 Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,

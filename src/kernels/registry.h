@@ -42,7 +42,8 @@ using RopeVariant = OpVariant<RopeParams>;
 // A linear variant also says which weight layout it prefers, for the loader to convert to once
 // (linear_preferred_dtype).
 struct LinearVariant : OpVariant<LinearParams> {
-  bool repacks_q8_0 = false;  // runs Q8_0 faster repacked as kQ8_0R16 (the VNNI variants)
+  // Runs Q8_0 and Q4_K faster repacked as kQ8_0R16 / kQ4_KR16 (the VNNI variants).
+  bool repacks_blocks = false;
 };
 
 const std::vector<MlaDecodeVariant>& mla_decode_variants();

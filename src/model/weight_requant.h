@@ -61,10 +61,10 @@ class WeightArena {
 };
 
 // w re-laid at `dst` (dtype_bytes(w.dtype, w.in) · w.out bytes) as `to`, a layout of the same
-// values that the kernels run faster (linear_preferred_dtype: Q8_0 → kQ8_0R16,
-// core/ggml_repack.h); returns the weight over dst. With `drop_source`, the whole pages of w's
-// data are then dropped from the process (MADV_DONTNEED): for a mapped file, whose pages are read
-// again from it if touched, so the file's copy stops counting next to the new one.
+// values that the kernels run faster (linear_preferred_dtype: Q8_0 → kQ8_0R16, Q4_K →
+// kQ4_KR16, core/ggml_repack.h); returns the weight over dst. With `drop_source`, the whole pages
+// of w's data are then dropped from the process (MADV_DONTNEED): for a mapped file, whose pages are
+// read again from it if touched, so the file's copy stops counting next to the new one.
 // invalid_argument for another pair of dtypes or a shape `to` cannot hold.
 Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& pool, uint8_t* dst,
                                    const std::string& what, bool drop_source);

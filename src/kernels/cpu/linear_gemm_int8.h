@@ -44,7 +44,7 @@ constexpr int64_t kI8MaxChunkRows = 128;
 
 inline bool ggml_gemm_i8_takes(const LinearWeight& w) {
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
-  return vnni && (dtype_is_ggml_block(w.dtype) || w.dtype == DType::kQ8_0R16);
+  return vnni && (dtype_is_ggml_block(w.dtype) || dtype_is_row_interleaved(w.dtype));
 }
 
 // Rows are laid out in whole super-blocks of 256: a Q8_0 / Q4_0 row whose length is not a
@@ -264,9 +264,12 @@ inline void ggml_i8_pack_r16(const LinearWeight& w, int64_t o0, int64_t rows, ui
 template <DType D>
 void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
   constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
-  static thread_local AlignedBuffer<uint8_t> scratch;
+  static thread_local AlignedBuffer<uint8_t> scratch, gathered;
   const int64_t in = ggml_i8_padded(w.in), runs = in / kRun, sbs = in / 256;
   const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
+  // A kQ4_KR16 row is put back together as its Q4_K row first (D is then kQ4_K).
+  uint8_t* row_copy =
+      w.dtype == DType::kQ4_KR16 ? ensure_scratch(gathered, size_t(row_bytes)) : nullptr;
   // One strip decoded row by row: codes [16][in], a [16][runs], m [16][runs].
   uint8_t* buf = ensure_scratch(scratch, size_t(16 * in + 2 * 16 * runs * 4));
   int8_t* codes = reinterpret_cast<int8_t*>(buf);
@@ -277,9 +280,14 @@ void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
   for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
     const int64_t n = std::min<int64_t>(kI8Strip, rows - s0);
     std::memset(buf, 0, size_t(16 * in + 2 * 16 * runs * 4));
-    for (int64_t r = 0; r < n; ++r)
-      ggml_i8_decode_row<D>(w.data + (o0 + s0 + r) * row_bytes, w.in, codes + r * in, a + r * runs,
-                            m + r * runs);
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* src = w.data + (o0 + s0 + r) * row_bytes;
+      if (row_copy) {
+        gather_q4_k_r16_row(w.data, w.in, o0 + s0 + r, row_copy);
+        src = row_copy;
+      }
+      ggml_i8_decode_row<D>(src, w.in, codes + r * in, a + r * runs, m + r * runs);
+    }
     uint8_t* strip = panel + (s0 / kI8Strip) * sbs * kI8SbBytes<D>;
     constexpr int64_t kRunBytes = kQuads * 64 + 64 + (kI8Mins<D> ? 64 : 0);
     for (int64_t sb = 0; sb < sbs; ++sb) {
@@ -391,6 +399,8 @@ inline void ggml_gemm_i8_chunk(const LinearWeight& w, int64_t n, const uint8_t* 
       return ggml_gemm_i8_chunk_typed<DType::kQ8_0>(w, n, xq, y, r0, r1);
     case DType::kQ8_0R16:
       return ggml_gemm_i8_chunk_typed<DType::kQ8_0R16>(w, n, xq, y, r0, r1);
+    case DType::kQ4_KR16:  // packed from its rows put back as Q4_K
+      return ggml_gemm_i8_chunk_typed<DType::kQ4_K>(w, n, xq, y, r0, r1);
     case DType::kQ4_0:
       return ggml_gemm_i8_chunk_typed<DType::kQ4_0>(w, n, xq, y, r0, r1);
     case DType::kQ2_K:

@@ -11,6 +11,7 @@
 #include "kernels/cpu/linear_gemm_int8.h"
 #include "kernels/cpu/linear_ggml_avx2.h"
 #include "kernels/cpu/linear_ggml_r16.h"
+#include "kernels/cpu/linear_ggml_r16_k.h"
 #include "kernels/cpu/linear_ggml_vnni_k.h"
 
 namespace mla::cpu {
@@ -19,11 +20,15 @@ namespace {
 struct GgmlVnniHooks {
   static constexpr bool kGgmlInt = true;
   static bool ggml_takes(DType t) {
-    return ggml_avx2_takes(t) || ggml_k_vnni_takes(t) || t == DType::kQ8_0R16;
+    return ggml_avx2_takes(t) || ggml_k_vnni_takes(t) || dtype_is_row_interleaved(t);
   }
   static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_i8_takes(w); }
   static int ggml_x_layout(DType t, bool gemm) {
-    return gemm ? 2 : t == DType::kQ8_0R16 ? 3 : ggml_k_format(t) ? 1 : 0;
+    return gemm                   ? 2
+           : t == DType::kQ8_0R16 ? 3
+           : t == DType::kQ4_KR16 ? 4
+           : ggml_k_format(t)     ? 1
+                                  : 0;
   }
   static int64_t ggml_gemm_chunk_rows(const LinearWeight& w, int threads) {
     return ggml_gemm_i8_chunk_rows(w, threads);
@@ -31,12 +36,14 @@ struct GgmlVnniHooks {
   static int64_t ggml_x_bytes(DType t, int64_t in, bool gemm) {
     return gemm                   ? ggml_i8_x_row_bytes(in)
            : t == DType::kQ8_0R16 ? ggml_r16_x_row_bytes(in)
+           : t == DType::kQ4_KR16 ? ggml_r16k_x_row_bytes(in)
            : ggml_k_format(t)     ? ggml_k_x_row_bytes(in)
                                   : ggml_avx2_x_row_bytes(in);
   }
   static void ggml_quantize_x(DType t, const float* x, int64_t in, bool gemm, uint8_t* dst) {
     if (gemm) return ggml_i8_quantize_x_row(x, in, dst);
     if (t == DType::kQ8_0R16) return ggml_r16_quantize_x_row(x, in, dst);
+    if (t == DType::kQ4_KR16) return ggml_r16k_quantize_x_row(x, in, dst);
     if (ggml_k_format(t)) return ggml_k_quantize_x_row(x, in, dst);
     ggml_avx2_quantize_x_row(x, in, dst);
   }
@@ -44,6 +51,7 @@ struct GgmlVnniHooks {
                          int64_t r0, int64_t r1) {
     if (gemm) return ggml_gemm_i8_chunk(w, n, xq, y, r0, r1);
     if (w.dtype == DType::kQ8_0R16) return ggml_r16_chunk(w, n, xq, y, r0, r1);
+    if (w.dtype == DType::kQ4_KR16) return ggml_r16k_chunk(w, n, xq, y, r0, r1);
     if (ggml_k_format(w.dtype)) return ggml_k_vnni_chunk(w, n, xq, y, r0, r1);
     ggml_avx2_chunk(w, n, xq, y, r0, r1);
   }

@@ -82,10 +82,12 @@ void add_linear_ggml_cases(std::vector<OpCase>& cases, const Options& opt) {
       for (auto path : {LinearPath::kDot, LinearPath::kBf16})
         specs.push_back({t, 37, be == 32 ? 1408 : 512, n, path});
   }
-  // Q8_0 repacked at load (16-row groups, rows of whole 64-value units).
+  // Q8_0 and Q4_K repacked at load (16-row groups, rows of whole 64-value units / super-blocks).
   for (int64_t n : {int64_t(1), int64_t(4), int64_t(opt.quick ? 20 : 40)})
-    for (auto path : {LinearPath::kDot, LinearPath::kBf16})
+    for (auto path : {LinearPath::kDot, LinearPath::kBf16}) {
       specs.push_back({DType::kQ8_0R16, 48, 1408, n, path});
+      specs.push_back({DType::kQ4_KR16, 48, 512, n, path});
+    }
   for (const auto& s : specs)
     cases.push_back(
         {"linear_ggml", s.name(), [s](const Options& o, Tally& t) { run_ggml_case(s, o, t); }});

@@ -1,11 +1,13 @@
-// Q8_0 weights repacked at load (DType::kQ8_0R16, core/ggml_repack.h): the repacked rows decode
-// to the Q8_0 rows bit for bit, linear() on them stays inside the bound of the kernel each CPU
-// variant runs (the R16 GEMV and the int8 GEMM with VNNI, FP32 decoding without) at decode and
-// prefill row counts, linear_many equals linear, and bad shapes are refused.
+// Q8_0 and Q4_K weights repacked at load (DType::kQ8_0R16, kQ4_KR16, core/ggml_repack.h): the
+// repacked rows decode to the file rows bit for bit, linear() on them stays inside the bound of
+// the kernel each CPU variant runs (the R16 GEMVs and the int8 GEMM with VNNI, FP32 decoding
+// without) at decode and prefill row counts, linear_many equals linear, and bad shapes are
+// refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/ggml_quant.h"
@@ -20,26 +22,42 @@
 namespace mla {
 namespace {
 
-TEST(Q8_0R16, RowsDecodeAsTheQ8_0RowsBitForBit) {
-  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{16, 64}, {48, 1408}, {32, 2048}}) {
-    const test::BlockWeight q = test::make_weight(DType::kQ8_0, out, in, uint64_t(out + in));
-    std::vector<uint8_t> packed(size_t(out * dtype_bytes(DType::kQ8_0, in)));
-    repack_q8_0_r16(q.w.data, out, in, packed.data());
-    std::vector<float> a(static_cast<size_t>(in)), b(static_cast<size_t>(in));
-    for (int64_t o = 0; o < out; ++o) {
-      ASSERT_TRUE(dequantize_weight_row(DType::kQ8_0, q.w.data, in, o, a.data()).ok());
-      ASSERT_TRUE(dequantize_weight_row(DType::kQ8_0R16, packed.data(), in, o, b.data()).ok());
-      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "row " << o;
+using Shapes = std::vector<std::pair<int64_t, int64_t>>;
+
+TEST(Q8_0R16, RowsDecodeAsTheFileRowsBitForBit) {
+  for (const auto& [file, packed_t, shapes] :
+       {std::tuple{DType::kQ8_0, DType::kQ8_0R16, Shapes{{16, 64}, {48, 1408}, {32, 2048}}},
+        std::tuple{DType::kQ4_K, DType::kQ4_KR16, Shapes{{16, 256}, {48, 1536}, {32, 2048}}}}) {
+    for (const auto& [out, in] : shapes) {
+      const test::BlockWeight q = test::make_weight(file, out, in, uint64_t(out + in));
+      std::vector<uint8_t> packed(size_t(out * dtype_bytes(file, in)));
+      repack_rows(file, packed_t, q.w.data, out, in, packed.data());
+      std::vector<float> a(static_cast<size_t>(in)), b(static_cast<size_t>(in));
+      std::vector<uint8_t> row(size_t(dtype_bytes(file, in)));
+      for (int64_t o = 0; o < out; ++o) {
+        ASSERT_TRUE(dequantize_weight_row(file, q.w.data, in, o, a.data()).ok());
+        ASSERT_TRUE(dequantize_weight_row(packed_t, packed.data(), in, o, b.data()).ok());
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "row " << o;
+        if (packed_t == DType::kQ4_KR16) {  // every byte is kept, only moved
+          gather_q4_k_r16_row(packed.data(), in, o, row.data());
+          ASSERT_EQ(0, std::memcmp(row.data(), q.w.data + o * int64_t(row.size()), row.size()));
+        }
+      }
     }
   }
 }
 
 TEST(Q8_0R16, EveryCpuVariantMatchesTheReference) {
   ThreadPool pool(2);
-  for (const auto& [out, in] :
-       {std::pair<int64_t, int64_t>{16, 64}, {48, 192}, {64, 1408}, {160, 512}}) {
-    const test::BlockWeight bw =
-        test::make_weight(DType::kQ8_0R16, out, in, uint64_t(out * 3 + in));
+  for (const auto& [t, out, in] : {std::tuple{DType::kQ8_0R16, 16, 64},
+                                   {DType::kQ8_0R16, 48, 192},
+                                   {DType::kQ8_0R16, 64, 1408},
+                                   {DType::kQ8_0R16, 160, 512},
+                                   {DType::kQ4_KR16, 16, 256},
+                                   {DType::kQ4_KR16, 48, 512},
+                                   {DType::kQ4_KR16, 64, 1536},
+                                   {DType::kQ4_KR16, 160, 2048}}) {
+    const test::BlockWeight bw = test::make_weight(t, out, in, uint64_t(out * 3 + in));
     for (int64_t n : {1, 2, 3, 4, 5, 9, 17, 40}) {
       Rng rng(uint64_t(n * 11 + in));
       std::vector<float> x(size_t(n * in));
@@ -56,12 +74,13 @@ TEST(Q8_0R16, EveryCpuVariantMatchesTheReference) {
           for (int64_t i = 0; i < n; ++i) {
             const std::vector<float> xi(x.begin() + i * in, x.begin() + (i + 1) * in);
             for (int64_t o = 0; o < out; ++o) {
-              const double b = test::block_bound(v->name, path, n, DType::kQ8_0R16, xi,
-                                                 bw.rows[size_t(o)], bw.mags[size_t(o)]);
+              const double b = test::block_bound(v->name, path, n, t, xi, bw.rows[size_t(o)],
+                                                 bw.mags[size_t(o)]);
               const double got = y[size_t(i * out + o)], want = ref[size_t(i * out + o)];
               if (!(std::fabs(got - want) <= b) && ++bad <= 3)
-                ADD_FAILURE() << v->name << " [" << out << ", " << in << "] n=" << n << " y[" << i
-                              << "][" << o << "] = " << got << ", want " << want << " ± " << b;
+                ADD_FAILURE() << v->name << " " << dtype_name(t) << " [" << out << ", " << in
+                              << "] n=" << n << " y[" << i << "][" << o << "] = " << got
+                              << ", want " << want << " ± " << b;
             }
           }
           ASSERT_EQ(bad, 0);
@@ -76,20 +95,22 @@ TEST(Q8_0R16, EveryCpuVariantMatchesTheReference) {
 TEST(Q8_0R16, LinearManyEqualsLinear) {
   ThreadPool pool(2);
   const int64_t in = 256;
-  const test::BlockWeight a = test::make_weight(DType::kQ8_0R16, 64, in, 1),
-                          b = test::make_weight(DType::kQ8_0, 24, in, 2);
-  for (int64_t n : {1, 4, 20}) {
-    std::vector<float> x(size_t(n * in));
-    Rng rng(5);
-    for (float& v : x) v = float(rng.normal());
-    std::vector<float> ya(size_t(n * 64)), yb(size_t(n * 24)), ma(ya.size()), mb(yb.size());
-    for (DType math : {DType::kF32, DType::kBF16}) {
-      ASSERT_TRUE(linear(a.w, n, x.data(), ya.data(), pool, "cpu", math).ok());
-      ASSERT_TRUE(linear(b.w, n, x.data(), yb.data(), pool, "cpu", math).ok());
-      const LinearJob jobs[] = {{&a.w, n, x.data(), ma.data()}, {&b.w, n, x.data(), mb.data()}};
-      ASSERT_TRUE(linear_many(jobs, pool, "cpu", math).ok());
-      EXPECT_EQ(ya, ma);
-      EXPECT_EQ(yb, mb);
+  for (DType t : {DType::kQ8_0R16, DType::kQ4_KR16}) {
+    const test::BlockWeight a = test::make_weight(t, 64, in, 1),
+                            b = test::make_weight(DType::kQ8_0, 24, in, 2);
+    for (int64_t n : {1, 4, 20}) {
+      std::vector<float> x(size_t(n * in));
+      Rng rng(5);
+      for (float& v : x) v = float(rng.normal());
+      std::vector<float> ya(size_t(n * 64)), yb(size_t(n * 24)), ma(ya.size()), mb(yb.size());
+      for (DType math : {DType::kF32, DType::kBF16}) {
+        ASSERT_TRUE(linear(a.w, n, x.data(), ya.data(), pool, "cpu", math).ok());
+        ASSERT_TRUE(linear(b.w, n, x.data(), yb.data(), pool, "cpu", math).ok());
+        const LinearJob jobs[] = {{&a.w, n, x.data(), ma.data()}, {&b.w, n, x.data(), mb.data()}};
+        ASSERT_TRUE(linear_many(jobs, pool, "cpu", math).ok());
+        EXPECT_EQ(ya, ma);
+        EXPECT_EQ(yb, mb);
+      }
     }
   }
 }
@@ -105,16 +126,29 @@ TEST(Q8_0R16, RefusesShapesItCannotHold) {
   const Status s = validate(w);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("Q8_0_R16"), std::string::npos) << s.message();
+  uint8_t k_bytes[16 * 144] = {};
+  LinearWeight k{DType::kQ4_KR16, k_bytes, 16, 256};
+  EXPECT_TRUE(validate(k).ok());
+  k.out = 8;
+  EXPECT_FALSE(validate(k).ok());
+  k.out = 16;
+  k.in = 128;  // not whole super-blocks
+  const Status ks = validate(k);
+  EXPECT_FALSE(ks.ok());
+  EXPECT_NE(ks.message().find("Q4_K_R16"), std::string::npos) << ks.message();
 }
 
 TEST(Q8_0R16, PreferredOnlyForQ8_0ThatFitsOnAVnniVariant) {
-  const bool repacks = cpu_linear_variants_here().front()->repacks_q8_0;
+  const bool repacks = cpu_linear_variants_here().front()->repacks_blocks;
   EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 1408),
             repacks ? DType::kQ8_0R16 : DType::kQ8_0);
   EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 1408, "ref"), DType::kQ8_0);
   EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 40, 1408), DType::kQ8_0);
   EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 96), DType::kQ8_0);
-  EXPECT_EQ(linear_preferred_dtype(DType::kQ4_K, 2048, 2048), DType::kQ4_K);
+  EXPECT_EQ(linear_preferred_dtype(DType::kQ4_K, 2048, 2048),
+            repacks ? DType::kQ4_KR16 : DType::kQ4_K);
+  EXPECT_EQ(linear_preferred_dtype(DType::kQ4_K, 40, 2048), DType::kQ4_K);
+  EXPECT_EQ(linear_preferred_dtype(DType::kQ6_K, 2048, 2048), DType::kQ6_K);
   EXPECT_EQ(linear_preferred_dtype(DType::kBF16, 2048, 2048), DType::kBF16);
 }
 

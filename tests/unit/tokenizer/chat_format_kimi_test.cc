@@ -50,7 +50,8 @@ TEST(KimiChatFormat, PythonJsonSpacing) {
             R"({"b": 1, "a": [true, null, "x"], "c": {}})");
   EXPECT_EQ(py(R"([[],{"k":{"z":-2.5,"y":1e-07}}])"), R"([[], {"k": {"z": -2.5, "y": 1e-07}}])");
   // ensure_ascii off: text as is; the escapes json.dumps uses for quotes and controls.
-  EXPECT_EQ(py(R"({"s":"°C — \"q\" \\ \n\t\u0001"})"), "{\"s\": \"°C — \\\"q\\\" \\\\ \\n\\t\\u0001\"}");
+  EXPECT_EQ(py(R"({"s":"°C — \"q\" \\ \n\t\u0001"})"),
+            "{\"s\": \"°C — \\\"q\\\" \\\\ \\n\\t\\u0001\"}");
   // Python's repr: positional up to an exponent of 15, shortest round-trip digits.
   EXPECT_EQ(py("[1.0, 100.0, 1e16, 1e15, -1.2345678901234567e15, 0.1, 1e-4, 1e-5, 1.5e300]"),
             "[1.0, 100.0, 1e+16, 1000000000000000.0, -1234567890123456.8, 0.1, 0.0001, 1e-05, "
@@ -76,8 +77,8 @@ TEST(KimiChatFormat, ThinkingKeepsOnlyTheOpenTurnsReasoning) {
   m[0] = {"user", std::string("a"), {}, "", ""};
   m[1] = {"assistant", std::string("b"), {}, "", "", std::string("old thought")};
   m[2] = {"user", std::string("c"), {}, "", ""};
-  m[3] = {"assistant", std::nullopt, {{"function", "f", "{}", "functions.f:0"}}, "", "",
-          std::string("new thought")};
+  m[3] = {"assistant", std::nullopt, {{"function", "f", "{}", "functions.f:0"}},
+          "",          "",           std::string("new thought")};
   Result<std::vector<ChatPart>> parts = render_chat(ChatFormat::kKimiK2Thinking, m, {});
   ASSERT_TRUE(parts.ok());
   const std::string text = chat_text(*parts);
