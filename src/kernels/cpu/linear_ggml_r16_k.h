@@ -87,22 +87,21 @@ inline void ggml_r16k_group(const uint8_t* group, int64_t in, const GgmlR16KXRow
     const __m512i lo6 = _mm512_set1_epi32(0x3f3f3f3f), lo4 = _mm512_set1_epi32(0x0f0f0f0f),
                   lo2 = _mm512_set1_epi32(0x03030303);
     const __m512i sc03 = _mm512_and_si512(b0, lo6), m03 = _mm512_and_si512(b1, lo6);
-    const __m512i sc47 = _mm512_or_si512(
-        _mm512_and_si512(b2, lo4),
-        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), lo2), 4));
-    const __m512i m47 = _mm512_or_si512(
-        _mm512_and_si512(_mm512_srli_epi32(b2, 4), lo4),
-        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b1, 6), lo2), 4));
+    const __m512i sc47 =
+        _mm512_or_si512(_mm512_and_si512(b2, lo4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), lo2), 4));
+    const __m512i m47 =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), lo4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b1, 6), lo2), 4));
     __m512i sc[8];
     for (int j = 0; j < 8; ++j)
       sc[j] = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? sc03 : sc47, 8 * (j % 4)),
                                _mm512_set1_epi32(0xff));
     // The mins as int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7), matching x's S pairs.
     const __m512i lo8 = _mm512_set1_epi32(0x00ff00ff);
-    const __m512i mp[4] = {_mm512_and_si512(m03, lo8),
-                           _mm512_and_si512(_mm512_srli_epi32(m03, 8), lo8),
-                           _mm512_and_si512(m47, lo8),
-                           _mm512_and_si512(_mm512_srli_epi32(m47, 8), lo8)};
+    const __m512i mp[4] = {
+        _mm512_and_si512(m03, lo8), _mm512_and_si512(_mm512_srli_epi32(m03, 8), lo8),
+        _mm512_and_si512(m47, lo8), _mm512_and_si512(_mm512_srli_epi32(m47, 8), lo8)};
     const uint8_t* quads = unit + 256;
     for (int c = 0; c < C; ++c) {
       const int8_t* xc = xs[c].codes + 256 * sb;
@@ -114,8 +113,8 @@ inline void ggml_r16k_group(const uint8_t* group, int64_t in, const GgmlR16KXRow
           int32_t x_lo, x_hi;
           std::memcpy(&x_lo, xc + 64 * ch + 4 * k, 4);
           std::memcpy(&x_hi, xc + 64 * ch + 32 + 4 * k, 4);
-          isum[2 * ch] = _mm512_dpbusd_epi32(isum[2 * ch], _mm512_and_si512(v, m4),
-                                             _mm512_set1_epi32(x_lo));
+          isum[2 * ch] =
+              _mm512_dpbusd_epi32(isum[2 * ch], _mm512_and_si512(v, m4), _mm512_set1_epi32(x_lo));
           isum[2 * ch + 1] =
               _mm512_dpbusd_epi32(isum[2 * ch + 1], _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
                                   _mm512_set1_epi32(x_hi));
@@ -147,8 +146,8 @@ inline void ggml_r16k_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq,
           const int64_t lo = std::max<int64_t>(0, r0 - g * kR16Rows);
           const int64_t hi = std::min<int64_t>(kR16Rows, r1 - g * kR16Rows);
           const __mmask16 keep = __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1));
-          ggml_r16k_group<decltype(N)::value>(w.data + g * group_bytes, w.in, xs,
-                                              yg + g * kR16Rows, w.out, keep);
+          ggml_r16k_group<decltype(N)::value>(w.data + g * group_bytes, w.in, xs, yg + g * kR16Rows,
+                                              w.out, keep);
         }
       });
 }
