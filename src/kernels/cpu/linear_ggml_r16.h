@@ -88,6 +88,16 @@ inline void ggml_r16_group(const uint8_t* group, int64_t in, const GgmlR16XRow* 
   for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, keep, f[c]);
 }
 
+// f(g, keep) for every group g of 16 rows that [r0, r1) meets, `keep` its lanes inside [r0, r1).
+template <class F>
+inline void ggml_r16_for_groups(int64_t r0, int64_t r1, F&& f) {
+  for (int64_t g = r0 / kR16Rows; g * kR16Rows < r1; ++g) {
+    const int64_t lo = std::max<int64_t>(0, r0 - g * kR16Rows);
+    const int64_t hi = std::min<int64_t>(kR16Rows, r1 - g * kR16Rows);
+    f(g, __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1)));
+  }
+}
+
 // Rows [r0, r1) of a kQ8_0R16 weight against all n quantised rows of x at xq: whole groups of
 // 16, the lanes outside [r0, r1) computed and not stored (the driver cuts chunks at multiples
 // of 16, so only a caller that does not pays for them).
@@ -98,13 +108,10 @@ inline void ggml_r16_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, 
       n, xq, ggml_r16_x_row_bytes(w.in), w.out, y,
       [&](const uint8_t* p) { return ggml_r16_x_row(p, w.in); },
       [&](auto N, const GgmlR16XRow* xs, float* yg) {
-        for (int64_t g = r0 / kR16Rows; g * kR16Rows < r1; ++g) {
-          const int64_t lo = std::max<int64_t>(0, r0 - g * kR16Rows);
-          const int64_t hi = std::min<int64_t>(kR16Rows, r1 - g * kR16Rows);
-          const __mmask16 keep = __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1));
+        ggml_r16_for_groups(r0, r1, [&](int64_t g, __mmask16 keep) {
           ggml_r16_group<decltype(N)::value>(w.data + g * group_bytes, w.in, xs, yg + g * kR16Rows,
                                              w.out, keep);
-        }
+        });
       });
 }
 

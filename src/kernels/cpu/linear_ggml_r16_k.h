@@ -18,6 +18,7 @@
 #pragma once
 
 #include "core/ggml_repack.h"
+#include "kernels/cpu/linear_ggml_r16.h"  // ggml_r16_for_groups
 #include "kernels/cpu/linear_ggml_vnni_k.h"
 
 namespace mla::cpu {
@@ -142,13 +143,10 @@ inline void ggml_r16k_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq,
       n, xq, ggml_r16k_x_row_bytes(w.in), w.out, y,
       [&](const uint8_t* p) { return ggml_r16k_x_row(p, w.in); },
       [&](auto N, const GgmlR16KXRow* xs, float* yg) {
-        for (int64_t g = r0 / kR16Rows; g * kR16Rows < r1; ++g) {
-          const int64_t lo = std::max<int64_t>(0, r0 - g * kR16Rows);
-          const int64_t hi = std::min<int64_t>(kR16Rows, r1 - g * kR16Rows);
-          const __mmask16 keep = __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1));
+        ggml_r16_for_groups(r0, r1, [&](int64_t g, __mmask16 keep) {
           ggml_r16k_group<decltype(N)::value>(w.data + g * group_bytes, w.in, xs, yg + g * kR16Rows,
                                               w.out, keep);
-        }
+        });
       });
 }
 
