@@ -53,7 +53,7 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
   mla::Rng rng(5);
   // Q8_0_R16 / Q4_K_R16: Q8_0 / Q4_K rows repacked as the loader does (core/ggml_repack.h).
   const bool r16 = mla::dtype_is_row_interleaved(dt), block = mla::dtype_is_ggml_block(dt) || r16;
-  const DType file = dt == DType::kQ8_0R16 ? DType::kQ8_0 : DType::kQ4_K;
+  const DType file = mla::r16_file_dtype(dt);
   s.bytes = block ? out * mla::dtype_bytes(dt, in) : out * in * (dt == DType::kF8E4M3 ? 1 : 2);
   s.copies = int(std::max<int64_t>(1, (int64_t(256) << 20) / s.bytes));
   s.data = mla::AlignedBuffer<uint8_t>(size_t(s.bytes) * s.copies);
@@ -64,7 +64,7 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
   }
   if (r16) {
     const std::vector<uint8_t> q8(s.data.begin(), s.data.begin() + s.bytes);  // one copy
-    mla::repack_rows(file, dt, q8.data(), out, in, s.data.data());
+    mla::repack_rows(dt, q8.data(), out, in, s.data.data());
   }
   for (int64_t k = 0; !block && k < out * in; ++k) {
     if (dt == DType::kF8E4M3) {
@@ -124,8 +124,7 @@ const bool registered = [] {
                    DType::kQ4_KR16, DType::kQ6_K})
     for (auto [out, in] : shapes) {
       if (mla::dtype_is_ggml_block(dt) && in % mla::dtype_block(dt).elems != 0) continue;
-      if (dt == DType::kQ8_0R16 && !mla::q8_0_r16_fits(out, in)) continue;
-      if (dt == DType::kQ4_KR16 && !mla::q4_k_r16_fits(out, in)) continue;
+      if (mla::dtype_is_row_interleaved(dt) && !mla::repack_fits(dt, out, in)) continue;
       for (int64_t n : {1, 4, 16, 40, 64, 512}) {  // 40: an expert's tokens in prefill
         const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
                                  std::to_string(out) + "x" + std::to_string(in) + "/n" +

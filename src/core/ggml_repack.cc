@@ -46,49 +46,63 @@ void dequantize_q8_0_r16_row(const uint8_t* data, int64_t in, int64_t row, float
   }
 }
 
-void repack_q4_k_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
+namespace {
+
+// f(offset in the unit, offset in the row's Q4_K block, bytes) for every piece of row r of a
+// kQ4_KR16 unit (the layout of ggml_repack.h): the one description repacking and gathering share.
+template <class F>
+void q4_k_r16_pieces(int64_t r, F&& f) {
   using B = ggml::Q4_K;
-  const int64_t sbs = in / 256, row_bytes = sbs * 144;
-  for (int64_t g = 0; g < out / kR16Rows; ++g) {
-    const uint8_t* rows = src + g * kR16Rows * row_bytes;
-    uint8_t* group = dst + g * kR16Rows * row_bytes;
-    for (int64_t sb = 0; sb < sbs; ++sb) {
-      uint8_t* unit = group + sb * kQ4KR16UnitBytes;
-      for (int r = 0; r < kR16Rows; ++r) {
-        const uint8_t* blk = rows + r * row_bytes + sb * 144;
-        std::memcpy(unit + 2 * r, blk + B::kD, 2);
-        std::memcpy(unit + 32 + 2 * r, blk + B::kDmin, 2);
-        for (int k = 0; k < 3; ++k)
-          std::memcpy(unit + 64 + 64 * k + 4 * r, blk + B::kScales + 4 * k, 4);
-        for (int v = 0; v < 32; ++v)
-          std::memcpy(unit + 256 + 64 * v + 4 * r, blk + B::kQs + 4 * v, 4);
-      }
-    }
-  }
+  f(2 * r, B::kD, 2);
+  f(32 + 2 * r, B::kDmin, 2);
+  for (int k = 0; k < 3; ++k) f(64 + 64 * k + 4 * r, B::kScales + 4 * k, 4);
+  for (int v = 0; v < 32; ++v) f(256 + 64 * v + 4 * r, B::kQs + 4 * v, 4);
 }
 
+void repack_q4_k_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
+  const int64_t sbs = in / 256, row_bytes = sbs * 144;
+  for (int64_t g = 0; g < out / kR16Rows; ++g)
+    for (int64_t sb = 0; sb < sbs; ++sb) {
+      uint8_t* unit = dst + g * kR16Rows * row_bytes + sb * kQ4KR16UnitBytes;
+      for (int64_t r = 0; r < kR16Rows; ++r) {
+        const uint8_t* blk = src + (g * kR16Rows + r) * row_bytes + sb * 144;
+        q4_k_r16_pieces(r,
+                        [&](int64_t u, int64_t b, size_t n) { std::memcpy(unit + u, blk + b, n); });
+      }
+    }
+}
+
+}  // namespace
+
 void gather_q4_k_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* dst) {
-  using B = ggml::Q4_K;
-  const int64_t sbs = in / 256, r = row % kR16Rows;
+  const int64_t sbs = in / 256;
   const uint8_t* group = data + row / kR16Rows * kR16Rows * sbs * 144;
   for (int64_t sb = 0; sb < sbs; ++sb) {
     const uint8_t* unit = group + sb * kQ4KR16UnitBytes;
-    uint8_t* blk = dst + sb * 144;
-    std::memcpy(blk + B::kD, unit + 2 * r, 2);
-    std::memcpy(blk + B::kDmin, unit + 32 + 2 * r, 2);
-    for (int k = 0; k < 3; ++k)
-      std::memcpy(blk + B::kScales + 4 * k, unit + 64 + 64 * k + 4 * r, 4);
-    for (int v = 0; v < 32; ++v) std::memcpy(blk + B::kQs + 4 * v, unit + 256 + 64 * v + 4 * r, 4);
+    q4_k_r16_pieces(row % kR16Rows, [&](int64_t u, int64_t b, size_t n) {
+      std::memcpy(dst + sb * 144 + b, unit + u, n);
+    });
   }
 }
 
-bool repack_fits(DType t, DType to, int64_t out, int64_t in) {
-  return (t == DType::kQ8_0 && to == DType::kQ8_0R16 && q8_0_r16_fits(out, in)) ||
-         (t == DType::kQ4_K && to == DType::kQ4_KR16 && q4_k_r16_fits(out, in));
+DType repacked_dtype(DType t) {
+  return t == DType::kQ8_0 ? DType::kQ8_0R16 : t == DType::kQ4_K ? DType::kQ4_KR16 : t;
 }
 
-void repack_rows(DType t, DType to, const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
-  (void)t;
+DType r16_file_dtype(DType to) {
+  return to == DType::kQ8_0R16 ? DType::kQ8_0 : DType::kQ4_K;
+}
+
+int64_t r16_row_multiple(DType to) {
+  return to == DType::kQ8_0R16 ? kR16UnitValues : 256;
+}
+
+bool repack_fits(DType to, int64_t out, int64_t in) {
+  return dtype_is_row_interleaved(to) && out > 0 && in > 0 && out % kR16Rows == 0 &&
+         in % r16_row_multiple(to) == 0;
+}
+
+void repack_rows(DType to, const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
   if (to == DType::kQ8_0R16) return repack_q8_0_r16(src, out, in, dst);
   repack_q4_k_r16(src, out, in, dst);
 }

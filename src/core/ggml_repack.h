@@ -26,13 +26,8 @@ inline constexpr int kR16Rows = 16;         // rows per group
 inline constexpr int kR16UnitValues = 64;   // values per unit (two Q8_0 blocks)
 inline constexpr int kR16UnitBytes = 1088;  // 16 rows × 2 blocks × 34 bytes
 
-// Whether a Q8_0 weight of this shape can be repacked.
-constexpr bool q8_0_r16_fits(int64_t out, int64_t in) {
-  return out > 0 && in > 0 && out % kR16Rows == 0 && in % kR16UnitValues == 0;
-}
-
 // dst (out · in / 32 · 34 bytes) = the Q8_0 rows [out, in] at src in the layout above.
-// Requires q8_0_r16_fits(out, in).
+// Requires repack_fits(kQ8_0R16, out, in).
 void repack_q8_0_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
 
 // out[0, in) = row `row` of a kQ8_0R16 weight with `in` values a row, bit for bit the values
@@ -53,22 +48,22 @@ void dequantize_q8_0_r16_row(const uint8_t* data, int64_t in, int64_t row, float
 // Every byte of the Q4_K rows is kept, only moved.
 inline constexpr int kQ4KR16UnitBytes = 16 * 144;
 
-constexpr bool q4_k_r16_fits(int64_t out, int64_t in) {
-  return out > 0 && in > 0 && out % kR16Rows == 0 && in % 256 == 0;
-}
-
-// dst = the Q4_K rows [out, in] at src in the layout above. Requires q4_k_r16_fits(out, in).
-void repack_q4_k_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
-
 // dst (in / 256 · 144 bytes) = row `row` of a kQ4_KR16 weight as the Q4_K row it was made from.
 void gather_q4_k_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* dst);
 
-// Whether a weight of dtype t and shape [out, in] can be repacked as `to`.
-bool repack_fits(DType t, DType to, int64_t out, int64_t in);
+// The repacked dtype of a file format (kQ8_0 → kQ8_0R16, kQ4_K → kQ4_KR16), or t itself; and
+// back, the file format a repacked dtype was made from.
+DType repacked_dtype(DType t);
+DType r16_file_dtype(DType to);
 
-// dst = the rows [out, in] of dtype t at src repacked as `to` (kQ8_0 → kQ8_0R16, kQ4_K →
-// kQ4_KR16). Requires repack_fits(t, to, out, in).
-void repack_rows(DType t, DType to, const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
+// What a weight [out, in] needs to be held as the repacked dtype `to`: whole groups of 16 rows
+// and rows of a multiple of r16_row_multiple(to) values (64 for kQ8_0R16, 256 for kQ4_KR16).
+int64_t r16_row_multiple(DType to);
+bool repack_fits(DType to, int64_t out, int64_t in);
+
+// dst = the rows [out, in] of r16_file_dtype(to) at src repacked as `to`. Requires
+// repack_fits(to, out, in).
+void repack_rows(DType to, const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
 
 // Row `row` of a weight [*, in] of dtype t stored at data: a row-interleaved row as above, else
 // dequantize_row of the row's bytes (a GGUF block format or F32 / F16 / BF16).

@@ -23,12 +23,11 @@ Status validate(const LinearWeight& w) {
     return invalid_argument("linear weight: " + std::string(dtype_name(w.dtype)) + " rows of " +
                             std::to_string(w.in) + " values are not whole blocks of " +
                             std::to_string(dtype_block(w.dtype).elems));
-  if (w.dtype == DType::kQ8_0R16 && !q8_0_r16_fits(w.out, w.in))
-    return invalid_argument("linear weight: Q8_0_R16 shape [" + std::to_string(w.out) + ", " +
-                            std::to_string(w.in) + "] needs out a multiple of 16 and in of 64");
-  if (w.dtype == DType::kQ4_KR16 && !q4_k_r16_fits(w.out, w.in))
-    return invalid_argument("linear weight: Q4_K_R16 shape [" + std::to_string(w.out) + ", " +
-                            std::to_string(w.in) + "] needs out a multiple of 16 and in of 256");
+  if (dtype_is_row_interleaved(w.dtype) && !repack_fits(w.dtype, w.out, w.in))
+    return invalid_argument("linear weight: " + std::string(dtype_name(w.dtype)) + " shape [" +
+                            std::to_string(w.out) + ", " + std::to_string(w.in) +
+                            "] needs out a multiple of 16 and in of " +
+                            std::to_string(r16_row_multiple(w.dtype)));
   if (w.out < 1 || w.in < 1)
     return invalid_argument("linear weight: shape [" + std::to_string(w.out) + ", " +
                             std::to_string(w.in) + "] must have out >= 1 and in >= 1");
@@ -90,8 +89,8 @@ Status validate(const LinearParams& p) {
 }
 
 DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view backend) {
-  const DType to = t == DType::kQ8_0 ? DType::kQ8_0R16 : DType::kQ4_KR16;
-  if (backend != "cpu" || !repack_fits(t, to, out, in)) return t;
+  const DType to = repacked_dtype(t);
+  if (backend != "cpu" || !repack_fits(to, out, in)) return t;
   const Result<const LinearVariant*> v = select_variant(LinearParams{}, backend);
   return v.ok() && (*v)->repacks_blocks ? to : t;
 }

@@ -140,14 +140,13 @@ WeightArena::~WeightArena() {
 Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& pool, uint8_t* dst,
                                    const std::string& what, bool drop_source) {
   MLA_RETURN_IF_ERROR(validate(w));
-  if (!(w.dtype == DType::kQ8_0 && to == DType::kQ8_0R16) &&
-      !(w.dtype == DType::kQ4_K && to == DType::kQ4_KR16))
+  if (!dtype_is_row_interleaved(to) || repacked_dtype(w.dtype) != to)
     return invalid_argument(what + ": no repacked layout of " + std::string(dtype_name(w.dtype)) +
                             " as " + std::string(dtype_name(to)));
-  if (!repack_fits(w.dtype, to, w.out, w.in))
+  if (!repack_fits(to, w.out, w.in))
     return invalid_argument(what + ": " + std::string(dtype_name(to)) +
                             " needs whole groups of 16 rows of " +
-                            (to == DType::kQ8_0R16 ? "64" : "256") + " values, not [" +
+                            std::to_string(r16_row_multiple(to)) + " values, not [" +
                             std::to_string(w.out) + ", " + std::to_string(w.in) + "]");
   const int64_t group_bytes = kR16Rows * dtype_bytes(w.dtype, w.in);
   // Tasks of 16 groups (256 rows): a V2-Lite expert is 88 groups.
@@ -155,8 +154,7 @@ Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& 
   const int64_t groups = w.out / kR16Rows;
   pool.parallel_for((groups + kGroupsPerTask - 1) / kGroupsPerTask, [&](int64_t t, int) {
     const int64_t g0 = t * kGroupsPerTask, g1 = std::min(groups, g0 + kGroupsPerTask);
-    repack_rows(w.dtype, to, w.data + g0 * group_bytes, (g1 - g0) * kR16Rows, w.in,
-                dst + g0 * group_bytes);
+    repack_rows(to, w.data + g0 * group_bytes, (g1 - g0) * kR16Rows, w.in, dst + g0 * group_bytes);
   });
   if (drop_source) {
     const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));

@@ -84,10 +84,10 @@ inline std::vector<double> k_mags(DType t, const uint8_t* block) {
 
 inline BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) {
   if (dtype_is_row_interleaved(t)) {  // repacked as the loader does (core/ggml_repack.h)
-    const DType file = t == DType::kQ8_0R16 ? DType::kQ8_0 : DType::kQ4_K;
+    const DType file = r16_file_dtype(t);
     BlockWeight b = make_weight(file, out, in, seed);
     std::vector<uint8_t> packed(b.bytes.size());  // also at an odd address
-    repack_rows(file, t, b.w.data, out, in, packed.data() + 1);
+    repack_rows(t, b.w.data, out, in, packed.data() + 1);
     b.bytes = std::move(packed);
     b.w.dtype = t;
     b.w.data = b.bytes.data() + 1;

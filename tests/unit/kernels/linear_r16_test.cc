@@ -24,14 +24,14 @@ namespace {
 
 using Shapes = std::vector<std::pair<int64_t, int64_t>>;
 
-TEST(Q8_0R16, RowsDecodeAsTheFileRowsBitForBit) {
+TEST(RepackedRows, RowsDecodeAsTheFileRowsBitForBit) {
   for (const auto& [file, packed_t, shapes] :
        {std::tuple{DType::kQ8_0, DType::kQ8_0R16, Shapes{{16, 64}, {48, 1408}, {32, 2048}}},
         std::tuple{DType::kQ4_K, DType::kQ4_KR16, Shapes{{16, 256}, {48, 1536}, {32, 2048}}}}) {
     for (const auto& [out, in] : shapes) {
       const test::BlockWeight q = test::make_weight(file, out, in, uint64_t(out + in));
       std::vector<uint8_t> packed(size_t(out * dtype_bytes(file, in)));
-      repack_rows(file, packed_t, q.w.data, out, in, packed.data());
+      repack_rows(packed_t, q.w.data, out, in, packed.data());
       std::vector<float> a(static_cast<size_t>(in)), b(static_cast<size_t>(in));
       std::vector<uint8_t> row(size_t(dtype_bytes(file, in)));
       for (int64_t o = 0; o < out; ++o) {
@@ -47,7 +47,7 @@ TEST(Q8_0R16, RowsDecodeAsTheFileRowsBitForBit) {
   }
 }
 
-TEST(Q8_0R16, EveryCpuVariantMatchesTheReference) {
+TEST(RepackedRows, EveryCpuVariantMatchesTheReference) {
   ThreadPool pool(2);
   for (const auto& [t, out, in] : {std::tuple{DType::kQ8_0R16, 16, 64},
                                    {DType::kQ8_0R16, 48, 192},
@@ -92,7 +92,7 @@ TEST(Q8_0R16, EveryCpuVariantMatchesTheReference) {
 
 // The repacked weight next to a plain Q8_0 one on the same x: linear_many runs each as linear
 // does (the two quantise x in their own layouts).
-TEST(Q8_0R16, LinearManyEqualsLinear) {
+TEST(RepackedRows, LinearManyEqualsLinear) {
   ThreadPool pool(2);
   const int64_t in = 256;
   for (DType t : {DType::kQ8_0R16, DType::kQ4_KR16}) {
@@ -115,7 +115,7 @@ TEST(Q8_0R16, LinearManyEqualsLinear) {
   }
 }
 
-TEST(Q8_0R16, RefusesShapesItCannotHold) {
+TEST(RepackedRows, RefusesShapesItCannotHold) {
   uint8_t bytes[16 * 34 * 2] = {};
   LinearWeight w{DType::kQ8_0R16, bytes, 16, 64};
   EXPECT_TRUE(validate(w).ok());
@@ -138,7 +138,7 @@ TEST(Q8_0R16, RefusesShapesItCannotHold) {
   EXPECT_NE(ks.message().find("Q4_K_R16"), std::string::npos) << ks.message();
 }
 
-TEST(Q8_0R16, PreferredOnlyForQ8_0ThatFitsOnAVnniVariant) {
+TEST(RepackedRows, PreferredOnlyForQ8_0AndQ4_KThatFitOnAVnniVariant) {
   const bool repacks = cpu_linear_variants_here().front()->repacks_blocks;
   EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 1408),
             repacks ? DType::kQ8_0R16 : DType::kQ8_0);
