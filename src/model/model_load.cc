@@ -268,6 +268,12 @@ Status repack_weights(Model::Impl& m, const std::string& dir) {
                            {&L.o_proj, "o_proj"},
                            {&L.router, "router"}})
       ws.push_back({w, at + name});
+    // The absorbed path's per-head products (a GGUF file's attn_k_b / attn_v_b views; FP32,
+    // BF16 and FP8 copies keep their layout).
+    for (size_t h = 0; h < L.absorbed.uk_t.size(); ++h) {
+      ws.push_back({&L.absorbed.uk_t[h], at + fmt::format("attn_k_b head {}", h)});
+      ws.push_back({&L.absorbed.uv[h], at + fmt::format("attn_v_b head {}", h)});
+    }
     std::vector<MlpLinear*> mlps = {&L.mlp, &L.shared};
     for (MlpLinear& e : L.experts) mlps.push_back(&e);
     for (size_t k = 0; k < mlps.size(); ++k) {
@@ -295,18 +301,21 @@ Status repack_weights(Model::Impl& m, const std::string& dir) {
   }
   if (plan.empty()) return Status();
   MLA_ASSIGN_OR_RETURN(m.repacked, WeightArena::allocate(total, dir + ": repacked weights"));
+  std::vector<const uint8_t*> sources;
   for (size_t p = 0; p < plan.size(); ++p) {
     auto& [w, what] = ws[plan[p].first];
     // The file's pages are dropped, unless the weight is a copy: lm_head requantised, or a
-    // rank's slice (whose copy is freed instead).
+    // rank's slice (whose copy is freed instead, once every weight is repacked: the heads of a
+    // layer's attn_k_b share one slice).
     const bool mapped = m.ranks == 1 && (w != &m.lm_head || !m.lm_head_store.data.data());
-    const uint8_t* source = w->data;
+    sources.push_back(w->data);
     MLA_ASSIGN_OR_RETURN(*w, repack_weight(*w, plan[p].second, default_thread_pool(),
                                            m.repacked.data() + offset[p], what, mapped));
-    if (m.ranks > 1) m.slices.release(source);
     m.repack_stats.weights += 1;
     m.repack_stats.bytes += dtype_bytes(w->dtype, w->in) * w->out;
   }
+  if (m.ranks > 1)
+    for (const uint8_t* source : sources) m.slices.release(source);
   m.repack_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status();

@@ -139,9 +139,10 @@ inline BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) 
 //    rounding adds Σ_superblocks (dx/2 + 2^-22·amax)·Σ|w|. Per super-block the kernel forms
 //    exact int32 dot products per 4 values, scales them by the exact d·s in 4 fused adds per
 //    lane, multiplies the part by dx (one more) and subtracts the exact dm·m times
-//    fl(dx·Σ q_x) (one rounding for the x sum, one for the add); with two accumulator adds per
-//    super-block and four for the final 16-lane sum, k = 2·in/256 + 10 roundings at most reach
-//    any term. The terms are not the products w·x but
+//    fl(dx·Σ q_x) (one rounding for the x sum, one for the add; Q6_K and Q3_K subtract m·Σ q_x
+//    in the integer lanes instead, whose conversion may then round once, as in the AVX2 kernel);
+//    with two accumulator adds per super-block and four for the final 16-lane sum,
+//    k = 2·in/256 + 11 roundings at most reach any term. The terms are not the products w·x but
 //    their two parts, so the FP32 part is γ_k·Σ mag·(|x| + dx/2) with mag = |d·s·q| + |dm·m| ≥ |w|.
 inline double fp32_bound(int64_t in, double abs_sum) {
   const double u = std::ldexp(1.0, -24), k = double(in + 2);
@@ -175,7 +176,7 @@ inline double vnni_k_bound(const std::vector<float>& x, const std::vector<float>
     }
     b += half * wsum;
   }
-  // + 1: the AVX2 kernel's conversion of a Q6_K super-block's int32 lane (it may pass 2^24).
+  // + 1: the conversion of a Q6_K / Q3_K super-block's int32 lane (it may pass 2^24).
   const double u = std::ldexp(1.0, -24), k = double(2 * x.size() / 256 + 11);
   return b + k * u / (1 - k * u) * terms;
 }

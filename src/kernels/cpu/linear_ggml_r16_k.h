@@ -72,11 +72,13 @@ inline void ggml_r16k_group(const uint8_t* group, int64_t in, const GgmlR16KXRow
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   for (int64_t sb = 0; sb < in / 256; ++sb) {
     const uint8_t* unit = group + sb * kQ4KR16UnitBytes;
-    // The next unit, requested while this one is multiplied (prefetchnta, as the FP GEMVs of
-    // linear_driver.h): without it the GEMV read DRAM at 38 GB/s against the row-at-a-time K
-    // kernel's 45; with it 52 (mla_bench_linear Q4_K_R16/4096x2048/n1, 2 threads, Zen 5).
+    // The unit after next, requested while this one is multiplied (prefetchnta, as the FP GEMVs
+    // of linear_driver.h): without a prefetch the GEMV read DRAM at 38 GB/s against the
+    // row-at-a-time K kernel's 45, with the next unit 52 (mla_bench_linear
+    // Q4_K_R16/4096x2048/n1, 2 threads, Zen 5); two units ahead took the Q4_K_M file's decode
+    // from 0.85 to 0.91 of the read probe when the host reads ~72 GB/s (same at ~50 GB/s).
     for (int b = 0; b < kQ4KR16UnitBytes; b += 64)
-      __builtin_prefetch(unit + kQ4KR16UnitBytes + b, 0, 0);
+      __builtin_prefetch(unit + 2 * kQ4KR16UnitBytes + b, 0, 0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit)));
     const __m512 dmin =
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + 32)));

@@ -13,11 +13,14 @@
 // The first sum is integer all the way: vpmaddubsw forms each pair q_w·q_x + q_w'·q_x' in int16
 // (at most 2 · 63 · 128 = 16,128: no saturation) and vpdpwssd multiplies the pairs by the int16
 // scale of their sub-block, adding into int32 lanes (at most 4 · 2 · 16,128 · 128 < 2^24 in
-// Q6_K, the largest, so the conversion to FP32 is exact). dm·m_t is exact (an f16 times an
-// integer of at most 8 bits). No FP32 work happens per sub-block.
+// Q6_K, the largest). Where dm = d (Q6_K, Q3_K) the mins join that integer sum instead,
+// d·dx · (Σ_j s_j Σ q_w·q_x − Σ_t m_t Σ_t q_x) (one more vpdpwssd, |m_t · Σ_t q_x| ≤ 32 · 128 ·
+// 16 · 127 < 2^23): a lane stays below 2^25 and its conversion to FP32 may round once. dm·m_t
+// is exact (an f16 times an integer of at most 8 bits). No FP32 work happens per sub-block.
 // Error against the exact product: x's rounding, at most dx/2 per value, times Σ|w| of the
-// super-block, plus FP32 roundings: d·dx, dx·Σ q_x, two fused adds per super-block and 4 in the
-// final 16-lane sum: at most 2 · in/256 + 10 roundings reach any term (the tests' bound).
+// super-block, plus FP32 roundings: the lane's conversion, d·dx, dx·Σ q_x, two fused adds per
+// super-block and 4 in the final 16-lane sum: at most 2 · in/256 + 11 roundings reach any term
+// (the tests' bound).
 // Include after the ISA's `#pragma GCC target` (avx512f/bw/vl/vnni); internal linkage.
 #pragma once
 
@@ -30,22 +33,26 @@ namespace {
 
 // A quantised x row for the K formats: per super-block sb, codes[256 · sb ..] in value order,
 // sums[16 · sb + s] = fl(dx · Σ of the codes s · 16 .. s · 16 + 15) (the min term's factor,
-// rounded once), and dx[sb].
+// rounded once), neg16[16 · sb + s] = −Σ of the same codes as an int16 in the low half of an
+// int32 whose high half is 0 (|Σ| ≤ 16 · 127: the factor of vpdpwssd for the formats whose min
+// is a multiple of the scale, Q6_K and Q3_K), and dx[sb].
 struct GgmlKXRow {
   const int8_t* codes = nullptr;
   const float* sums = nullptr;
+  const int32_t* neg16 = nullptr;
   const float* dx = nullptr;
 };
 
 constexpr int64_t ggml_k_x_row_bytes(int64_t in) {
   const int64_t sbs = in / 256;
-  return sbs * (256 + 64) + (sbs * 4 + 63) / 64 * 64;
+  return sbs * (256 + 64 + 64) + (sbs * 4 + 63) / 64 * 64;
 }
 
 inline GgmlKXRow ggml_k_x_row(const uint8_t* base, int64_t in) {
   const int64_t sbs = in / 256;
   return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + sbs * 256),
-          reinterpret_cast<const float*>(base + sbs * 320)};
+          reinterpret_cast<const int32_t*>(base + sbs * 320),
+          reinterpret_cast<const float*>(base + sbs * 384)};
 }
 
 // Quantises x [in] (a multiple of 256) into the layout above at `dst` (64-byte aligned).
@@ -53,7 +60,8 @@ inline void ggml_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
   const int64_t sbs = in / 256;
   int8_t* codes = reinterpret_cast<int8_t*>(dst);
   float* sums = reinterpret_cast<float*>(dst + sbs * 256);
-  float* dxs = reinterpret_cast<float*>(dst + sbs * 320);
+  int32_t* neg16 = reinterpret_cast<int32_t*>(dst + sbs * 320);
+  float* dxs = reinterpret_cast<float*>(dst + sbs * 384);
   for (int64_t sb = 0; sb < sbs; ++sb) {
     const float* xs = x + 256 * sb;
     __m512 amax = _mm512_setzero_ps();
@@ -68,7 +76,9 @@ inline void ggml_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
       const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * k), inv));
       const __m128i q8 = _mm512_cvtsepi32_epi8(q);
       _mm_store_si128(reinterpret_cast<__m128i*>(codes + 256 * sb + 16 * k), q8);
-      sums[16 * sb + k] = dx * float(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8)));
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8));
+      sums[16 * sb + k] = dx * float(sum);
+      neg16[16 * sb + k] = int32_t(uint16_t(int16_t(-sum)));
     }
   }
 }
@@ -219,14 +229,19 @@ inline void ggml_k_decode(const uint8_t* b, GgmlKBlock& k) {
     // 210 bytes: ql[128], qh[64], scales[16] (int8), d. Half h = values 128h ..: value 128h + k
     // (k < 64) is the low nibble of ql[64h + k], 128h + 64 + k the high nibble; value
     // 128h + 32s + l has its top 2 bits at bit 2s of qh[32h + l].
+    // The top bits are moved to bits 4-5 of their byte by one 16-bit shift (field s sits at
+    // bits 2s: left by 4 - 2s, right by 2s - 4; what the shift pulls in from the neighbour byte
+    // lands outside bits 4-5) and merged as lo | (t & 0x30) by one vpternlogd (0xf8: a | b & c).
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i left = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i right = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(b + 64 * h);
       const __m512i qh = ggml_k_twice(b + 128 + 32 * h);
-      const __m512i m4 = _mm512_set1_epi8(0x0f);
       const __m512i lo = _mm512_and_si512(ql, m4),
                     hi = _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
-      k.q[2 * h] = _mm512_or_si512(lo, _mm512_slli_epi16(ggml_k_bits2(qh, 0, 2), 4));
-      k.q[2 * h + 1] = _mm512_or_si512(hi, _mm512_slli_epi16(ggml_k_bits2(qh, 4, 6), 4));
+      k.q[2 * h] = _mm512_ternarylogic_epi32(lo, _mm512_sllv_epi16(qh, left), m30, 0xf8);
+      k.q[2 * h + 1] = _mm512_ternarylogic_epi32(hi, _mm512_srlv_epi16(qh, right), m30, 0xf8);
     }
     const __m512i sc =
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
@@ -258,6 +273,13 @@ inline void ggml_k_decode(const uint8_t* b, GgmlKBlock& k) {
   }
 }
 
+// Prefetch distance of the row kernel below (prefetchnta, as the FP GEMVs of linear_driver.h):
+// the hardware prefetcher alone left the Q6_K GEMV reading DRAM at 0.85x Q8_0_R16's rate; 8 KiB
+// ahead took the Q4_K_M file's decode (its lm_head is Q6_K, 43% of the bytes) from 0.85 to 0.91 of
+// the read probe when the host reads ~72 GB/s, and 0.89 -> 0.94 at ~50 GB/s (2 threads, Zen 5;
+// 4 KiB gave 0.90 / 0.94, 1 KiB nothing).
+constexpr int64_t kGgmlKAheadBytes = 8192;
+
 // y[i · ldy + o] for rows o in [r0, r1) of w and the n ≤ 4 quantised rows xs.
 template <DType D, int N>
 void ggml_k_vnni_rows(const LinearWeight& w, const GgmlKXRow* xs, float* y, int64_t ldy, int64_t r0,
@@ -270,11 +292,18 @@ void ggml_k_vnni_rows(const LinearWeight& w, const GgmlKXRow* xs, float* y, int6
     __m512 acc_m[N];
     for (int i = 0; i < N; ++i) acc[i] = acc_m[i] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < sbs; ++sb) {
+      // The bytes kGgmlKAheadBytes past this super-block, a line per 64 bytes of it.
+      for (int b = 0; b < kBytes; b += 64)
+        __builtin_prefetch(row + sb * kBytes + kGgmlKAheadBytes + b, 0, 0);
       GgmlKBlock k;
       ggml_k_decode<D>(row + sb * kBytes, k);
       __m512i s16[4];
       for (int c = 0; c < 4; ++c) s16[c] = ggml_k_s16(k, c);
-      const __m512 m = ggml_k_float_mins(k);
+      // Q6_K / Q3_K: dm = d, so the min m_t · Σ_t q_x joins the integer sum (lane t gets
+      // m_t · (−Σ_t q_x): |m_t| ≤ 32 · 128, |Σ_t| ≤ 16 · 127, a lane stays below 2^25 and its
+      // conversion may round once); the other formats scale their mins by dmin in FP32.
+      constexpr bool kIntMins = D == DType::kQ6_K || D == DType::kQ3_K;
+      const __m512 m = kIntMins ? _mm512_setzero_ps() : ggml_k_float_mins(k);
       for (int i = 0; i < N; ++i) {
         const int8_t* xc = xs[i].codes + 256 * sb;
         __m512i isum = _mm512_setzero_si512();  // Σ_j s_j Σ q_w·q_x, per lane
@@ -282,10 +311,13 @@ void ggml_k_vnni_rows(const LinearWeight& w, const GgmlKXRow* xs, float* y, int6
           const __m512i pairs = _mm512_maddubs_epi16(k.q[c], _mm512_load_si512(xc + 64 * c));
           isum = _mm512_dpwssd_epi32(isum, pairs, s16[c]);
         }
+        if constexpr (kIntMins)
+          isum = _mm512_dpwssd_epi32(isum, k.m16, _mm512_load_si512(xs[i].neg16 + 16 * sb));
         acc[i] =
             _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(k.d * xs[i].dx[sb]), acc[i]);
         // The mins in their own accumulator: one fused add per super-block on each chain.
-        acc_m[i] = _mm512_fmadd_ps(m, _mm512_load_ps(xs[i].sums + 16 * sb), acc_m[i]);
+        if constexpr (!kIntMins)
+          acc_m[i] = _mm512_fmadd_ps(m, _mm512_load_ps(xs[i].sums + 16 * sb), acc_m[i]);
       }
     }
     for (int i = 0; i < N; ++i)
