@@ -66,7 +66,10 @@
 #       llama.cpp     llama-bench -m X.gguf -t T -r 1 -o json -p PP -n TG   (depth: -p 0 -n TG
 #                     -d DEPTH)
 #       ik_llama.cpp  the same with each IK_CONFIGS flag set (depth: -p 0 -n 0 -gp DEPTH,TG)
-#     Each run's weight files are first read into the page cache (cat > /dev/null, untimed).
+#     Each run's weight files are first read into the page cache (cat > /dev/null, untimed),
+#     then `mla bench machine` probes the read bandwidth (...json.probe beside the run's JSON):
+#     the table also gives decode tokens/s per probe GB/s, which the host's moving bandwidth
+#     level does not skew.
 #     Raw JSON per run: WORK_DIR/runs/r<round>__<engine>__<config>__<group>.json, logs beside.
 #     A failed run is reported and left out (n/a); the others go on.
 #  5. prints the table (bench/peers_table.py table).
@@ -274,6 +277,11 @@ run_one() {
   local round=$1 engine=$2 config=$3 group=$4
   shift 5
   local base="$runs/r${round}__${engine}__${config}__${group}"
+  # The host's read bandwidth moves between levels from minute to minute (docs/BENCHMARKS.md):
+  # a read probe right before each run lets the table compare decode per probe GB/s.
+  "$MLA_BIN" bench machine --json 2>/dev/null |
+    "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["mem_bw_gbps"])' \
+      >"$base.probe" 2>/dev/null || rm -f "$base.probe"
   local t0=$SECONDS
   if "$@" >"$base.json.tmp" 2>"$base.log"; then
     mv "$base.json.tmp" "$base.json"

@@ -183,6 +183,7 @@ def cmd_table(runs_dir, meta_path):
     meta = json.load(open(meta_path))
     samples = defaultdict(list)  # (engine, config, group, metric) -> [tokens/s per round]
     extras = defaultdict(dict)  # (engine, config, group) -> extras of the last run read
+    per_bw = defaultdict(list)  # (engine, config, group) -> [decode tokens/s per probe GB/s]
     rounds = set()
     for name in sorted(os.listdir(runs_dir)):
         if not name.endswith(".json"):
@@ -200,6 +201,12 @@ def cmd_table(runs_dir, meta_path):
         for metric in ("pp", "tg"):
             if run.get(metric):
                 samples[(engine, config, group, metric)].append(run[metric])
+        try:  # the read probe peers.sh ran right before this run (GB/s)
+            bw = float(open(os.path.join(runs_dir, name[:-5] + ".probe")).read())
+        except (OSError, ValueError):
+            bw = None
+        if bw and run.get("tg"):
+            per_bw[(engine, config, group)].append(run["tg"] / bw)
         extras[(engine, config, group)].update(
             {k: v for k, v in run.items() if k not in ("pp", "tg")})
 
@@ -228,6 +235,28 @@ def cmd_table(runs_dir, meta_path):
         r2 = f"{m / ik:.2f}x" if m and ik else "n/a"
         print(f"| {label.format(pp=pp, tg=tg, depth=depth)} | {fmt_ts(m)} | {fmt_ts(ll)} | "
               f"{ikcell} | {r1} | {r2} |")
+
+    # Decode normalised by the read probe before each run: the host's bandwidth level changes
+    # between runs, this ratio much less (same bytes per token for every engine of a row).
+    if per_bw:
+        print("\nDecode tokens/s per GB/s of the read probe run right before (`mla bench machine`"
+              "), median over rounds, best configuration per engine:\n")
+        print("| row | mla | llama.cpp | ik_llama.cpp | mla/llama.cpp | mla/ik_llama.cpp |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for label, group, metric in rows:
+            if metric != "tg":
+                continue
+            med = {}
+            for e in ENGINES:
+                c = [statistics.median(v) for (e2, _, g), v in per_bw.items()
+                     if e2 == e and g == group and v]
+                med[e] = max(c) if c else None
+            m, ll, ik = med["mla"], med["llama.cpp"], med["ik_llama.cpp"]
+            cell = lambda v: "n/a" if v is None else f"{v:.3f}"
+            r1 = f"{m / ll:.2f}x" if m and ll else "n/a"
+            r2 = f"{m / ik:.2f}x" if m and ik else "n/a"
+            print(f"| {label.format(pp=pp, tg=tg, depth=depth)} | {cell(m)} | {cell(ll)} | "
+                  f"{cell(ik)} | {r1} | {r2} |")
 
     # Every configuration, for the record.
     print("\nAll configurations (median tokens/s over rounds; n = rounds):\n")
