@@ -10,7 +10,12 @@
 #include <random>
 #include <vector>
 
+#include "core/ggml_quant.h"
+#include "core/ggml_repack.h"
+#include "core/thread_pool.h"
+#include "kernels/linear.h"
 #include "kernels/ref/linear_ref.h"
+#include "linear_ggml_bounds.h"
 
 namespace mla {
 namespace {
@@ -173,6 +178,79 @@ TEST(WeightRequant, RefusesOtherTargetsNamingThem) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("m/lm_head"), std::string::npos);
   EXPECT_NE(r.status().message().find("I16"), std::string::npos) << r.status().message();
+}
+
+// repack_weight (--repack) on per-head views into one tensor, as the loader repacks a GGUF
+// file's attn_k_b / attn_v_b heads: each head becomes Q8_0_R16 in its own buffer, the source
+// bytes stay as they were, and the heads' products (one linear_many, as the absorbed path runs
+// them) match the file layout's. Both kernels sum the same exact int32 block sums and differ only
+// in FP32 order, so each output is within twice the Q8_0 GEMV's bound of the other
+// (linear_ggml_bounds.h vnni_bound; the FP32 route of non-VNNI variants is inside it too).
+TEST(WeightRepack, PerHeadViewsKeepTheirProducts) {
+  constexpr int H = 3;
+  constexpr int64_t out = 64, in = 128;
+  const int64_t row_bytes = dtype_bytes(DType::kQ8_0, in), head_bytes = out * row_bytes;
+  std::vector<uint8_t> tensor(size_t(H * head_bytes) + 1);  // +1: heads at odd addresses
+  std::mt19937 rng(21);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  std::vector<std::vector<float>> rows(size_t(H * out), std::vector<float>(size_t(in)));
+  for (int64_t r = 0; r < H * out; ++r) {
+    std::vector<float> v(static_cast<size_t>(in));
+    for (float& e : v) e = g(rng);
+    uint8_t* at = tensor.data() + 1 + r * row_bytes;
+    ASSERT_TRUE(quantize_row(DType::kQ8_0, v, at).ok());
+    ASSERT_TRUE(dequantize_row(DType::kQ8_0, at, in, rows[size_t(r)].data()).ok());
+  }
+  const std::vector<uint8_t> before = tensor;
+  ThreadPool pool(2);
+  std::vector<uint8_t> arena(size_t(H * head_bytes));
+  std::vector<LinearWeight> file(H), packed(H);
+  for (int h = 0; h < H; ++h) {
+    file[size_t(h)].dtype = DType::kQ8_0;
+    file[size_t(h)].data = tensor.data() + 1 + h * head_bytes;
+    file[size_t(h)].out = out;
+    file[size_t(h)].in = in;
+    auto r = repack_weight(file[size_t(h)], DType::kQ8_0R16, pool, arena.data() + h * head_bytes,
+                           "head " + std::to_string(h), /*drop_source=*/false);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    packed[size_t(h)] = *r;
+    EXPECT_EQ(packed[size_t(h)].dtype, DType::kQ8_0R16);
+    EXPECT_EQ(packed[size_t(h)].data, arena.data() + h * head_bytes);
+  }
+  EXPECT_EQ(tensor, before);
+  for (int64_t n : {1, 3}) {
+    std::vector<float> x(size_t(H * n * in));
+    for (float& e : x) e = g(rng) * 20.0f;
+    std::vector<float> a(size_t(H * n * out)), b(a.size());
+    std::vector<LinearJob> ja, jb;
+    for (int h = 0; h < H; ++h) {
+      ja.push_back({&file[size_t(h)], n, x.data() + h * n * in, a.data() + h * n * out});
+      jb.push_back({&packed[size_t(h)], n, x.data() + h * n * in, b.data() + h * n * out});
+    }
+    ASSERT_TRUE(linear_many(ja, pool).ok());
+    ASSERT_TRUE(linear_many(jb, pool).ok());
+    for (int h = 0; h < H; ++h)
+      for (int64_t i = 0; i < n; ++i) {
+        const float* xi = x.data() + (h * n + i) * in;
+        const std::vector<float> xv(xi, xi + in);
+        for (int64_t o = 0; o < out; ++o) {
+          const std::vector<float>& w = rows[size_t(h * out + o)];
+          double abs_sum = 0;
+          for (int64_t k = 0; k < in; ++k)
+            abs_sum += std::fabs(double(xv[size_t(k)]) * w[size_t(k)]);
+          const size_t at = size_t((h * n + i) * out + o);
+          EXPECT_NEAR(a[at], b[at], 2 * test::vnni_bound(xv, w, abs_sum))
+              << "head " << h << " n " << n << " row " << i << " output " << o;
+        }
+      }
+  }
+  // A head whose rows are not whole 64-value units is refused, naming the weight.
+  LinearWeight odd = file[0];
+  odd.in = 96;
+  odd.out = 16;
+  const auto r = repack_weight(odd, DType::kQ8_0R16, pool, arena.data(), "attn_k_b head 0", false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("attn_k_b head 0"), std::string::npos);
 }
 
 }  // namespace
