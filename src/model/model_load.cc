@@ -308,14 +308,13 @@ Status repack_weights(Model::Impl& m, const std::string& dir) {
     // rank's slice (whose copy is freed instead, once every weight is repacked: the heads of a
     // layer's attn_k_b share one slice).
     const bool mapped = m.ranks == 1 && (w != &m.lm_head || !m.lm_head_store.data.data());
-    sources.push_back(w->data);
+    if (m.ranks > 1) sources.push_back(w->data);
     MLA_ASSIGN_OR_RETURN(*w, repack_weight(*w, plan[p].second, default_thread_pool(),
                                            m.repacked.data() + offset[p], what, mapped));
     m.repack_stats.weights += 1;
     m.repack_stats.bytes += dtype_bytes(w->dtype, w->in) * w->out;
   }
-  if (m.ranks > 1)
-    for (const uint8_t* source : sources) m.slices.release(source);
+  for (const uint8_t* source : sources) m.slices.release(source);
   m.repack_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status();

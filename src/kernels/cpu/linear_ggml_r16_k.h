@@ -75,8 +75,8 @@ inline void ggml_r16k_group(const uint8_t* group, int64_t in, const GgmlR16KXRow
     // The unit after next, requested while this one is multiplied (prefetchnta, as the FP GEMVs
     // of linear_driver.h): without a prefetch the GEMV read DRAM at 38 GB/s against the
     // row-at-a-time K kernel's 45, with the next unit 52 (mla_bench_linear
-    // Q4_K_R16/4096x2048/n1, 2 threads, Zen 5); two units ahead took the Q4_K_M file's decode
-    // from 0.85 to 0.91 of the read probe when the host reads ~72 GB/s (same at ~50 GB/s).
+    // Q4_K_R16/4096x2048/n1, 2 threads, Zen 5); two units ahead went with the K row kernel's
+    // longer prefetch (linear_ggml_vnni_k.h kGgmlKAheadBytes; docs/BENCHMARKS.md).
     for (int b = 0; b < kQ4KR16UnitBytes; b += 64)
       __builtin_prefetch(unit + 2 * kQ4KR16UnitBytes + b, 0, 0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit)));

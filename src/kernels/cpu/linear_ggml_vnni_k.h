@@ -274,10 +274,9 @@ inline void ggml_k_decode(const uint8_t* b, GgmlKBlock& k) {
 }
 
 // Prefetch distance of the row kernel below (prefetchnta, as the FP GEMVs of linear_driver.h):
-// the hardware prefetcher alone left the Q6_K GEMV reading DRAM at 0.85x Q8_0_R16's rate; 8 KiB
-// ahead took the Q4_K_M file's decode (its lm_head is Q6_K, 43% of the bytes) from 0.85 to 0.91 of
-// the read probe when the host reads ~72 GB/s, and 0.89 -> 0.94 at ~50 GB/s (2 threads, Zen 5;
-// 4 KiB gave 0.90 / 0.94, 1 KiB nothing).
+// with the hardware prefetcher alone the Q4_K_M file's decode (its lm_head is Q6_K, 43% of the
+// bytes) read 0.85 of the probe when the host reads 70-80 GB/s; 8 KiB ahead 0.92, 4 KiB 0.90
+// (2 threads, Zen 5; docs/BENCHMARKS.md "The Q4_K_M file at the host's upper bandwidth level").
 constexpr int64_t kGgmlKAheadBytes = 8192;
 
 // y[i · ldy + o] for rows o in [r0, r1) of w and the n ≤ 4 quantised rows xs.
