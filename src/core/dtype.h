@@ -39,6 +39,9 @@ enum class DType : uint8_t {
   // Q4_K repacked the same way (core/ggml_repack.h): 16 rows interleaved per super-block, the
   // codes of each row 4 bytes to a lane. The same bytes as Q4_K per 16 rows.
   kQ4_KR16,
+  // BF16 repacked at load for the BF16 dot-product kernels (core/ggml_repack.h): 16 rows
+  // interleaved in pairs of adjacent values, unchanged. The same bytes as BF16 per 16 rows.
+  kBF16R16,
 };
 
 // Size of one element in bits (4 for E2M1); 0 for the block formats (see dtype_block).
@@ -66,9 +69,14 @@ inline int64_t dtype_bytes(DType t, int64_t n) {
 constexpr bool dtype_is_ggml_block(DType t) {
   return t >= DType::kQ8_0 && t <= DType::kQ6_K;
 }
-// Formats whose rows are interleaved in groups (kQ8_0R16, kQ4_KR16): a row is not a contiguous
-// run of bytes, though a group of rows takes as many bytes as its rows would in the file format.
+// Formats whose rows are interleaved in groups (kQ8_0R16, kQ4_KR16, kBF16R16): a row is not a
+// contiguous run of bytes, though a group of rows takes as many bytes as its rows would in the
+// file format.
 constexpr bool dtype_is_row_interleaved(DType t) {
+  return t == DType::kQ8_0R16 || t == DType::kQ4_KR16 || t == DType::kBF16R16;
+}
+// The row-interleaved forms of the GGUF block formats (the int8 kernels' own).
+constexpr bool dtype_is_ggml_repack(DType t) {
   return t == DType::kQ8_0R16 || t == DType::kQ4_KR16;
 }
 

@@ -85,16 +85,46 @@ void gather_q4_k_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* 
   }
 }
 
+void repack_bf16_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
+  for (int64_t g = 0; g < out / kR16Rows; ++g) {
+    const uint8_t* rows = src + g * kR16Rows * in * 2;
+    uint8_t* group = dst + g * kR16Rows * in * 2;
+    for (int64_t p = 0; p < in / 2; ++p)
+      for (int r = 0; r < kR16Rows; ++r)
+        std::memcpy(group + 64 * p + 4 * r, rows + r * in * 2 + 4 * p, 4);
+  }
+}
+
+void dequantize_bf16_r16_row(const uint8_t* data, int64_t in, int64_t row, float* out) {
+  const uint8_t* group = data + row / kR16Rows * kR16Rows * in * 2;
+  const int64_t r = row % kR16Rows;
+  for (int64_t p = 0; p < in / 2; ++p)
+    for (int k = 0; k < 2; ++k) {
+      uint16_t h;
+      std::memcpy(&h, group + 64 * p + 4 * r + 2 * k, 2);
+      out[2 * p + k] = bf16_to_f32(h);
+    }
+}
+
 DType repacked_dtype(DType t) {
-  return t == DType::kQ8_0 ? DType::kQ8_0R16 : t == DType::kQ4_K ? DType::kQ4_KR16 : t;
+  switch (t) {
+    case DType::kQ8_0:
+      return DType::kQ8_0R16;
+    case DType::kQ4_K:
+      return DType::kQ4_KR16;
+    case DType::kBF16:
+      return DType::kBF16R16;
+    default:
+      return t;
+  }
 }
 
 DType r16_file_dtype(DType to) {
-  return to == DType::kQ8_0R16 ? DType::kQ8_0 : DType::kQ4_K;
+  return to == DType::kQ8_0R16 ? DType::kQ8_0 : to == DType::kBF16R16 ? DType::kBF16 : DType::kQ4_K;
 }
 
 int64_t r16_row_multiple(DType to) {
-  return to == DType::kQ8_0R16 ? kR16UnitValues : 256;
+  return to == DType::kQ8_0R16 ? kR16UnitValues : to == DType::kBF16R16 ? 2 : 256;
 }
 
 bool repack_fits(DType to, int64_t out, int64_t in) {
@@ -104,6 +134,7 @@ bool repack_fits(DType to, int64_t out, int64_t in) {
 
 void repack_rows(DType to, const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
   if (to == DType::kQ8_0R16) return repack_q8_0_r16(src, out, in, dst);
+  if (to == DType::kBF16R16) return repack_bf16_r16(src, out, in, dst);
   repack_q4_k_r16(src, out, in, dst);
 }
 
@@ -112,6 +143,10 @@ Status dequantize_weight_row(DType t, const uint8_t* data, int64_t in, int64_t r
     std::vector<uint8_t> blocks(size_t(in / 256 * 144));
     gather_q4_k_r16_row(data, in, row, blocks.data());
     return dequantize_row(DType::kQ4_K, blocks.data(), in, out);
+  }
+  if (t == DType::kBF16R16) {
+    dequantize_bf16_r16_row(data, in, row, out);
+    return Status();
   }
   if (!dtype_is_row_interleaved(t))
     return dequantize_row(t, data + row * dtype_bytes(t, in), in, out);

@@ -1,4 +1,5 @@
-// Q8_0 (and Q4_K, below) weights repacked at load into DType::kQ8_0R16 (kQ4_KR16), the layout
+// Q8_0 (and Q4_K and BF16, below) weights repacked at load into DType::kQ8_0R16 (kQ4_KR16,
+// kBF16R16), the layout
 // of the int8 dot-product decode kernels (kernels/cpu/linear_ggml_r16.h, linear_ggml_r16_k.h): 16
 // rows' codes sit in one 64-byte vector, one int32 lane a row, so a GEMV accumulates 16 outputs per
 // vector with no horizontal sums (what ik_llama.cpp's run-time repacking does for its Q8_0).
@@ -51,13 +52,26 @@ inline constexpr int kQ4KR16UnitBytes = 16 * 144;
 // dst (in / 256 · 144 bytes) = row `row` of a kQ4_KR16 weight as the Q4_K row it was made from.
 void gather_q4_k_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* dst);
 
-// The repacked dtype of a file format (kQ8_0 → kQ8_0R16, kQ4_K → kQ4_KR16), or t itself; and
-// back, the file format a repacked dtype was made from.
+// BF16 repacked as DType::kBF16R16 for the BF16 dot-product kernels (kernels/cpu/
+// linear_bf16_r16.h, linear_gemm_bf16.h). Layout of a weight [out, in] (out a multiple of 16, in
+// even): groups of 16 rows, group g at g · 16 · in · 2 bytes; within a group, pair p (values 2p,
+// 2p + 1 of each row) at 64p: row r's two BF16 values at 64p + 4r, value 2p first. One 64-byte
+// vector is then one pair of 16 rows: what vdpbf16ps takes as its weight operand, and what an AMX
+// tile of 16 pair rows holds (B[pair][row][2]). The GEMM reads it as is (no per-chunk packing);
+// the FP32 GEMV widens each vector to two FP32 vectors (even and odd values) and accumulates 16
+// rows per vector with no horizontal sums.
+void repack_bf16_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
+// out[0, in) = row `row` of a kBF16R16 weight, the BF16 values widened exactly.
+void dequantize_bf16_r16_row(const uint8_t* data, int64_t in, int64_t row, float* out);
+
+// The repacked dtype of a stored dtype (kQ8_0 → kQ8_0R16, kQ4_K → kQ4_KR16, kBF16 → kBF16R16),
+// or t itself; and back, the dtype a repacked dtype was made from.
 DType repacked_dtype(DType t);
 DType r16_file_dtype(DType to);
 
 // What a weight [out, in] needs to be held as the repacked dtype `to`: whole groups of 16 rows
-// and rows of a multiple of r16_row_multiple(to) values (64 for kQ8_0R16, 256 for kQ4_KR16).
+// and rows of a multiple of r16_row_multiple(to) values (64 for kQ8_0R16, 256 for kQ4_KR16, 2
+// for kBF16R16).
 int64_t r16_row_multiple(DType to);
 bool repack_fits(DType to, int64_t out, int64_t in);
 

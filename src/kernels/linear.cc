@@ -18,7 +18,7 @@ Status validate(const LinearWeight& w) {
       !dtype_is_row_interleaved(w.dtype))
     return invalid_argument("linear weight: dtype " + std::string(dtype_name(w.dtype)) +
                             " is not one of BF16, F16, F32, F8_E4M3, I8, a GGUF block format, "
-                            "Q8_0_R16 or Q4_K_R16");
+                            "Q8_0_R16, Q4_K_R16 or BF16_R16");
   if (dtype_is_ggml_block(w.dtype) && w.in % dtype_block(w.dtype).elems != 0)
     return invalid_argument("linear weight: " + std::string(dtype_name(w.dtype)) + " rows of " +
                             std::to_string(w.in) + " values are not whole blocks of " +
@@ -92,7 +92,8 @@ DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view 
   const DType to = repacked_dtype(t);
   if (backend != "cpu" || !repack_fits(to, out, in)) return t;
   const Result<const LinearVariant*> v = select_variant(LinearParams{}, backend);
-  return v.ok() && (*v)->repacks_blocks ? to : t;
+  if (!v.ok()) return t;
+  return (to == DType::kBF16R16 ? (*v)->repacks_bf16 : (*v)->repacks_blocks) ? to : t;
 }
 
 Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,

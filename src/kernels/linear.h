@@ -47,8 +47,8 @@ Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, Thread
               std::string_view backend = "cpu", DType math = DType::kF32);
 
 // The dtype `backend` runs a weight of dtype t and shape [out, in] fastest in, for a loader to
-// convert it to once: kQ8_0R16 / kQ4_KR16 (core/ggml_repack.h) for Q8_0 / Q4_K where the CPU
-// variant has their kernels and the shape fits, else t.
+// convert it to once: kQ8_0R16 / kQ4_KR16 / kBF16R16 (core/ggml_repack.h) for Q8_0 / Q4_K / BF16
+// where the CPU variant has their kernels and the shape fits, else t.
 DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view backend = "cpu");
 
 // One product of linear_many: y[n, out] = x[n, in] · W_realᵀ.

@@ -195,6 +195,7 @@ const std::vector<LinearVariant>& linear_variants() {
   static const std::vector<LinearVariant> table = {
       {{"linear.cpu.avx512bf16", "cpu", Intermediates::kBf16, has_avx512_bf16_vbmi,
         cpu::linear_avx512_bf16},
+       true,
        true},
       {{"linear.cpu.avx512vbmivnni", "cpu", Intermediates::kFp32, has_avx512_vbmi_vnni,
         cpu::linear_avx512_vbmi_vnni},

@@ -551,7 +551,11 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         return lin_dot_chunk<L, DType::kF8E4M3>(w, job.n, job.x, job.y, it.r0, it.r1);
       case DType::kI8:
         return lin_dot_chunk<L, DType::kI8>(w, job.n, job.x, job.y, it.r0, it.r1);
-      default:  // validate() admits the five dtypes above and the GGUF block formats
+      case DType::kBF16R16:  // the variant that asks for the layout has its kernel
+        if constexpr (requires { &L::bf16_r16_chunk; })
+          return L::bf16_r16_chunk(w, job.n, job.x, job.y, it.r0, it.r1);
+        return lin_ggml_chunk<L>(w, job.n, job.x, job.y, it.r0, it.r1);
+      default:  // validate() admits the dtypes above, the GGUF block formats and their repacks
         return lin_ggml_chunk<L>(w, job.n, job.x, job.y, it.r0, it.r1);
     }
   });

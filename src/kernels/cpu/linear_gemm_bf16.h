@@ -9,7 +9,9 @@
 //   W rows are laid out per chunk as vectors of 16 rows, pair-interleaved (gemm_pack_w16), so one
 //   64-byte load gives one pair of 16 W rows: BF16 as stored, FP8 widened exactly to BF16 as
 //   value · 2^-8 (E4M3 has 4 significant bits), the block scale applied to each scale block's
-//   partial sum in FP32; F32 rounded to BF16 (RNE).
+//   partial sum in FP32; F32 rounded to BF16 (RNE). kBF16R16 weights (repacked at load,
+//   core/ggml_repack.h) are that layout already and are read in place: the per-chunk packing read
+//   16 rows at once from DRAM and stalled on it (~20% of a BF16 prefill in `perf`).
 // A register tile is 8 x rows × 3 W vectors (48 W rows): 24 accumulators, 3 W vectors and the
 // broadcast in the 32 zmm registers, 11 loads per 24 dot products (12 × 32 took 14 and was 5-10%
 // slower; 6 × 64 slower still); x rows come in tiles of 8, 4, 2 and 1, so no product is spent on
@@ -40,7 +42,7 @@ constexpr int64_t kGemmMaxChunkRows = 96;
 // weight whose pairs never straddle an FP8 scale block.
 inline bool gemm_bf16_takes(const LinearWeight& w, int64_t n) {
   if (n <= kLinWidenMinRows) return false;
-  if (w.dtype == DType::kBF16 || w.dtype == DType::kF32) return true;
+  if (w.dtype == DType::kBF16 || w.dtype == DType::kBF16R16 || w.dtype == DType::kF32) return true;
   return w.dtype == DType::kF8E4M3 && w.block_cols % 2 == 0;
 }
 
@@ -196,7 +198,9 @@ inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, in
       acc[g][h] = scale || first ? _mm512_setzero_ps() : _mm512_load_ps(tot + g * ldt + 16 * h);
   for (int64_t p = 0; p < np; ++p) {
     __m512bh wv[H];
-    for (int h = 0; h < H; ++h) wv[h] = __m512bh(_mm512_load_si512(w + h * ldw + 16 * p));
+    // Unaligned loads: a kBF16R16 weight is read in place (64-byte aligned when the loader made
+    // it, not necessarily when a caller did).
+    for (int h = 0; h < H; ++h) wv[h] = __m512bh(_mm512_loadu_si512(w + h * ldw + 16 * p));
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
       const __m512bh xv = __m512bh(_mm512_set1_epi32(int(x[g * ldx + p])));
@@ -250,13 +254,19 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   alignas(64) float tot[kGemmXBlock * ldt];
   const int64_t rows = r1 - r0, kp = gemm_pairs(w.in), vecs = (rows + 15) / 16;
   const int64_t ldw = kp * 16;  // words from one vector of 16 W rows to the next
-  uint32_t* wp = ensure_scratch(packed_scratch, size_t(vecs * ldw));
-  if (D == DType::kBF16 && w.dtype == DType::kBF16) {
+  const uint32_t* wp = nullptr;
+  if (D == DType::kBF16 && w.dtype == DType::kBF16R16) {  // r0 is a multiple of 48
+    wp = reinterpret_cast<const uint32_t*>(w.data + r0 * w.in * 2);
+  } else if (D == DType::kBF16 && w.dtype == DType::kBF16) {
+    uint32_t* dst = ensure_scratch(packed_scratch, size_t(vecs * ldw));
+    wp = dst;
     const uint16_t* src = reinterpret_cast<const uint16_t*>(w.data) + r0 * w.in;
     for (int64_t v = 0; v < vecs; ++v)
       gemm_pack_w16(src + v * 16 * w.in, w.in, int(std::min<int64_t>(16, rows - 16 * v)), w.in,
-                    wp + v * ldw);
+                    dst + v * ldw);
   } else {
+    uint32_t* dst = ensure_scratch(packed_scratch, size_t(vecs * ldw));
+    wp = dst;
     // 16 rows at a time, widened (FP8) or rounded (F32) to BF16 rows first.
     const int64_t ldr = 2 * kp;
     uint16_t* wide = ensure_scratch(rows_scratch, size_t(16 * ldr));
@@ -266,7 +276,7 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
         gemm_round_f32(w, r0 + 16 * v, valid, ldr, wide);
       else
         gemm_widen_fp8(w, r0 + 16 * v, valid, ldr, wide);
-      gemm_pack_w16(wide, ldr, valid, w.in, wp + v * ldw);
+      gemm_pack_w16(wide, ldr, valid, w.in, dst + v * ldw);
     }
   }
   // Column blocks in pairs: FP8 one per scale block (block_cols even), BF16 kGemmBlockPairs.

@@ -44,7 +44,7 @@ constexpr int64_t kI8MaxChunkRows = 128;
 
 inline bool ggml_gemm_i8_takes(const LinearWeight& w) {
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
-  return vnni && (dtype_is_ggml_block(w.dtype) || dtype_is_row_interleaved(w.dtype));
+  return vnni && (dtype_is_ggml_block(w.dtype) || dtype_is_ggml_repack(w.dtype));
 }
 
 // Rows are laid out in whole super-blocks of 256: a Q8_0 / Q4_0 row whose length is not a

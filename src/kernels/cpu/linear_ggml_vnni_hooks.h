@@ -20,7 +20,7 @@ namespace {
 struct GgmlVnniHooks {
   static constexpr bool kGgmlInt = true;
   static bool ggml_takes(DType t) {
-    return ggml_avx2_takes(t) || ggml_k_vnni_takes(t) || dtype_is_row_interleaved(t);
+    return ggml_avx2_takes(t) || ggml_k_vnni_takes(t) || dtype_is_ggml_repack(t);
   }
   static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_i8_takes(w); }
   static int ggml_x_layout(DType t, bool gemm) {

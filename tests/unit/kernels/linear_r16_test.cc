@@ -138,7 +138,7 @@ TEST(RepackedRows, RefusesShapesItCannotHold) {
   EXPECT_NE(ks.message().find("Q4_K_R16"), std::string::npos) << ks.message();
 }
 
-TEST(RepackedRows, PreferredOnlyForQ8_0AndQ4_KThatFitOnAVnniVariant) {
+TEST(RepackedRows, Q8_0AndQ4_KPreferredWhereTheyFitOnAVnniVariant) {
   const bool repacks = cpu_linear_variants_here().front()->repacks_blocks;
   EXPECT_EQ(linear_preferred_dtype(DType::kQ8_0, 2048, 1408),
             repacks ? DType::kQ8_0R16 : DType::kQ8_0);
@@ -149,7 +149,6 @@ TEST(RepackedRows, PreferredOnlyForQ8_0AndQ4_KThatFitOnAVnniVariant) {
             repacks ? DType::kQ4_KR16 : DType::kQ4_K);
   EXPECT_EQ(linear_preferred_dtype(DType::kQ4_K, 40, 2048), DType::kQ4_K);
   EXPECT_EQ(linear_preferred_dtype(DType::kQ6_K, 2048, 2048), DType::kQ6_K);
-  EXPECT_EQ(linear_preferred_dtype(DType::kBF16, 2048, 2048), DType::kBF16);
 }
 
 }  // namespace

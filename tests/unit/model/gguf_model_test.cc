@@ -70,6 +70,9 @@ class GgufModelTest : public ::testing::TestWithParam<const char*> {
     all.insert(all.end(), g->decode_logits.begin(), g->decode_logits.end());
     return all;
   }
+  // Logits with and without repack_weights (a checkpoint whose `stored` weights the CPU runs
+  // as `packed`) are the same model: see below.
+  void expect_repacked_same_model(const std::string& path, DType stored, DType packed);
   test::TempDir dir_{"gguf_model"};
   ThreadPool pool_{2};
 };
@@ -110,8 +113,11 @@ TEST_P(GgufModelTest, ConfigSurvivesTheRoundTrip) {
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
 }
 
+// The F32 file against the BF16 checkpoint as stored: the same FP32 products (BF16 widens
+// exactly). Repacked at load the BF16 rows are summed in another order
+// (RepackedBf16IsTheSameModel).
 TEST_P(GgufModelTest, F32FileGivesTheSameLogitsBitForBit) {
-  const std::vector<float> want = logits(dir_.path());
+  const std::vector<float> want = logits(dir_.path(), 21, false);
   const std::vector<float> got = logits(quantize("f32"));
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "logit " << i;
@@ -147,14 +153,15 @@ TEST_P(GgufModelTest, Q8FileStaysTheSameModel) {
 // model's arithmetic (measured: v2 at prompt row 7, v3 at 15; v3 at 13 with a scalar SiLU), so
 // the rows must agree to 1e-4 up to the first that does not, which must come after at least 4
 // agreeing rows, and the whole run must stay the same model (cosine, as Q8FileStaysTheSameModel).
-TEST_P(GgufModelTest, RepackedQ8FileIsTheSameModel) {
-  const std::string path = quantize("q8_0");
+// The same holds for BF16 checkpoints repacked as kBF16R16 (each lane of the FP32 GEMV adds its
+// row's exact products in column order instead of 16 lane partials and a horizontal sum).
+void GgufModelTest::expect_repacked_same_model(const std::string& path, DType stored,
+                                               DType packed) {
   int repacked = -1;
   const std::vector<float> plain = logits(path, 21, false);
   const std::vector<float> got = logits(path, 21, true, &repacked);
   ASSERT_EQ(got.size(), plain.size());
-  const bool vnni = linear_preferred_dtype(DType::kQ8_0, 16, 64) == DType::kQ8_0R16;
-  if (vnni)
+  if (linear_preferred_dtype(stored, 16, 256) == packed)
     EXPECT_GT(repacked, 0);
   else
     EXPECT_EQ(repacked, 0);
@@ -177,6 +184,14 @@ TEST_P(GgufModelTest, RepackedQ8FileIsTheSameModel) {
     if (!same) break;
   }
   EXPECT_GE(agree, 4u);
+}
+
+TEST_P(GgufModelTest, RepackedQ8FileIsTheSameModel) {
+  expect_repacked_same_model(quantize("q8_0"), DType::kQ8_0, DType::kQ8_0R16);
+}
+
+TEST_P(GgufModelTest, RepackedBf16IsTheSameModel) {
+  expect_repacked_same_model(dir_.path(), DType::kBF16, DType::kBF16R16);
 }
 
 // The embedded tokenizer encodes as the directory's tokenizer.json does.
