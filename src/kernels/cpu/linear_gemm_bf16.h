@@ -189,14 +189,19 @@ inline void gemm_pack_w16(const uint16_t* src, int64_t ld, int valid, int64_t in
 // pairs [0, np). BF16 (scale null): the sums continue from tot unless `first`. FP8 (scale: 16H
 // per-row values, scale · 2^8): each call is one scale block, its sum scaled and added to tot in
 // FP32. G·H accumulators, G broadcasts and H loads per pair.
+// `ahead` (or null): H vectors at ahead + h · ldw to request into cache, one line each per pair,
+// while this tile reads from DRAM (the first tile over a block of a weight read in place).
 template <int G, int H>
 inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t ldw,
-                           int64_t np, const float* scale, bool first, float* tot, int64_t ldt) {
+                           int64_t np, const float* scale, bool first, float* tot, int64_t ldt,
+                           const uint32_t* ahead) {
   __m512 acc[G][H];
   for (int g = 0; g < G; ++g)
     for (int h = 0; h < H; ++h)
       acc[g][h] = scale || first ? _mm512_setzero_ps() : _mm512_load_ps(tot + g * ldt + 16 * h);
   for (int64_t p = 0; p < np; ++p) {
+    if (ahead)
+      for (int h = 0; h < H; ++h) _mm_prefetch(ahead + h * ldw + 16 * p, _MM_HINT_T0);
     __m512bh wv[H];
     // Unaligned loads: a kBF16R16 weight is read in place (64-byte aligned when the loader made
     // it, not necessarily when a caller did).
@@ -220,16 +225,18 @@ inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, in
 }
 
 // Rows [0, rows) of x in register tiles of G rows (the last ones in tiles of G / 2, .. 1 rows).
+// The first tile requests `ahead` (see gemm_bf16_tile).
 template <int G, int H>
 void gemm_bf16_tiles(const uint32_t* x, int64_t ldx, int64_t rows, const uint32_t* w, int64_t ldw,
-                     int64_t np, const float* scale, bool first, float* tot, int64_t ldt) {
+                     int64_t np, const float* scale, bool first, float* tot, int64_t ldt,
+                     const uint32_t* ahead) {
   int64_t g = 0;
-  for (; g + G <= rows; g += G)
-    gemm_bf16_tile<G, H>(x + g * ldx, ldx, w, ldw, np, scale, first, tot + g * ldt, ldt);
+  for (; g + G <= rows; g += G, ahead = nullptr)
+    gemm_bf16_tile<G, H>(x + g * ldx, ldx, w, ldw, np, scale, first, tot + g * ldt, ldt, ahead);
   if constexpr (G > 1)
     if (g < rows)
       gemm_bf16_tiles<G / 2, H>(x + g * ldx, ldx, rows - g, w, ldw, np, scale, first, tot + g * ldt,
-                                ldt);
+                                ldt, ahead);
 }
 
 // Pairs per column block of BF16 weights: a block of x rows and of the W vectors stay in L1
@@ -255,7 +262,8 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   const int64_t rows = r1 - r0, kp = gemm_pairs(w.in), vecs = (rows + 15) / 16;
   const int64_t ldw = kp * 16;  // words from one vector of 16 W rows to the next
   const uint32_t* wp = nullptr;
-  if (D == DType::kBF16 && w.dtype == DType::kBF16R16) {  // r0 is a multiple of 48
+  const bool in_place = D == DType::kBF16 && w.dtype == DType::kBF16R16;
+  if (in_place) {  // r0 is a multiple of 48
     wp = reinterpret_cast<const uint32_t*>(w.data + r0 * w.in * 2);
   } else if (D == DType::kBF16 && w.dtype == DType::kBF16) {
     uint32_t* dst = ensure_scratch(packed_scratch, size_t(vecs * ldw));
@@ -300,12 +308,22 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
         const float* sc = scales ? scales + b * vecs * 16 + v * 16 : nullptr;
         const uint32_t* wv = wp + v * ldw + p0 * 16;
         float* t = tot + v * 16;
+        // A weight read in place comes from DRAM on the first pass over x: the first tile
+        // requests the next block's lines (the next vectors' first block after the last).
+        const uint32_t* ahead = nullptr;
+        if (in_place && i0 == 0)
+          ahead = b + 1 < blocks          ? wv + block * 16
+                  : v + kGemmWVecs < vecs ? wp + (v + kGemmWVecs) * ldw
+                                          : nullptr;
         if (h == 3)
-          gemm_bf16_tiles<kGemmXRows, 3>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt);
+          gemm_bf16_tiles<kGemmXRows, 3>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
+                                         ahead);
         else if (h == 2)
-          gemm_bf16_tiles<kGemmXRows, 2>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt);
+          gemm_bf16_tiles<kGemmXRows, 2>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
+                                         ahead);
         else
-          gemm_bf16_tiles<kGemmXRows, 1>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt);
+          gemm_bf16_tiles<kGemmXRows, 1>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
+                                         ahead);
       }
     }
     for (int64_t i = 0; i < x_rows; ++i)

@@ -88,9 +88,9 @@ TEST(Bf16R16, EveryCpuVariantAndPathMatchesTheReference) {
             const double b = gemm ? bound_bf16(in, abs_sum[k], w_abs_sum[k % size_t(out)], 1.0)
                                   : bound(in, abs_sum[k]);
             if (!(std::abs(double(y[k]) - want[k]) <= b) && ++bad <= 3)
-              ADD_FAILURE() << v->name << " path " << int(p) << " [" << out << ", " << in
-                            << "] n " << n << " element " << k << ": " << y[k] << " want "
-                            << want[k] << " ± " << b;
+              ADD_FAILURE() << v->name << " path " << int(p) << " [" << out << ", " << in << "] n "
+                            << n << " element " << k << ": " << y[k] << " want " << want[k] << " ± "
+                            << b;
           }
           ASSERT_EQ(bad, 0);
         }
