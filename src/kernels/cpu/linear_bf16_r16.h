@@ -7,11 +7,11 @@
 // its even values are the vector shifted left by 16 bits and its odd values the vector with the
 // low halves cleared, both exact FP32. Each is multiplied by x's value broadcast and added to a
 // vector of 16 row sums: no horizontal sums, and 16 outputs per accumulator.
-// Numerics: products exact under FMA; lane r adds row r's terms in column order 0, 1, 2, ...,
-// one rounding each, whatever the register tile or the number of rows of x: a row of x gets the
-// same bits alone or in a batch (decode batching), and the bound is the FP32 one (a summation
-// tree of `in` terms). Include after the ISA's `#pragma GCC target` with AVX-512F; internal
-// linkage.
+// Numerics: products exact under FMA; lane r adds row r's terms in 4 partial sums (pairs p mod 4,
+// each in column order, one rounding a term) and adds those at the end, whatever the number of
+// rows of x: a row of x gets the same bits alone or in a batch (decode batching), and the bound is
+// the FP32 one (a summation tree of `in` terms). Include after the ISA's `#pragma GCC target` with
+// AVX-512F; internal linkage.
 #pragma once
 
 #include <immintrin.h>
@@ -22,51 +22,50 @@
 
 namespace mla::cpu {
 namespace {
-
-// y[i · ldy + 16v + l] = Σ_j x[i · in + j] · W[16v + l][j] for v < V vectors of 16 rows (vector v
-// at w + v · in · 32 bytes), i < N rows of x. V·N accumulators; per pair V loads, 2V widenings,
-// 2N broadcasts and 2VN FMAs.
-template <int V, int N>
-inline void bf16_r16_tile(const uint8_t* w, int64_t in, const float* x, float* y, int64_t ldy) {
-  const int64_t vec_bytes = in * 32;
+// y[i · ldy + l] = Σ_j x[i · in + j] · W[l][j] for the 16 rows of one vector (at w, in · 32
+// bytes read front to back) and i < N rows of x: per pair one load, two widenings, 2N broadcasts
+// and 2N FMAs into one of 4 partial sums per lane (pairs p mod 4: independent FMA chains), added
+// at the end as (s0 + s1) + (s2 + s3).
+template <int N>
+inline void bf16_r16_seq(const uint8_t* w, int64_t in, const float* x, float* y, int64_t ldy) {
   const __m512i odd_mask = _mm512_set1_epi32(int(0xFFFF0000u));
-  __m512 acc[V][N];
-  for (int v = 0; v < V; ++v)
-    for (int i = 0; i < N; ++i) acc[v][i] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < in / 2; ++p) {
-    __m512 even[V], odd[V];
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) {
-      const __m512i wv = _mm512_loadu_si512(w + v * vec_bytes + 64 * p);
-      even[v] = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
-      odd[v] = _mm512_castsi512_ps(_mm512_and_si512(wv, odd_mask));
-    }
+  __m512 acc[4][N];
+  for (int s = 0; s < 4; ++s)
+    for (int i = 0; i < N; ++i) acc[s][i] = _mm512_setzero_ps();
+  const int64_t kp = in / 2;
+  int64_t p = 0;
+  auto step = [&](int64_t q, int s) {
+    const __m512i wv = _mm512_loadu_si512(w + 64 * q);
+    const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+    const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(wv, odd_mask));
 #pragma GCC unroll 4
     for (int i = 0; i < N; ++i) {
-      const __m512 x0 = _mm512_set1_ps(x[i * in + 2 * p]);
-      const __m512 x1 = _mm512_set1_ps(x[i * in + 2 * p + 1]);
-#pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) {
-        acc[v][i] = _mm512_fmadd_ps(even[v], x0, acc[v][i]);
-        acc[v][i] = _mm512_fmadd_ps(odd[v], x1, acc[v][i]);
-      }
+      acc[s][i] = _mm512_fmadd_ps(even, _mm512_set1_ps(x[i * in + 2 * q]), acc[s][i]);
+      acc[s][i] = _mm512_fmadd_ps(odd, _mm512_set1_ps(x[i * in + 2 * q + 1]), acc[s][i]);
     }
+  };
+  for (; p + 4 <= kp; p += 4) {
+    step(p, 0);
+    step(p + 1, 1);
+    step(p + 2, 2);
+    step(p + 3, 3);
   }
-  for (int v = 0; v < V; ++v)
-    for (int i = 0; i < N; ++i) _mm512_storeu_ps(y + i * ldy + 16 * v, acc[v][i]);
+  for (int s = 0; p < kp; ++p, ++s) step(p, s);
+  for (int i = 0; i < N; ++i)
+    _mm512_storeu_ps(y + i * ldy, _mm512_add_ps(_mm512_add_ps(acc[0][i], acc[1][i]),
+                                                _mm512_add_ps(acc[2][i], acc[3][i])));
 }
 
-// Rows [r0, r1) (multiples of 16) against N rows of x (row stride in), y row stride ldy: register
-// tiles of V vectors (8 for one row of x, fewer as more rows share the 32 registers).
+// Rows [r0, r1) (multiples of 16) against N rows of x (row stride in), y row stride out: one
+// vector of 16 rows at a time, so the weight is one stream read front to back. Tiles of 8
+// vectors read side by side (8 streams 64 KiB apart) decoded the 4-layer BF16 model at 0.80 of
+// the read probe in the host's fast spells, against 0.98-1.00 this way (bench/model_ab.sh; 0.96
+// both in the slow ones; row-major BF16: 0.80-0.84 and 0.96-0.98).
 template <int N>
 void bf16_r16_rows(const LinearWeight& w, int64_t r0, int64_t r1, const float* x, float* y) {
-  constexpr int V = N == 1 ? 8 : N == 2 ? 4 : 2;
   const int64_t vec_bytes = w.in * 32;
-  int64_t v = r0 / kR16Rows;
-  const int64_t v1 = r1 / kR16Rows;
-  for (; v + V <= v1; v += V)
-    bf16_r16_tile<V, N>(w.data + v * vec_bytes, w.in, x, y + 16 * v, w.out);
-  for (; v < v1; ++v) bf16_r16_tile<1, N>(w.data + v * vec_bytes, w.in, x, y + 16 * v, w.out);
+  for (int64_t v = r0 / kR16Rows; v < r1 / kR16Rows; ++v)
+    bf16_r16_seq<N>(w.data + v * vec_bytes, w.in, x, y + 16 * v, w.out);
 }
 
 // linear_driver's chunk of a kBF16R16 weight: rows [r0, r1) (whole groups of 16: lin_row_unit)
