@@ -21,6 +21,7 @@ int dtype_bits(DType t) {
     case DType::kI16:
       return 16;
     case DType::kF8E4M3:
+    case DType::kF8E4M3R16:
     case DType::kI8:
     case DType::kU8:
     case DType::kBool:
@@ -79,10 +80,17 @@ constexpr NameEntry kNames[] = {
 }  // namespace
 
 constexpr NameEntry kBlockNames[] = {
-    {DType::kQ8_0, "Q8_0"},        {DType::kQ4_0, "Q4_0"},        {DType::kQ2_K, "Q2_K"},
-    {DType::kQ3_K, "Q3_K"},        {DType::kQ4_K, "Q4_K"},        {DType::kQ5_K, "Q5_K"},
-    {DType::kQ6_K, "Q6_K"},        {DType::kQ8_0R16, "Q8_0_R16"}, {DType::kQ4_KR16, "Q4_K_R16"},
+    {DType::kQ8_0, "Q8_0"},
+    {DType::kQ4_0, "Q4_0"},
+    {DType::kQ2_K, "Q2_K"},
+    {DType::kQ3_K, "Q3_K"},
+    {DType::kQ4_K, "Q4_K"},
+    {DType::kQ5_K, "Q5_K"},
+    {DType::kQ6_K, "Q6_K"},
+    {DType::kQ8_0R16, "Q8_0_R16"},
+    {DType::kQ4_KR16, "Q4_K_R16"},
     {DType::kBF16R16, "BF16_R16"},
+    {DType::kF8E4M3R16, "F8_E4M3_R16"},
 };
 
 std::string_view dtype_name(DType t) {

@@ -42,6 +42,8 @@ enum class DType : uint8_t {
   // BF16 repacked at load for the BF16 dot-product kernels (core/ggml_repack.h): 16 rows
   // interleaved in pairs of adjacent values, unchanged. The same bytes as BF16 per 16 rows.
   kBF16R16,
+  // Block-scaled FP8 E4M3 repacked the same way (core/ggml_repack.h), its scale grid unchanged.
+  kF8E4M3R16,
 };
 
 // Size of one element in bits (4 for E2M1); 0 for the block formats (see dtype_block).
@@ -73,7 +75,8 @@ constexpr bool dtype_is_ggml_block(DType t) {
 // contiguous run of bytes, though a group of rows takes as many bytes as its rows would in the
 // file format.
 constexpr bool dtype_is_row_interleaved(DType t) {
-  return t == DType::kQ8_0R16 || t == DType::kQ4_KR16 || t == DType::kBF16R16;
+  return t == DType::kQ8_0R16 || t == DType::kQ4_KR16 || t == DType::kBF16R16 ||
+         t == DType::kF8E4M3R16;
 }
 // The row-interleaved forms of the GGUF block formats (the int8 kernels' own).
 constexpr bool dtype_is_ggml_repack(DType t) {

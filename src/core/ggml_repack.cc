@@ -106,6 +106,22 @@ void dequantize_bf16_r16_row(const uint8_t* data, int64_t in, int64_t row, float
     }
 }
 
+void repack_f8_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
+  for (int64_t g = 0; g < out / kR16Rows; ++g) {
+    const uint8_t* rows = src + g * kR16Rows * in;
+    uint8_t* group = dst + g * kR16Rows * in;
+    for (int64_t p = 0; p < in / 2; ++p)
+      for (int r = 0; r < kR16Rows; ++r)
+        std::memcpy(group + 32 * p + 2 * r, rows + r * in + 2 * p, 2);
+  }
+}
+
+void gather_f8_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* dst) {
+  const uint8_t* group = data + row / kR16Rows * kR16Rows * in;
+  for (int64_t p = 0; p < in / 2; ++p)
+    std::memcpy(dst + 2 * p, group + 32 * p + 2 * (row % kR16Rows), 2);
+}
+
 DType repacked_dtype(DType t) {
   switch (t) {
     case DType::kQ8_0:
@@ -114,17 +130,30 @@ DType repacked_dtype(DType t) {
       return DType::kQ4_KR16;
     case DType::kBF16:
       return DType::kBF16R16;
+    case DType::kF8E4M3:
+      return DType::kF8E4M3R16;
     default:
       return t;
   }
 }
 
 DType r16_file_dtype(DType to) {
-  return to == DType::kQ8_0R16 ? DType::kQ8_0 : to == DType::kBF16R16 ? DType::kBF16 : DType::kQ4_K;
+  switch (to) {
+    case DType::kQ8_0R16:
+      return DType::kQ8_0;
+    case DType::kBF16R16:
+      return DType::kBF16;
+    case DType::kF8E4M3R16:
+      return DType::kF8E4M3;
+    default:
+      return DType::kQ4_K;
+  }
 }
 
 int64_t r16_row_multiple(DType to) {
-  return to == DType::kQ8_0R16 ? kR16UnitValues : to == DType::kBF16R16 ? 2 : 256;
+  return to == DType::kQ8_0R16                              ? kR16UnitValues
+         : to == DType::kBF16R16 || to == DType::kF8E4M3R16 ? 2
+                                                            : 256;
 }
 
 bool repack_fits(DType to, int64_t out, int64_t in) {
@@ -135,6 +164,7 @@ bool repack_fits(DType to, int64_t out, int64_t in) {
 void repack_rows(DType to, const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
   if (to == DType::kQ8_0R16) return repack_q8_0_r16(src, out, in, dst);
   if (to == DType::kBF16R16) return repack_bf16_r16(src, out, in, dst);
+  if (to == DType::kF8E4M3R16) return repack_f8_r16(src, out, in, dst);
   repack_q4_k_r16(src, out, in, dst);
 }
 
@@ -148,6 +178,8 @@ Status dequantize_weight_row(DType t, const uint8_t* data, int64_t in, int64_t r
     dequantize_bf16_r16_row(data, in, row, out);
     return Status();
   }
+  if (t == DType::kF8E4M3R16)
+    return invalid_argument("dequantize_weight_row: F8_E4M3_R16 rows need their block scales");
   if (!dtype_is_row_interleaved(t))
     return dequantize_row(t, data + row * dtype_bytes(t, in), in, out);
   dequantize_q8_0_r16_row(data, in, row, out);

@@ -64,14 +64,23 @@ void repack_bf16_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
 // out[0, in) = row `row` of a kBF16R16 weight, the BF16 values widened exactly.
 void dequantize_bf16_r16_row(const uint8_t* data, int64_t in, int64_t row, float* out);
 
-// The repacked dtype of a stored dtype (kQ8_0 → kQ8_0R16, kQ4_K → kQ4_KR16, kBF16 → kBF16R16),
-// or t itself; and back, the dtype a repacked dtype was made from.
+// Block-scaled FP8 E4M3 repacked as DType::kF8E4M3R16: the layout above with one byte a value
+// (pair p of a group at 32p, row r's two codes at 32p + 2r), so 64 bytes are two pairs of 16
+// rows and widen in order to the BF16 GEMM's vectors (no transposition). The scale grid stays as
+// it was (rows and columns keep their indices); a weight needs block_rows a multiple of 16 and
+// block_cols even (linear_preferred_dtype checks), so a group and a pair each lie in one block.
+void repack_f8_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
+// dst[0, in) = the E4M3 codes of row `row` of a kF8E4M3R16 weight, as the row was stored.
+void gather_f8_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* dst);
+
+// The repacked dtype of a stored dtype (kQ8_0 → kQ8_0R16, kQ4_K → kQ4_KR16, kBF16 → kBF16R16,
+// kF8E4M3 → kF8E4M3R16), or t itself; and back, the dtype a repacked dtype was made from.
 DType repacked_dtype(DType t);
 DType r16_file_dtype(DType to);
 
 // What a weight [out, in] needs to be held as the repacked dtype `to`: whole groups of 16 rows
 // and rows of a multiple of r16_row_multiple(to) values (64 for kQ8_0R16, 256 for kQ4_KR16, 2
-// for kBF16R16).
+// for kBF16R16 and kF8E4M3R16).
 int64_t r16_row_multiple(DType to);
 bool repack_fits(DType to, int64_t out, int64_t in);
 
@@ -80,7 +89,8 @@ bool repack_fits(DType to, int64_t out, int64_t in);
 void repack_rows(DType to, const uint8_t* src, int64_t out, int64_t in, uint8_t* dst);
 
 // Row `row` of a weight [*, in] of dtype t stored at data: a row-interleaved row as above, else
-// dequantize_row of the row's bytes (a GGUF block format or F32 / F16 / BF16).
+// dequantize_row of the row's bytes (a GGUF block format or F32 / F16 / BF16). Not for the
+// block-scaled kF8E4M3R16 (its scales are not here): invalid_argument.
 Status dequantize_weight_row(DType t, const uint8_t* data, int64_t in, int64_t row, float* out);
 
 }  // namespace mla

@@ -18,7 +18,7 @@ Status validate(const LinearWeight& w) {
       !dtype_is_row_interleaved(w.dtype))
     return invalid_argument("linear weight: dtype " + std::string(dtype_name(w.dtype)) +
                             " is not one of BF16, F16, F32, F8_E4M3, I8, a GGUF block format, "
-                            "Q8_0_R16, Q4_K_R16 or BF16_R16");
+                            "Q8_0_R16, Q4_K_R16, BF16_R16 or F8_E4M3_R16");
   if (dtype_is_ggml_block(w.dtype) && w.in % dtype_block(w.dtype).elems != 0)
     return invalid_argument("linear weight: " + std::string(dtype_name(w.dtype)) + " rows of " +
                             std::to_string(w.in) + " values are not whole blocks of " +
@@ -43,6 +43,10 @@ Status validate(const LinearWeight& w) {
     if (w.block_rows < 1 || w.block_cols < 1)
       return invalid_argument("linear weight: block size [" + std::to_string(w.block_rows) + ", " +
                               std::to_string(w.block_cols) + "] must be >= 1");
+    if (w.dtype == DType::kF8E4M3R16 && (w.block_rows % 16 != 0 || w.block_cols % 2 != 0))
+      return invalid_argument("linear weight: F8_E4M3_R16 block size [" +
+                              std::to_string(w.block_rows) + ", " + std::to_string(w.block_cols) +
+                              "] must hold whole groups of 16 rows and pairs of columns");
   }
   return Status();
 }
@@ -88,12 +92,28 @@ Status validate(const LinearParams& p) {
   return validate_jobs(p.jobs, "linear");
 }
 
-DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view backend) {
+namespace {
+
+DType preferred_layout(DType t, int64_t out, int64_t in, std::string_view backend) {
   const DType to = repacked_dtype(t);
   if (backend != "cpu" || !repack_fits(to, out, in)) return t;
   const Result<const LinearVariant*> v = select_variant(LinearParams{}, backend);
   if (!v.ok()) return t;
-  return (to == DType::kBF16R16 ? (*v)->repacks_bf16 : (*v)->repacks_blocks) ? to : t;
+  const bool floats = to == DType::kBF16R16 || to == DType::kF8E4M3R16;
+  return (floats ? (*v)->repacks_floats : (*v)->repacks_blocks) ? to : t;
+}
+
+}  // namespace
+
+DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view backend) {
+  // Block-FP8 only through the overload that sees the scale grid.
+  return t == DType::kF8E4M3 ? t : preferred_layout(t, out, in, backend);
+}
+
+DType linear_preferred_dtype(const LinearWeight& w, std::string_view backend) {
+  if (w.dtype == DType::kF8E4M3 && (w.block_rows % 16 != 0 || w.block_cols % 2 != 0))
+    return w.dtype;
+  return preferred_layout(w.dtype, w.out, w.in, backend);
 }
 
 Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, ThreadPool& pool,

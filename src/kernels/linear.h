@@ -27,9 +27,9 @@ struct LinearWeight {
   int block_rows = 128, block_cols = 128;
 };
 
-// Whether W carries a block scale grid (kF8E4M3, kI8).
+// Whether W carries a block scale grid (kF8E4M3 and its repacked kF8E4M3R16, kI8).
 constexpr bool linear_block_scaled(DType t) {
-  return t == DType::kF8E4M3 || t == DType::kI8;
+  return t == DType::kF8E4M3 || t == DType::kF8E4M3R16 || t == DType::kI8;
 }
 
 // invalid_argument naming what is wrong: dtype, non-positive dims, missing data or scales,
@@ -50,6 +50,9 @@ Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, Thread
 // convert it to once: kQ8_0R16 / kQ4_KR16 / kBF16R16 (core/ggml_repack.h) for Q8_0 / Q4_K / BF16
 // where the CPU variant has their kernels and the shape fits, else t.
 DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view backend = "cpu");
+// The same for a weight, whose scale grid is known: block-FP8 as kF8E4M3R16 where its scale
+// blocks hold whole groups of 16 rows and whole pairs of columns.
+DType linear_preferred_dtype(const LinearWeight& w, std::string_view backend = "cpu");
 
 // One product of linear_many: y[n, out] = x[n, in] · W_realᵀ.
 struct LinearJob {

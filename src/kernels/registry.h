@@ -44,8 +44,9 @@ using RopeVariant = OpVariant<RopeParams>;
 struct LinearVariant : OpVariant<LinearParams> {
   // Runs Q8_0 and Q4_K faster repacked as kQ8_0R16 / kQ4_KR16 (the VNNI variants).
   bool repacks_blocks = false;
-  // Runs BF16 faster repacked as kBF16R16 (the variant with the BF16 GEMM: no per-chunk packing).
-  bool repacks_bf16 = false;
+  // Runs BF16 and block-FP8 faster repacked as kBF16R16 / kF8E4M3R16 (the variant with the BF16
+  // GEMM: no per-chunk transposition, and GEMVs with no horizontal sums).
+  bool repacks_floats = false;
 };
 
 const std::vector<MlaDecodeVariant>& mla_decode_variants();

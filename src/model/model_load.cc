@@ -293,7 +293,7 @@ Status repack_weights(Model::Impl& m, const std::string& dir) {
   for (size_t k = 0; k < ws.size(); ++k) {
     const LinearWeight& w = *ws[k].first;
     if (!w.data) continue;  // absent in this layer (q_proj with a q LoRA, a dense layer's router)
-    const DType to = linear_preferred_dtype(w.dtype, w.out, w.in, m.options.backend);
+    const DType to = linear_preferred_dtype(w, m.options.backend);
     if (to == w.dtype) continue;
     plan.push_back({k, to});
     offset.push_back(total);

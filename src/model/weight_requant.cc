@@ -148,6 +148,10 @@ Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& 
                             " needs whole groups of 16 rows of " +
                             std::to_string(r16_row_multiple(to)) + " values, not [" +
                             std::to_string(w.out) + ", " + std::to_string(w.in) + "]");
+  LinearWeight r = w;
+  r.dtype = to;
+  r.data = dst;
+  if (Status s = validate(r); !s.ok()) return invalid_argument(what + ": " + s.message());
   const int64_t group_bytes = kR16Rows * dtype_bytes(w.dtype, w.in);
   // Tasks of 16 groups (256 rows): a V2-Lite expert is 88 groups.
   constexpr int64_t kGroupsPerTask = 16;
@@ -162,9 +166,6 @@ Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& 
     const uintptr_t b = (uintptr_t(w.data) + uintptr_t(groups * group_bytes)) / page * page;
     if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);  // advice only
   }
-  LinearWeight r = w;
-  r.dtype = to;
-  r.data = dst;
   return r;
 }
 

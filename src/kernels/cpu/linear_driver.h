@@ -59,7 +59,7 @@ inline float lin_block_scale(const LinearWeight& w, int64_t i, int64_t j) {
   const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
   float s;
   std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
-  return w.dtype == DType::kF8E4M3 ? s * 256.0f : s;
+  return w.dtype == DType::kF8E4M3 || w.dtype == DType::kF8E4M3R16 ? s * 256.0f : s;
 }
 
 // acc[r][i] += widen(wp[r]) · x[i · ldx ..], one Vec of columns: R widened rows shared by N rows
@@ -284,20 +284,32 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
   }
 }
 
-// GGUF block formats (Q8_0, Q4_K, ...: core/ggml_quant.h): the chunk's rows are decoded into
-// FP32 scratch (8 rows at a time for decode-sized n, which then sit in L1 / L2; the whole
-// L2-sized chunk for more rows of x, which all read it) and multiplied by the FP32 dot kernels.
-// Same numerics as the reference: the decoded values are exact FP32 reconstructions.
+// GGUF block formats (Q8_0, Q4_K, ...: core/ggml_quant.h) and the repacked layouts where the
+// variant has no kernel of their own: the chunk's rows are decoded into FP32 scratch (8 rows at
+// a time for decode-sized n, which then sit in L1 / L2; the whole L2-sized chunk for more rows of
+// x, which all read it) and multiplied by the FP32 dot kernels. The decoded values are exact FP32
+// reconstructions (kF8E4M3R16: code · scale, rounded once, as lin_widen).
 template <class L>
 void lin_ggml_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
                     int64_t r1) {
   static thread_local AlignedBuffer<float> scratch;
+  static thread_local AlignedBuffer<uint8_t> codes;
   const int64_t step = n <= kLinGroup ? 8 : r1 - r0;
   float* wide = ensure_scratch(scratch, size_t(std::min(step, r1 - r0) * w.in));
   for (int64_t o = r0; o < r1; o += step) {
     const int64_t rows = std::min(step, r1 - o);
-    for (int64_t r = 0; r < rows; ++r)  // cannot fail: validate() checked dtype and row length
-      (void)dequantize_weight_row(w.dtype, w.data, w.in, o + r, wide + r * w.in);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* d = wide + r * w.in;
+      if (w.dtype == DType::kF8E4M3R16) {
+        uint8_t* c = ensure_scratch(codes, size_t(w.in));
+        gather_f8_r16_row(w.data, w.in, o + r, c);
+        for (int64_t j = 0; j < w.in; ++j)
+          d[j] = fp8_e4m3_to_f32(c[j]) * (lin_block_scale(w, o + r, j) * 0x1p-8f);
+        continue;
+      }
+      // Cannot fail: validate() checked dtype and row length.
+      (void)dequantize_weight_row(w.dtype, w.data, w.in, o + r, d);
+    }
     const LinRows lr{reinterpret_cast<const uint8_t*>(wide), w.in, w.out, 0};
     for (int64_t i0 = 0; i0 < n; i0 += kLinGroup)
       lin_dot_group_n<L, DType::kF32>(std::min<int64_t>(kLinGroup, n - i0), lr, 0, rows,
@@ -532,7 +544,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     if constexpr (requires { L::kBf16Gemm; })
       if (!panel_of.empty() && panel_of[size_t(it.job)] >= 0) {
         const uint32_t* xp = store + panel_at[size_t(panel_of[size_t(it.job)])];
-        if (w.dtype == DType::kF8E4M3)
+        if (w.dtype == DType::kF8E4M3 || w.dtype == DType::kF8E4M3R16)
           return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, job.y, it.r0, it.r1);
         return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, job.y, it.r0, it.r1);
       }
@@ -554,6 +566,10 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       case DType::kBF16R16:  // the variant that asks for the layout has its kernel
         if constexpr (requires { &L::bf16_r16_chunk; })
           return L::bf16_r16_chunk(w, job.n, job.x, job.y, it.r0, it.r1);
+        return lin_ggml_chunk<L>(w, job.n, job.x, job.y, it.r0, it.r1);
+      case DType::kF8E4M3R16:
+        if constexpr (requires { &L::f8_r16_chunk; })
+          return L::f8_r16_chunk(w, job.n, job.x, job.y, it.r0, it.r1);
         return lin_ggml_chunk<L>(w, job.n, job.x, job.y, it.r0, it.r1);
       default:  // validate() admits the dtypes above, the GGUF block formats and their repacks
         return lin_ggml_chunk<L>(w, job.n, job.x, job.y, it.r0, it.r1);

@@ -44,6 +44,7 @@ constexpr int64_t kGemmWidenAheadBytes = 8192;  // gemm_widen_fp8's prefetch dis
 inline bool gemm_bf16_takes(const LinearWeight& w, int64_t n) {
   if (n <= kLinWidenMinRows) return false;
   if (w.dtype == DType::kBF16 || w.dtype == DType::kBF16R16 || w.dtype == DType::kF32) return true;
+  if (w.dtype == DType::kF8E4M3R16) return true;  // validate(): block_cols even
   return w.dtype == DType::kF8E4M3 && w.block_cols % 2 == 0;
 }
 
@@ -83,43 +84,63 @@ inline void gemm_pack_x_tile(const float* x, int64_t n, int64_t in, int64_t t, u
   }
 }
 
-// dst [rows, ldw] BF16 = exact value · 2^-8 of the FP8 rows [o0, o0 + rows); an odd in's last
-// pair gets a 0 partner (columns past the last pair are never read). 64 bytes per step: the
+// The byte tables below in registers (gemm_widen_fp8_run, and the kF8E4M3R16 GEMV).
+struct F8Widen {
+  __m512i order, sign, top0, top1, next0, next1;
+  F8Widen() {
+    alignas(64) static constexpr uint8_t kOrder[64] = {
+        0,  1,  2,  3,  4,  5,  6,  7,  32, 33, 34, 35, 36, 37, 38, 39,  //
+        8,  9,  10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47,  //
+        16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51, 52, 53, 54, 55,  //
+        24, 25, 26, 27, 28, 29, 30, 31, 56, 57, 58, 59, 60, 61, 62, 63};
+    order = _mm512_load_si512(kOrder);
+    sign = _mm512_set1_epi8(char(0x80));
+    top0 = _mm512_load_si512(kFp8Fp32Bytes.top);
+    top1 = _mm512_load_si512(kFp8Fp32Bytes.top + 64);
+    next0 = _mm512_load_si512(kFp8Fp32Bytes.next);
+    next1 = _mm512_load_si512(kFp8Fp32Bytes.next + 64);
+  }
+  // The BF16 pairs of the 64 codes in v: lo = codes 0 .. 31, hi = codes 32 .. 63, in order.
+  void widen(__m512i v, __m512i& lo, __m512i& hi) const {
+    const __m512i b = _mm512_permutexvar_epi8(order, v);
+    const __m512i top =
+        _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(top0, b, top1), b, sign, 0xF8);
+    const __m512i next = _mm512_permutex2var_epi8(next0, b, next1);
+    lo = _mm512_unpacklo_epi8(next, top);
+    hi = _mm512_unpackhi_epi8(next, top);
+  }
+};
+
+// d[0, count) BF16 = exact value · 2^-8 of the E4M3 codes at src (a row, or a kF8E4M3R16 group
+// whose codes are in the GEMM's vector order already). 64 bytes per step: the
 // byte tables of kFp8Fp32Bytes give the top two bytes of each FP32 value · 2^-8, which are its
 // BF16 bits exactly (≤ 8 significant bits; NaN codes give a NaN); one byte permute puts the
 // columns where the in-lane byte unpacks leave them in order: 6 shuffles per 64 values, against
-// 18 through FP32 and a conversion. The chunk's rows are one run of bytes, read 8 KiB ahead: the
+// 18 through FP32 and a conversion. A chunk's rows are one run of bytes, read 8 KiB ahead: the
 // hardware prefetcher stops at each 4 KiB page, and the first load of every row had stalled on
 // DRAM (11% of the FP8 GEMM in `perf`); prefill 512 of the 4-layer FP8 model went from 0.62-0.65
 // to 0.68-0.69 of the BF16 dot peak (no prefetch / 2 / 4 / 8 KiB ahead, alternated 3 times).
+inline void gemm_widen_fp8_run(const uint8_t* src, int64_t count, uint16_t* d) {
+  const F8Widen t;
+  int64_t k = 0;
+  for (; k + 64 <= count; k += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + k + kGemmWidenAheadBytes), _MM_HINT_T0);
+    __m512i lo, hi;
+    t.widen(_mm512_loadu_si512(src + k), lo, hi);
+    _mm512_storeu_si512(d + k, lo);
+    _mm512_storeu_si512(d + k + 32, hi);
+  }
+  for (; k < count; ++k)  // the tail: the same bits, one at a time
+    d[k] = uint16_t(f32_bits(fp8_e4m3_to_f32(src[k]) * 0x1p-8f) >> 16);
+}
+
+// dst [rows, ldw] BF16 = the FP8 rows [o0, o0 + rows), widened as above; an odd in's last pair
+// gets a 0 partner (columns past the last pair are never read).
 inline void gemm_widen_fp8(const LinearWeight& w, int64_t o0, int64_t rows, int64_t ldw,
                            uint16_t* dst) {
-  // Lane L of the permuted bytes: columns 8L .. 8L + 7, then 32 + 8L .. 32 + 8L + 7.
-  alignas(64) static constexpr uint8_t kOrder[64] = {
-      0,  1,  2,  3,  4,  5,  6,  7,  32, 33, 34, 35, 36, 37, 38, 39,  //
-      8,  9,  10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47,  //
-      16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51, 52, 53, 54, 55,  //
-      24, 25, 26, 27, 28, 29, 30, 31, 56, 57, 58, 59, 60, 61, 62, 63};
-  const __m512i order = _mm512_load_si512(kOrder), sign = _mm512_set1_epi8(char(0x80));
-  const __m512i top0 = _mm512_load_si512(kFp8Fp32Bytes.top),
-                top1 = _mm512_load_si512(kFp8Fp32Bytes.top + 64),
-                next0 = _mm512_load_si512(kFp8Fp32Bytes.next),
-                next1 = _mm512_load_si512(kFp8Fp32Bytes.next + 64);
   for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* src = w.data + (o0 + r) * w.in;
-    uint16_t* d = dst + r * ldw;
-    int64_t k = 0;
-    for (; k + 64 <= w.in; k += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(src + k + kGemmWidenAheadBytes), _MM_HINT_T0);
-      const __m512i b = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(src + k));
-      const __m512i top =
-          _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(top0, b, top1), b, sign, 0xF8);
-      const __m512i next = _mm512_permutex2var_epi8(next0, b, next1);
-      _mm512_storeu_si512(d + k, _mm512_unpacklo_epi8(next, top));
-      _mm512_storeu_si512(d + k + 32, _mm512_unpackhi_epi8(next, top));
-    }
-    for (; k < 2 * gemm_pairs(w.in); ++k)  // the tail: the same bits, one at a time
-      d[k] = k < w.in ? uint16_t(f32_bits(fp8_e4m3_to_f32(src[k]) * 0x1p-8f) >> 16) : 0;
+    gemm_widen_fp8_run(w.data + (o0 + r) * w.in, w.in, dst + r * ldw);
+    if (w.in % 2) dst[r * ldw + w.in] = 0;
   }
 }
 
@@ -277,6 +298,10 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
     for (int64_t v = 0; v < vecs; ++v)
       gemm_pack_w16(src + v * 16 * w.in, w.in, int(std::min<int64_t>(16, rows - 16 * v)), w.in,
                     dst + v * ldw);
+  } else if (w.dtype == DType::kF8E4M3R16) {  // groups of 16 rows, widened in order
+    uint32_t* dst = ensure_scratch(packed_scratch, size_t(vecs * ldw));
+    wp = dst;
+    gemm_widen_fp8_run(w.data + r0 * w.in, rows * w.in, reinterpret_cast<uint16_t*>(dst));
   } else {
     uint32_t* dst = ensure_scratch(packed_scratch, size_t(vecs * ldw));
     wp = dst;

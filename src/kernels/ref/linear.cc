@@ -55,19 +55,26 @@ double linear_weight(const LinearWeight& w, int64_t i, int64_t j) {
 }
 
 void linear_weight_row(const LinearWeight& w, int64_t i, double* row) {
-  if (dtype_is_ggml_block(w.dtype) || dtype_is_row_interleaved(w.dtype)) {
+  const bool scaled = linear_block_scaled(w.dtype);
+  if (dtype_is_ggml_block(w.dtype) || (dtype_is_row_interleaved(w.dtype) && !scaled)) {
     std::vector<float> f(size_t(w.in));
     const Status s = dequantize_weight_row(w.dtype, w.data, w.in, i, f.data());
     MLA_CHECK(s.ok(), "linear_weight_row: {}", s.message());  // validate() checked the shape
     for (int64_t j = 0; j < w.in; ++j) row[j] = f[size_t(j)];
     return;
   }
-  if (!linear_block_scaled(w.dtype)) {
+  if (!scaled) {
     for (int64_t j = 0; j < w.in; ++j) row[j] = linear_weight(w, i, j);
     return;
   }
   const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
   const uint8_t* e = w.data + i * w.in;
+  std::vector<uint8_t> gathered;  // a kF8E4M3R16 row's codes as the row was stored
+  if (w.dtype == DType::kF8E4M3R16) {
+    gathered.resize(size_t(w.in));
+    gather_f8_r16_row(w.data, w.in, i, gathered.data());
+    e = gathered.data();
+  }
   for (int64_t b = 0; b < cols; ++b) {
     float s;
     std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + b), 4);
