@@ -51,8 +51,10 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
   slot = std::make_unique<WeightSet>();
   WeightSet& s = *slot;
   mla::Rng rng(5);
-  // Q8_0_R16 / Q4_K_R16: Q8_0 / Q4_K rows repacked as the loader does (core/ggml_repack.h).
-  const bool r16 = mla::dtype_is_row_interleaved(dt), block = mla::dtype_is_ggml_block(dt) || r16;
+  // Q8_0_R16 / Q4_K_R16 / BF16_R16 / F8_E4M3_R16: the stored rows repacked as the loader does
+  // (core/ggml_repack.h).
+  const bool r16 = mla::dtype_is_row_interleaved(dt);
+  const bool block = mla::dtype_is_ggml_block(dt) || mla::dtype_is_ggml_repack(dt);
   const DType file = mla::r16_file_dtype(dt);
   s.bytes = block ? out * mla::dtype_bytes(dt, in) : out * in * (dt == DType::kF8E4M3 ? 1 : 2);
   s.copies = int(std::max<int64_t>(1, (int64_t(256) << 20) / s.bytes));
@@ -62,17 +64,17 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
     for (float& v : row) v = float(rng.normal());
     (void)mla::quantize_row(r16 ? file : dt, row, s.data.data() + o * mla::dtype_bytes(dt, in));
   }
-  if (r16) {
-    const std::vector<uint8_t> q8(s.data.begin(), s.data.begin() + s.bytes);  // one copy
-    mla::repack_rows(dt, q8.data(), out, in, s.data.data());
-  }
   for (int64_t k = 0; !block && k < out * in; ++k) {
-    if (dt == DType::kF8E4M3) {
+    if (dt == DType::kF8E4M3 || dt == DType::kF8E4M3R16) {
       s.data[k] = uint8_t(rng.below(0x7F));  // finite codes
     } else {
       const uint16_t h = mla::f32_to_bf16(float(rng.normal()));
       std::memcpy(&s.data[2 * k], &h, 2);
     }
+  }
+  if (r16) {
+    const std::vector<uint8_t> rows(s.data.begin(), s.data.begin() + s.bytes);  // one copy
+    mla::repack_rows(dt, rows.data(), out, in, s.data.data());
   }
   for (int c = 1; c < s.copies; ++c)
     std::memcpy(&s.data[c * s.bytes], s.data.data(), size_t(s.bytes));
@@ -80,7 +82,7 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
   s.w.data = s.data.data();
   s.w.out = out;
   s.w.in = in;
-  if (dt == DType::kF8E4M3) {
+  if (mla::linear_block_scaled(dt)) {
     s.scale_bytes = ((out + 127) / 128) * ((in + 127) / 128) * 4;
     s.scales.resize(size_t(s.scale_bytes));
     for (int64_t c = 0; c < s.scale_bytes / 4; ++c) {
@@ -120,8 +122,8 @@ const bool registered = [] {
   // 1408).
   const std::pair<int64_t, int64_t> shapes[] = {
       {2048, 2048}, {4096, 2048}, {1408, 2048}, {2048, 1408}};
-  for (DType dt : {DType::kBF16, DType::kF8E4M3, DType::kQ8_0, DType::kQ8_0R16, DType::kQ4_K,
-                   DType::kQ4_KR16, DType::kQ6_K})
+  for (DType dt : {DType::kBF16, DType::kBF16R16, DType::kF8E4M3, DType::kF8E4M3R16, DType::kQ8_0,
+                   DType::kQ8_0R16, DType::kQ4_K, DType::kQ4_KR16, DType::kQ6_K})
     for (auto [out, in] : shapes) {
       if (mla::dtype_is_ggml_block(dt) && in % mla::dtype_block(dt).elems != 0) continue;
       if (mla::dtype_is_row_interleaved(dt) && !mla::repack_fits(dt, out, in)) continue;

@@ -11,8 +11,7 @@
 // Numerics: x · s rounds once; products exact under FMA; lane r adds row r's terms in 4 partial
 // sums (pairs p mod 4) added at the end, whatever the number of rows of x (the same bits alone or
 // in a batch); a NaN code widens to NaN and makes its output NaN. Include after the ISA's
-// `#pragma GCC target` with AVX-512 VBMI (and linear_driver.h, linear_gemm_bf16.h before it);
-// internal linkage.
+// `#pragma GCC target` with AVX-512 VBMI and BF16; internal linkage.
 #pragma once
 
 #include <immintrin.h>
@@ -20,6 +19,8 @@
 #include <cstdint>
 
 #include "core/ggml_repack.h"
+#include "kernels/cpu/linear_driver.h"     // lin_block_scale
+#include "kernels/cpu/linear_gemm_bf16.h"  // F8Widen
 
 namespace mla::cpu {
 namespace {
