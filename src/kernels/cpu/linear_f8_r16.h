@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "core/ggml_repack.h"
+#include "kernels/cpu/linear_bf16_r16.h"   // kR16AheadBytes
 #include "kernels/cpu/linear_driver.h"     // lin_block_scale
 #include "kernels/cpu/linear_gemm_bf16.h"  // F8Widen
 
@@ -48,6 +49,8 @@ inline void f8_r16_seq(const F8Widen& t, const uint8_t* w, int64_t in, const flo
   const int64_t kp = in / 2;
   int64_t p = 0;
   for (; p + 4 <= kp; p += 4) {
+    for (int line = 0; line < 128; line += 64)  // see kR16AheadBytes (linear_bf16_r16.h)
+      _mm_prefetch(reinterpret_cast<const char*>(w + 32 * p + line + kR16AheadBytes), _MM_HINT_NTA);
     __m512i a, b, c, d;
     t.widen(_mm512_loadu_si512(w + 32 * p), a, b);
     t.widen(_mm512_loadu_si512(w + 32 * p + 64), c, d);
