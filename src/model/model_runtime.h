@@ -50,8 +50,9 @@ struct RuntimeOptions {
   // made at load: model/weight_requant.h), for the decode step's largest single read.
   std::optional<DType> lm_head_dtype;
   // Re-lay weights at load into the layouts the CPU kernels run faster, keeping every value
-  // (linear_preferred_dtype: Q8_0 / Q4_K as kQ8_0R16 / kQ4_KR16 on AVX512-VNNI); the file's copy of
-  // each is dropped from memory afterwards. false keeps the file's layouts (`--repack off`).
+  // (linear_preferred_dtype: Q8_0 / Q4_K as kQ8_0R16 / kQ4_KR16 on AVX512-VNNI, BF16 / block-FP8
+  // as kBF16R16 / kF8E4M3R16 on AVX512_BF16); the file's copy of each is dropped from memory
+  // afterwards. false keeps the file's layouts (`--repack off`).
   bool repack_weights = true;
   // Longest sequence (prompt + generated) the RoPE table covers; 0: max_position_embeddings,
   // capped at kDefaultMaxContext to keep the table small on machines that will never get there.

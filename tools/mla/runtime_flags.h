@@ -53,8 +53,8 @@ inline void add_repack_flag(CLI::App* cmd, std::string* value) {
   cmd->add_option(
          "--repack", *value,
          "Re-lay weights at load into the layouts the CPU kernels run faster, values "
-         "unchanged (Q8_0 and Q4_K as 16-row interleaved blocks on AVX512-VNNI): on (default) "
-         "or off")
+         "unchanged (Q8_0 and Q4_K as 16-row interleaved blocks on AVX512-VNNI; BF16 and "
+         "block-FP8 as 16-row interleaved pairs on AVX512_BF16): on (default) or off")
       ->check(CLI::IsMember({"on", "off"}));
 }
 
