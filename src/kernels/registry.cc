@@ -90,6 +90,10 @@ bool has_avx512_vbmi_vnni(const LinearParams& p) {
 bool has_avx512_bf16_vbmi(const LinearParams&) {
   return cpu_features().avx512_bf16 && cpu_features().avx512_vbmi;
 }
+// linear.cpu.amx adds the tile unit to linear.cpu.avx512bf16 (its VNNI hooks check VNNI).
+bool has_amx_linear(const LinearParams& p) {
+  return cpu_supports(CpuIsa::kAmxBf16) && has_avx512_bf16_vbmi(p);
+}
 // The AVX2 variant converts FP16 and FP8 with F16C (vcvtph2ps), which every AVX2 + FMA CPU has,
 // but cpu_features does not promise it.
 bool has_avx2(const LinearParams&) {
@@ -193,6 +197,9 @@ const std::vector<MlaPrefillVariant>& mla_prefill_variants() {
 
 const std::vector<LinearVariant>& linear_variants() {
   static const std::vector<LinearVariant> table = {
+      {{"linear.cpu.amx", "cpu", Intermediates::kBf16, has_amx_linear, cpu::linear_amx},
+       true,
+       true},
       {{"linear.cpu.avx512bf16", "cpu", Intermediates::kBf16, has_avx512_bf16_vbmi,
         cpu::linear_avx512_bf16},
        true,

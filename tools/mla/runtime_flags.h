@@ -50,11 +50,10 @@ inline std::optional<DType> lm_head_dtype_of(const std::string& value) {
 }
 // --repack on|off: weights re-laid at load for the CPU kernels (RuntimeOptions::repack_weights).
 inline void add_repack_flag(CLI::App* cmd, std::string* value) {
-  cmd->add_option(
-         "--repack", *value,
-         "Re-lay weights at load into the layouts the CPU kernels run faster, values "
-         "unchanged (Q8_0 and Q4_K as 16-row interleaved blocks on AVX512-VNNI; BF16 and "
-         "block-FP8 as 16-row interleaved pairs on AVX512_BF16): on (default) or off")
+  cmd->add_option("--repack", *value,
+                  "Re-lay weights at load into the layouts the CPU kernels run faster, values "
+                  "unchanged (Q8_0 and Q4_K as 16-row interleaved blocks on AVX512-VNNI; BF16 and "
+                  "block-FP8 as 16-row interleaved pairs on AVX512_BF16): on (default) or off")
       ->check(CLI::IsMember({"on", "off"}));
 }
 

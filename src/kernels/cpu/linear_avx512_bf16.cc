@@ -15,47 +15,9 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include "kernels/cpu/linear_avx512_vbmi_traits.h"
-#include "kernels/cpu/linear_bf16_r16.h"
-#include "kernels/cpu/linear_f8_r16.h"
-#include "kernels/cpu/linear_gemm_bf16.h"
-#include "kernels/cpu/linear_ggml_vnni_hooks.h"
+#include "kernels/cpu/linear_avx512_bf16_traits.h"
 
 namespace mla::cpu {
-namespace {
-
-struct LinAvx512Bf16 : LinAvx512Vbmi, GgmlVnniHooks {
-  // The GEMM hooks of run_linear_many.
-  static constexpr bool kBf16Gemm = true;
-  static constexpr int kGemmTileRows = cpu::kGemmTileRows;
-  static bool gemm_takes(const LinearWeight& w, int64_t n) { return gemm_bf16_takes(w, n); }
-  static int64_t gemm_chunk_rows(const LinearWeight& w, int threads) {
-    return gemm_bf16_chunk_rows(w, threads);
-  }
-  static int64_t gemm_panel_words(int64_t n, int64_t in) { return cpu::gemm_panel_words(n, in); }
-  static void gemm_pack_x_tile(const float* x, int64_t n, int64_t in, int64_t t, uint32_t* panel) {
-    cpu::gemm_pack_x_tile(x, n, in, t, panel);
-  }
-  template <DType D>
-  static void gemm_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, float* y,
-                         int64_t r0, int64_t r1) {
-    gemm_bf16_chunk<LinAvx512Bf16, D>(w, n, panels, y, r0, r1);
-  }
-  // kBF16R16 and kF8E4M3R16 weights (the layouts this variant asks the loader for) on its FP32
-  // paths.
-  static void bf16_r16_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
-                             int64_t r1) {
-    cpu::bf16_r16_chunk(w, n, x, y, r0, r1);
-  }
-  static void f8_r16_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
-                           int64_t r1) {
-    cpu::f8_r16_chunk(w, n, x, y, r0, r1);
-  }
-  // GGUF block formats on AVX512-VNNI (every AVX512_BF16 CPU has it; checked anyway).
-  MLA_GGML_VNNI_HOOKS;
-};
-
-}  // namespace
 
 void linear_avx512_bf16(const LinearParams& p, ThreadPool& pool) {
   run_linear_many<LinAvx512Bf16>(p.jobs, pool, p.path);

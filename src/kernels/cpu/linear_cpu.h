@@ -22,6 +22,7 @@ void linear_avx512_vbmi(const LinearParams& p, ThreadPool& pool);
 void linear_avx512_vnni(const LinearParams& p, ThreadPool& pool);
 void linear_avx512_vbmi_vnni(const LinearParams& p, ThreadPool& pool);
 void linear_avx512_bf16(const LinearParams& p, ThreadPool& pool);
+void linear_amx(const LinearParams& p, ThreadPool& pool);
 
 // Bytes 3 and 2 of the FP32 bits of value · 2^-8 for each E4M3 magnitude code (the byte tables of
 // linear.cpu.avx512vbmi and avx512bf16), built at start-up in linear_avx512_vbmi.cc.

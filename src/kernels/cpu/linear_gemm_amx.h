@@ -30,42 +30,49 @@ inline bool gemm_amx_fits(int64_t in, int64_t block_cols) {
   return in % 32 == 0 && (block_cols == 0 || block_cols % 32 == 0);
 }
 
-// y[(i0 + m) · ldy + 16j + c] = Σ_p x row i0 + m pair p · W vector j pair p, for m < rows (a
-// multiple of 16, ≤ kAmxXRows) and j < vecs (≤ 6: gemm_bf16_chunk's 96 rows).
+// y[(i0 + m) · ldy + o] = Σ_p x row i0 + m pair p · W row o pair p (row o: lane o % 16 of vector
+// o / 16), for m < rows (≤ kAmxXRows) and o < cols ≤ 16 · vecs (vecs ≤ 6: gemm_bf16_chunk's 96
+// rows; the last vector's rows past cols are padding, not stored). The panel holds whole 16-row
+// blocks (rows past the last x row zero): a partial last block runs on the tiles too, so every
+// row's sums are the tile unit's whatever the number of rows (a row's output does not depend on
+// the rest of the batch, as on the vdpbf16ps tiles).
 //   panel: x rows of kp BF16 pair words (row i at panel + i · kp); wp: vector j at wp + j · ldw
 //   words (pair p at 16p); kp % 16 == 0.
 //   scales (FP8, or null): [blocks][16 · vecs] per-row scales of each column block of `block`
 //   pairs (block % 16 == 0); the block sums are scaled and added in FP32.
 template <class T>
-void gemm_amx_rows(const uint32_t* panel, int64_t kp, int64_t i0, int64_t rows,
-                   const uint32_t* wp, int64_t ldw, int64_t vecs, const float* scales,
-                   int64_t block, float* y, int64_t ldy) {
-  const int nk = int(rows / 16), nj = int(vecs);
-  auto a_of = [&](int k) {
-    return reinterpret_cast<const uint8_t*>(panel + (i0 + 16 * k) * kp);
-  };
+void gemm_amx_rows(const uint32_t* panel, int64_t kp, int64_t i0, int64_t rows, const uint32_t* wp,
+                   int64_t ldw, int64_t vecs, int64_t cols, const float* scales, int64_t block,
+                   float* y, int64_t ldy) {
+  const int nk = int((rows + 15) / 16), nj = int(vecs);
+  auto a_of = [&](int k) { return reinterpret_cast<const uint8_t*>(panel + (i0 + 16 * k) * kp); };
   const uint8_t* b = reinterpret_cast<const uint8_t*>(wp);
   const int64_t a_stride = kp * 4, b_j = ldw * 4;
   constexpr int64_t a_s = 64, b_s = 16 * 64, b_stride = 64;
-  if (!scales) {
+  if (!scales && cols == 16 * vecs && rows % 16 == 0) {  // stored straight into y
     T::template grid<false>(nk, nj, a_of, a_s, a_stride, b, b_j, b_s, b_stride, int(kp / 16),
                             y + i0 * ldy, 16 * ldy, ldy * 4);
     return;
   }
-  // FP8: per column block, the block's sums into `part`, then scaled into `sum`.
+  // FP8: per column block, the block's sums into `part`, then scaled into `sum`; unscaled with
+  // padding: one block of all pairs, `part` copied.
   constexpr int64_t ld = 96;
   alignas(64) float part[kAmxXRows * ld], sum[kAmxXRows * ld];
-  const int64_t cols = 16 * vecs;
+  if (!scales) block = kp;
   for (int64_t p0 = 0, blk = 0; p0 < kp; p0 += block, ++blk) {
     const int steps = int(std::min(block, kp - p0) / 16);
     auto a_blk = [&](int k) { return a_of(k) + p0 * 4; };
     T::template grid<false>(nk, nj, a_blk, a_s, a_stride, b + p0 * 64, b_j, b_s, b_stride, steps,
                             part, 16 * ld, ld * 4);
-    const float* s = scales + blk * cols;
+    if (!scales) {
+      std::memcpy(sum, part, sizeof(sum));
+      continue;
+    }
+    const float* s = scales + blk * 16 * vecs;
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t c = 0; c < cols; ++c)
-        sum[m * ld + c] = blk == 0 ? part[m * ld + c] * s[c]
-                                   : std::fma(part[m * ld + c], s[c], sum[m * ld + c]);
+        sum[m * ld + c] =
+            blk == 0 ? part[m * ld + c] * s[c] : std::fma(part[m * ld + c], s[c], sum[m * ld + c]);
   }
   for (int64_t m = 0; m < rows; ++m)
     std::memcpy(y + (i0 + m) * ldy, sum + m * ld, size_t(cols) * sizeof(float));

@@ -26,6 +26,7 @@
 #pragma once
 
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/linear_gemm_amx.h"
 #include "kernels/cpu/scratch.h"
 
 namespace mla::cpu {
@@ -63,9 +64,12 @@ inline int64_t gemm_panel_words(int64_t n, int64_t in) {
   return (n + kGemmTileRows - 1) / kGemmTileRows * gemm_pairs(in) * kGemmTileRows;
 }
 
-// Rows [32t, 32t + 32) of x (those below n) as BF16 pairs: see the layout above.
+// Rows [32t, 32t + 32) of x (those below n) as BF16 pairs: see the layout above; the rows past n
+// of the last tile are zero (the AMX tiles read whole blocks of 16 rows).
 inline void gemm_pack_x_tile(const float* x, int64_t n, int64_t in, int64_t t, uint32_t* panel) {
   const int64_t kp = gemm_pairs(in);
+  if (n < (t + 1) * kGemmTileRows)
+    std::memset(panel + n * kp, 0, size_t(((t + 1) * kGemmTileRows - n) * kp) * 4);
   for (int64_t i = t * kGemmTileRows; i < std::min<int64_t>(n, (t + 1) * kGemmTileRows); ++i) {
     const float* xi = x + i * in;
     uint32_t* dst = panel + i * kp;
@@ -328,7 +332,22 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
       for (int64_t r = 0; r < 16 * vecs; ++r)
         scales[b * vecs * 16 + r] = r < rows ? lin_block_scale(w, r0 + r, 2 * b * block) : 0.0f;
   }
-  for (int64_t i0 = 0; i0 < n; i0 += kGemmXBlock) {
+  // On AMX (traits with kAmx: linear.cpu.amx) every row of x runs on the tile unit
+  // (linear_gemm_amx.h; the panel's rows past n are zero); weights whose rows or scale blocks
+  // are not whole 16-pair steps take the tiles below.
+  int64_t i_start = 0;
+  if constexpr (requires { L::kAmx; }) {
+    if (gemm_amx_fits(w.in, D == DType::kF8E4M3 ? w.block_cols : 0)) {
+      using T = typename L::AmxTiles;
+      T::begin();
+      for (int64_t i0 = 0; i0 < n; i0 += kAmxXRows)
+        gemm_amx_rows<T>(panels, kp, i0, std::min(kAmxXRows, n - i0), wp, ldw, vecs, rows, scales,
+                         block, y + r0, w.out);
+      T::end();
+      i_start = n;
+    }
+  }
+  for (int64_t i0 = i_start; i0 < n; i0 += kGemmXBlock) {
     const int64_t x_rows = std::min<int64_t>(kGemmXBlock, n - i0);
     const uint32_t* xb = panels + i0 * kp;
     for (int64_t v = 0; v < vecs; v += kGemmWVecs) {

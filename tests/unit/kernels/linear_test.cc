@@ -148,8 +148,9 @@ TEST(Linear, ARowOfXGetsTheSameOutputAloneAndInABatch) {
 TEST(Linear, Bf16PathKeepsDecodeBatchesAndRowsIndependent) {
   ThreadPool pool(3);
   Rng rng(13);
+  // in 320: whole 16-pair steps, which linear.cpu.amx runs on the tile unit.
   for (DType dt : {DType::kF8E4M3, DType::kBF16, DType::kF32})
-    for (auto [out, in] : {std::pair<int64_t, int64_t>{300, 2100}, {37, 131}}) {
+    for (auto [out, in] : {std::pair<int64_t, int64_t>{300, 2100}, {37, 131}, {48, 320}}) {
       const TestWeight t = make_weight(rng, dt, out, in, 3);
       std::vector<float> x(size_t(45 * in));
       for (auto& e : x) e = float(rng.normal());
@@ -209,20 +210,43 @@ TEST(Linear, VbmiFp8DecodingGivesTheFp16RoutesBits) {
 
 TEST(Linear, ListsTheVariantsBestFirstWithScalarAlwaysThere) {
   const auto& v = linear_variants();
-  ASSERT_EQ(v.size(), 8u);
-  EXPECT_EQ(v[0].name, "linear.cpu.avx512bf16");
-  EXPECT_EQ(v[1].name, "linear.cpu.avx512vbmivnni");
-  EXPECT_EQ(v[2].name, "linear.cpu.avx512vbmi");
-  EXPECT_EQ(v[3].name, "linear.cpu.avx512vnni");
-  EXPECT_EQ(v[4].name, "linear.cpu.avx512");
-  EXPECT_EQ(v[5].name, "linear.cpu.avx2");
-  EXPECT_EQ(v[6].name, "linear.cpu.scalar");
-  EXPECT_EQ(v[7].name, "linear.ref.fp64");  // the reference closes the table
-  EXPECT_EQ(v[7].backend, "ref");
-  EXPECT_TRUE(v[6].supports(LinearParams{}));
+  ASSERT_EQ(v.size(), 9u);
+  EXPECT_EQ(v[0].name, "linear.cpu.amx");
+  EXPECT_EQ(v[1].name, "linear.cpu.avx512bf16");
+  EXPECT_EQ(v[2].name, "linear.cpu.avx512vbmivnni");
+  EXPECT_EQ(v[3].name, "linear.cpu.avx512vbmi");
+  EXPECT_EQ(v[4].name, "linear.cpu.avx512vnni");
+  EXPECT_EQ(v[5].name, "linear.cpu.avx512");
+  EXPECT_EQ(v[6].name, "linear.cpu.avx2");
+  EXPECT_EQ(v[7].name, "linear.cpu.scalar");
+  EXPECT_EQ(v[8].name, "linear.ref.fp64");  // the reference closes the table
+  EXPECT_EQ(v[8].backend, "ref");
   EXPECT_TRUE(v[7].supports(LinearParams{}));
+  EXPECT_TRUE(v[8].supports(LinearParams{}));
   for (const auto& x : v)
     std::printf("%s: %s\n", x.name.c_str(), x.supports(LinearParams{}) ? "supported" : "skipped");
+}
+
+// The AMX variant changes only the BF16 GEMM's whole 16-row blocks of x (path kBf16 above 16
+// rows): every FP32 product is linear.cpu.avx512bf16's bit for bit (where the CPU has AMX).
+TEST(Linear, AmxVariantKeepsTheFp32Products) {
+  const LinearVariant *a = variant("linear.cpu.amx"), *b = variant("linear.cpu.avx512bf16");
+  ASSERT_TRUE(a && b);
+  if (!a->supports(LinearParams{})) GTEST_SKIP() << "no AMX here";
+  ThreadPool pool(3);
+  Rng rng(19);
+  for (DType dt : {DType::kBF16, DType::kF8E4M3, DType::kF32})
+    for (int64_t n : {1, 5, 16, 40}) {
+      const TestWeight t = make_weight(rng, dt, 70, 320, 1);
+      std::vector<float> x(size_t(n * 320)), ya(size_t(n * 70)), yb(ya.size());
+      for (auto& e : x) e = float(rng.normal());
+      for (LinearPath p : {LinearPath::kDot, LinearPath::kBf16}) {
+        if (p == LinearPath::kBf16 && n > 16) continue;  // the tile unit's own order
+        run_product(*a, t.w, n, x.data(), ya.data(), pool, p);
+        run_product(*b, t.w, n, x.data(), yb.data(), pool, p);
+        ASSERT_EQ(ya, yb) << dtype_name(dt) << " n " << n;
+      }
+    }
 }
 
 // The VNNI variants change only the GGUF block formats: every other dtype gives their base
