@@ -7,7 +7,7 @@
 #include "kernels/cpu/scratch.h"
 
 #pragma GCC push_options
-#pragma GCC target(                                                                     \
+#pragma GCC target(                                                                      \
     "avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx512vnni,avx2,fma,f16c," \
     "amx-tile,amx-bf16")
 #pragma GCC diagnostic push

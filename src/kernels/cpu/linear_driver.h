@@ -62,6 +62,18 @@ inline float lin_block_scale(const LinearWeight& w, int64_t i, int64_t j) {
   return w.dtype == DType::kF8E4M3 || w.dtype == DType::kF8E4M3R16 ? s * 256.0f : s;
 }
 
+// xs[i · in + j] = x[i · in + j] · scale(row rs's scale row, column j) for i < nx: a block-scaled
+// weight's scale moved onto x, once per scale row of the weight rows a GEMV reads (the product
+// still rounds once, as w · scale would).
+inline void lin_scale_x(const LinearWeight& w, int64_t rs, int64_t nx, const float* x, float* xs) {
+  for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {
+    const int64_t c1 = std::min(w.in, c0 + w.block_cols);
+    const float s = lin_block_scale(w, rs, c0);
+    for (int64_t i = 0; i < nx; ++i)
+      for (int64_t j = c0; j < c1; ++j) xs[i * w.in + j] = x[i * w.in + j] * s;
+  }
+}
+
 // acc[r][i] += widen(wp[r]) · x[i · ldx ..], one Vec of columns: R widened rows shared by N rows
 // of x, R + N loads for R·N FMAs. FP8 comes without scale (the caller scaled x) and without the
 // NaN mask (the caller scans the bytes).
@@ -271,12 +283,7 @@ void lin_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, i
         }
       for (int64_t rs = r0; rs < r1;) {
         const int64_t re = std::min(r1, (rs / w.block_rows + 1) * w.block_rows);
-        for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {
-          const int64_t c1 = std::min(w.in, c0 + w.block_cols);
-          const float s = lin_block_scale(w, rs, c0);
-          for (int64_t i = 0; i < nx; ++i)
-            for (int64_t j = c0; j < c1; ++j) xs[i * w.in + j] = xg[i * w.in + j] * s;
-        }
+        lin_scale_x(w, rs, nx, xg, xs);
         lin_dot_group_n<L, D>(nx, stored, rs, re, xs, yg);
         rs = re;
       }

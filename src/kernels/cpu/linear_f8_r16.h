@@ -20,7 +20,7 @@
 
 #include "core/ggml_repack.h"
 #include "kernels/cpu/linear_bf16_r16.h"   // kR16AheadBytes
-#include "kernels/cpu/linear_driver.h"     // lin_block_scale
+#include "kernels/cpu/linear_driver.h"     // lin_scale_x
 #include "kernels/cpu/linear_gemm_bf16.h"  // F8Widen
 
 namespace mla::cpu {
@@ -84,12 +84,7 @@ inline void f8_r16_chunk(const LinearWeight& w, int64_t n, const float* x, float
     float* yg = y + i0 * w.out;
     for (int64_t rs = r0; rs < r1;) {
       const int64_t re = std::min(r1, (rs / w.block_rows + 1) * w.block_rows);
-      for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {
-        const int64_t c1 = std::min(w.in, c0 + w.block_cols);
-        const float s = lin_block_scale(w, rs, c0);
-        for (int64_t i = 0; i < nx; ++i)
-          for (int64_t j = c0; j < c1; ++j) xs[i * w.in + j] = xg[i * w.in + j] * s;
-      }
+      lin_scale_x(w, rs, nx, xg, xs);
       for (int64_t g = rs / kR16Rows; g < re / kR16Rows; ++g) {
         const uint8_t* group = w.data + g * kR16Rows * w.in;
         float* yo = yg + g * kR16Rows;

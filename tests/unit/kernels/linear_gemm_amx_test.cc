@@ -11,9 +11,9 @@
 #include <cstring>
 #include <vector>
 
+#include "amx_loop_tiles.h"
 #include "core/dtype.h"
 #include "core/rng.h"
-#include "amx_loop_tiles.h"
 #include "kernels/cpu/linear_gemm_amx.h"
 
 namespace mla {
@@ -55,9 +55,9 @@ TEST(GemmAmxRows, MatchesTheProductOfItsOperands) {
     const int64_t ldy = c.out + 3;  // the chunk's columns inside a wider y
     std::vector<float> y(size_t(c.n * ldy), sentinel);
     for (int64_t i0 = 0; i0 < c.n; i0 += cpu::kAmxXRows)
-      cpu::gemm_amx_rows<test::AmxLoopTiles>(panel.data(), kp, i0, std::min(cpu::kAmxXRows, c.n - i0),
-                                    wp.data(), ldw, vecs, c.out, block ? scales.data() : nullptr,
-                                    block, y.data(), ldy);
+      cpu::gemm_amx_rows<test::AmxLoopTiles>(
+          panel.data(), kp, i0, std::min(cpu::kAmxXRows, c.n - i0), wp.data(), ldw, vecs, c.out,
+          block ? scales.data() : nullptr, block, y.data(), ldy);
     for (int64_t i = 0; i < c.n; ++i) {
       for (int64_t o = 0; o < c.out; ++o) {
         double want = 0, mag = 0;
@@ -83,9 +83,9 @@ TEST(GemmAmxRows, MatchesTheProductOfItsOperands) {
 TEST(GemmAmxRows, FitsWholeStepsOnly) {
   EXPECT_TRUE(cpu::gemm_amx_fits(2048, 0));
   EXPECT_TRUE(cpu::gemm_amx_fits(2048, 128));
-  EXPECT_FALSE(cpu::gemm_amx_fits(2040, 0));    // a partial 16-pair step
-  EXPECT_FALSE(cpu::gemm_amx_fits(2048, 48));   // scale blocks of 24 pairs
-  EXPECT_TRUE(cpu::gemm_amx_fits(1408, 128));   // V2-Lite down_proj rows
+  EXPECT_FALSE(cpu::gemm_amx_fits(2040, 0));   // a partial 16-pair step
+  EXPECT_FALSE(cpu::gemm_amx_fits(2048, 48));  // scale blocks of 24 pairs
+  EXPECT_TRUE(cpu::gemm_amx_fits(1408, 128));  // V2-Lite down_proj rows
 }
 
 }  // namespace
