@@ -92,6 +92,7 @@ inline void gemm_pack_x_tile(const float* x, int64_t n, int64_t in, int64_t t, u
 struct F8Widen {
   __m512i order, sign, top0, top1, next0, next1;
   F8Widen() {
+    // Lane L of the permuted bytes: columns 8L .. 8L + 7, then 32 + 8L .. 32 + 8L + 7.
     alignas(64) static constexpr uint8_t kOrder[64] = {
         0,  1,  2,  3,  4,  5,  6,  7,  32, 33, 34, 35, 36, 37, 38, 39,  //
         8,  9,  10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47,  //
