@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/ggml_quant.h"
+#include "core/ggml_repack.h"
 #include "dist/communicator.h"
 #include "kernels/ref/mla_ref.h"
 #include "model/model_impl.h"
@@ -244,7 +245,8 @@ double Model::prefill_flops(int64_t tokens) const {
 }
 
 DType Model::lm_head_dtype() const {
-  return impl_->lm_head.dtype;
+  const DType t = impl_->lm_head.dtype;
+  return dtype_is_row_interleaved(t) ? r16_file_dtype(t) : t;
 }
 
 Model::RepackStats Model::repack_stats() const {

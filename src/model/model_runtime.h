@@ -110,7 +110,8 @@ class Model {
   // K routed experts and the shared experts, lm_head, one embedding row. Divided into the
   // machine's memory bandwidth it bounds decode tokens/s for one sequence.
   int64_t active_weight_bytes_per_token() const;
-  // The dtype lm_head is stored in at run time (RuntimeOptions::lm_head_dtype, else the file's).
+  // The dtype lm_head's values are stored in at run time (RuntimeOptions::lm_head_dtype, else the
+  // file's), whatever layout repack_weights gave them (BF16 for BF16_R16).
   DType lm_head_dtype() const;
   // What RuntimeOptions::repack_weights did at load: the weights re-laid, their bytes (held in
   // memory in place of the file's pages) and the seconds it took.
