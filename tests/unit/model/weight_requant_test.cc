@@ -253,5 +253,63 @@ TEST(WeightRepack, PerHeadViewsKeepTheirProducts) {
   EXPECT_NE(r.status().message().find("attn_k_b head 0"), std::string::npos);
 }
 
+// Block-FP8 repacked as F8_E4M3_R16 keeps its scale grid (the same pointer and blocks) and its
+// products against the FP64 reference within the FP32 GEMV bound (linear_bounds.h: γ_(in+2),
+// the scale's rounding included); scale blocks that split a group of 16 rows are refused, naming
+// the weight. BF16 keeps its byte count.
+TEST(WeightRepack, Fp8KeepsItsScaleGridAndRefusesBlocksAcrossGroups) {
+  constexpr int64_t out = 64, in = 256;
+  std::mt19937 rng(5);
+  std::vector<uint8_t> codes(size_t(out * in));
+  for (uint8_t& c : codes) c = uint8_t(rng() % 0x7F) | uint8_t(rng() % 2 ? 0x80 : 0);
+  std::vector<float> scales(size_t(out / 32 * (in / 64)));
+  for (float& v : scales) v = std::ldexp(1.0f + float(rng() % 8) / 8.0f, -int(rng() % 6));
+  LinearWeight w{DType::kF8E4M3,
+                 codes.data(),
+                 out,
+                 in,
+                 reinterpret_cast<const uint8_t*>(scales.data()),
+                 32,
+                 64};
+  ThreadPool pool(2);
+  std::vector<uint8_t> arena(codes.size());
+  auto r = repack_weight(w, DType::kF8E4M3R16, pool, arena.data(), "expert 3 up_proj", false);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->dtype, DType::kF8E4M3R16);
+  EXPECT_EQ(r->scale_inv, w.scale_inv);
+  EXPECT_EQ(r->block_rows, 32);
+  EXPECT_EQ(r->block_cols, 64);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int64_t n : {1, 5, 24}) {
+    std::vector<float> x(size_t(n * in)), xa(x.size()), y(size_t(n * out));
+    for (size_t k = 0; k < x.size(); ++k) xa[k] = std::fabs(x[k] = g(rng));
+    std::vector<double> want(y.size()), abs_sum(y.size());
+    ref::linear(w, n, x.data(), want.data());
+    LinearWeight a = w;  // |W|: the sign bits cleared
+    std::vector<uint8_t> abs_codes(codes);
+    for (uint8_t& c : abs_codes) c &= 0x7F;
+    a.data = abs_codes.data();
+    ref::linear(a, n, xa.data(), abs_sum.data());
+    ASSERT_TRUE(linear(*r, n, x.data(), y.data(), pool, "cpu", DType::kF32).ok());
+    const double u = std::ldexp(1.0, -24), k = double(in + 2);
+    for (size_t i = 0; i < y.size(); ++i)
+      EXPECT_NEAR(y[i], want[i], k * u / (1 - k * u) * abs_sum[i] + k * std::ldexp(1.0, -149))
+          << "n " << n << " output " << i;
+  }
+  LinearWeight split = w;
+  split.block_rows = 8;  // a group of 16 rows across two scale rows
+  const auto bad =
+      repack_weight(split, DType::kF8E4M3R16, pool, arena.data(), "expert 3 up_proj", false);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("expert 3 up_proj"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("F8_E4M3_R16"), std::string::npos);
+  std::vector<uint16_t> bf16(size_t(out * in), 0x3F80);
+  LinearWeight b{DType::kBF16, reinterpret_cast<const uint8_t*>(bf16.data()), out, in};
+  std::vector<uint8_t> b_arena(bf16.size() * 2);
+  const auto rb = repack_weight(b, DType::kBF16R16, pool, b_arena.data(), "q_proj", false);
+  ASSERT_TRUE(rb.ok()) << rb.status().message();
+  EXPECT_EQ(dtype_bytes(rb->dtype, in) * out, int64_t(b_arena.size()));
+}
+
 }  // namespace
 }  // namespace mla
