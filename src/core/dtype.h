@@ -71,9 +71,9 @@ inline int64_t dtype_bytes(DType t, int64_t n) {
 constexpr bool dtype_is_ggml_block(DType t) {
   return t >= DType::kQ8_0 && t <= DType::kQ6_K;
 }
-// Formats whose rows are interleaved in groups (kQ8_0R16, kQ4_KR16, kBF16R16): a row is not a
-// contiguous run of bytes, though a group of rows takes as many bytes as its rows would in the
-// file format.
+// Formats whose rows are interleaved in groups (kQ8_0R16, kQ4_KR16, kBF16R16, kF8E4M3R16): a row
+// is not a contiguous run of bytes, though a group of rows takes as many bytes as its rows would
+// in the stored format.
 constexpr bool dtype_is_row_interleaved(DType t) {
   return t == DType::kQ8_0R16 || t == DType::kQ4_KR16 || t == DType::kBF16R16 ||
          t == DType::kF8E4M3R16;

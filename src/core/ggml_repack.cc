@@ -85,41 +85,45 @@ void gather_q4_k_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* 
   }
 }
 
-void repack_bf16_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
-  for (int64_t g = 0; g < out / kR16Rows; ++g) {
-    const uint8_t* rows = src + g * kR16Rows * in * 2;
-    uint8_t* group = dst + g * kR16Rows * in * 2;
+namespace {
+
+// The pair layout of kBF16R16 / kF8E4M3R16 for values of `eb` bytes: pair p of a group's 16 rows
+// at 16 · 2eb · p, row r's pair at 2eb · r. Moves rows [out, in] there, and row `row` back.
+void repack_pairs_r16(const uint8_t* src, int64_t out, int64_t in, int eb, uint8_t* dst) {
+  const int64_t pair = 2 * eb, group_bytes = kR16Rows * in * eb;
+  for (int64_t g = 0; g < out / kR16Rows; ++g)
     for (int64_t p = 0; p < in / 2; ++p)
       for (int r = 0; r < kR16Rows; ++r)
-        std::memcpy(group + 64 * p + 4 * r, rows + r * in * 2 + 4 * p, 4);
-  }
+        std::memcpy(dst + g * group_bytes + kR16Rows * pair * p + pair * r,
+                    src + g * group_bytes + r * in * eb + pair * p, size_t(pair));
+}
+
+void gather_pairs_r16_row(const uint8_t* data, int64_t in, int eb, int64_t row, uint8_t* dst) {
+  const int64_t pair = 2 * eb;
+  const uint8_t* group = data + row / kR16Rows * kR16Rows * in * eb;
+  for (int64_t p = 0; p < in / 2; ++p)
+    std::memcpy(dst + pair * p, group + kR16Rows * pair * p + pair * (row % kR16Rows),
+                size_t(pair));
+}
+
+}  // namespace
+
+void repack_bf16_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
+  repack_pairs_r16(src, out, in, 2, dst);
 }
 
 void dequantize_bf16_r16_row(const uint8_t* data, int64_t in, int64_t row, float* out) {
-  const uint8_t* group = data + row / kR16Rows * kR16Rows * in * 2;
-  const int64_t r = row % kR16Rows;
-  for (int64_t p = 0; p < in / 2; ++p)
-    for (int k = 0; k < 2; ++k) {
-      uint16_t h;
-      std::memcpy(&h, group + 64 * p + 4 * r + 2 * k, 2);
-      out[2 * p + k] = bf16_to_f32(h);
-    }
+  std::vector<uint16_t> h(static_cast<size_t>(in));
+  gather_pairs_r16_row(data, in, 2, row, reinterpret_cast<uint8_t*>(h.data()));
+  for (int64_t j = 0; j < in; ++j) out[j] = bf16_to_f32(h[size_t(j)]);
 }
 
 void repack_f8_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) {
-  for (int64_t g = 0; g < out / kR16Rows; ++g) {
-    const uint8_t* rows = src + g * kR16Rows * in;
-    uint8_t* group = dst + g * kR16Rows * in;
-    for (int64_t p = 0; p < in / 2; ++p)
-      for (int r = 0; r < kR16Rows; ++r)
-        std::memcpy(group + 32 * p + 2 * r, rows + r * in + 2 * p, 2);
-  }
+  repack_pairs_r16(src, out, in, 1, dst);
 }
 
 void gather_f8_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* dst) {
-  const uint8_t* group = data + row / kR16Rows * kR16Rows * in;
-  for (int64_t p = 0; p < in / 2; ++p)
-    std::memcpy(dst + 2 * p, group + 32 * p + 2 * (row % kR16Rows), 2);
+  gather_pairs_r16_row(data, in, 1, row, dst);
 }
 
 DType repacked_dtype(DType t) {

@@ -1,5 +1,5 @@
-// Q8_0 (and Q4_K and BF16, below) weights repacked at load into DType::kQ8_0R16 (kQ4_KR16,
-// kBF16R16), the layout
+// Weights repacked at load, 16 rows interleaved (BF16 and block-FP8 for the BF16 kernels:
+// below). Q8_0 (and Q4_K, below) as DType::kQ8_0R16 (kQ4_KR16), the layout
 // of the int8 dot-product decode kernels (kernels/cpu/linear_ggml_r16.h, linear_ggml_r16_k.h): 16
 // rows' codes sit in one 64-byte vector, one int32 lane a row, so a GEMV accumulates 16 outputs per
 // vector with no horizontal sums (what ik_llama.cpp's run-time repacking does for its Q8_0).

@@ -12,6 +12,16 @@
 
 namespace mla {
 
+namespace {
+
+// Whether an FP8 scale grid of [block_rows, block_cols] keeps every group of 16 rows and every
+// pair of columns of kF8E4M3R16 inside one block.
+bool f8_r16_blocks_fit(const LinearWeight& w) {
+  return w.block_rows % 16 == 0 && w.block_cols % 2 == 0;
+}
+
+}  // namespace
+
 Status validate(const LinearWeight& w) {
   if (w.dtype != DType::kBF16 && w.dtype != DType::kF16 && w.dtype != DType::kF32 &&
       !linear_block_scaled(w.dtype) && !dtype_is_ggml_block(w.dtype) &&
@@ -43,7 +53,7 @@ Status validate(const LinearWeight& w) {
     if (w.block_rows < 1 || w.block_cols < 1)
       return invalid_argument("linear weight: block size [" + std::to_string(w.block_rows) + ", " +
                               std::to_string(w.block_cols) + "] must be >= 1");
-    if (w.dtype == DType::kF8E4M3R16 && (w.block_rows % 16 != 0 || w.block_cols % 2 != 0))
+    if (w.dtype == DType::kF8E4M3R16 && !f8_r16_blocks_fit(w))
       return invalid_argument("linear weight: F8_E4M3_R16 block size [" +
                               std::to_string(w.block_rows) + ", " + std::to_string(w.block_cols) +
                               "] must hold whole groups of 16 rows and pairs of columns");
@@ -111,8 +121,7 @@ DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view 
 }
 
 DType linear_preferred_dtype(const LinearWeight& w, std::string_view backend) {
-  if (w.dtype == DType::kF8E4M3 && (w.block_rows % 16 != 0 || w.block_cols % 2 != 0))
-    return w.dtype;
+  if (w.dtype == DType::kF8E4M3 && !f8_r16_blocks_fit(w)) return w.dtype;
   return preferred_layout(w.dtype, w.out, w.in, backend);
 }
 

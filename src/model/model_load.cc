@@ -270,8 +270,8 @@ Status repack_weights(Model::Impl& m, const std::string& dir) {
                            {&L.o_proj, "o_proj"},
                            {&L.router, "router"}})
       ws.push_back({w, at + name});
-    // The absorbed path's per-head products (a GGUF file's attn_k_b / attn_v_b views; FP32,
-    // BF16 and FP8 copies keep their layout).
+    // The absorbed path's per-head products (a GGUF file's attn_k_b / attn_v_b views, or the
+    // per-head copies of kv_b_proj; FP32 ones keep their layout).
     for (size_t h = 0; h < L.absorbed.uk_t.size(); ++h) {
       ws.push_back({&L.absorbed.uk_t[h], at + fmt::format("attn_k_b head {}", h)});
       ws.push_back({&L.absorbed.uv[h], at + fmt::format("attn_v_b head {}", h)});

@@ -55,7 +55,7 @@ void gemm_amx_rows(const uint32_t* panel, int64_t kp, int64_t i0, int64_t rows, 
     return;
   }
   // FP8: per column block, the block's sums into `part`, then scaled into `sum`; unscaled with
-  // padding: one block of all pairs, `part` copied.
+  // padding: one block of all pairs, its sums stored from `part`.
   constexpr int64_t ld = 96;
   alignas(64) float part[kAmxXRows * ld], sum[kAmxXRows * ld];
   if (!scales) block = kp;
@@ -64,18 +64,16 @@ void gemm_amx_rows(const uint32_t* panel, int64_t kp, int64_t i0, int64_t rows, 
     auto a_blk = [&](int k) { return a_of(k) + p0 * 4; };
     T::template grid<false>(nk, nj, a_blk, a_s, a_stride, b + p0 * 64, b_j, b_s, b_stride, steps,
                             part, 16 * ld, ld * 4);
-    if (!scales) {
-      std::memcpy(sum, part, sizeof(sum));
-      continue;
-    }
+    if (!scales) break;
     const float* s = scales + blk * 16 * vecs;
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t c = 0; c < cols; ++c)
         sum[m * ld + c] =
             blk == 0 ? part[m * ld + c] * s[c] : std::fma(part[m * ld + c], s[c], sum[m * ld + c]);
   }
+  const float* out = scales ? sum : part;
   for (int64_t m = 0; m < rows; ++m)
-    std::memcpy(y + (i0 + m) * ldy, sum + m * ld, size_t(cols) * sizeof(float));
+    std::memcpy(y + (i0 + m) * ldy, out + m * ld, size_t(cols) * sizeof(float));
 }
 
 }  // namespace

@@ -292,24 +292,18 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   alignas(64) float tot[kGemmXBlock * ldt];
   const int64_t rows = r1 - r0, kp = gemm_pairs(w.in), vecs = (rows + 15) / 16;
   const int64_t ldw = kp * 16;  // words from one vector of 16 W rows to the next
-  const uint32_t* wp = nullptr;
+  // BF16_R16 is read in place (r0 is a multiple of 48); the others are laid out in scratch.
   const bool in_place = D == DType::kBF16 && w.dtype == DType::kBF16R16;
-  if (in_place) {  // r0 is a multiple of 48
-    wp = reinterpret_cast<const uint32_t*>(w.data + r0 * w.in * 2);
-  } else if (D == DType::kBF16 && w.dtype == DType::kBF16) {
-    uint32_t* dst = ensure_scratch(packed_scratch, size_t(vecs * ldw));
-    wp = dst;
+  uint32_t* dst = in_place ? nullptr : ensure_scratch(packed_scratch, size_t(vecs * ldw));
+  const uint32_t* wp = in_place ? reinterpret_cast<const uint32_t*>(w.data + r0 * w.in * 2) : dst;
+  if (D == DType::kBF16 && w.dtype == DType::kBF16) {
     const uint16_t* src = reinterpret_cast<const uint16_t*>(w.data) + r0 * w.in;
     for (int64_t v = 0; v < vecs; ++v)
       gemm_pack_w16(src + v * 16 * w.in, w.in, int(std::min<int64_t>(16, rows - 16 * v)), w.in,
                     dst + v * ldw);
   } else if (w.dtype == DType::kF8E4M3R16) {  // groups of 16 rows, widened in order
-    uint32_t* dst = ensure_scratch(packed_scratch, size_t(vecs * ldw));
-    wp = dst;
     gemm_widen_fp8_run(w.data + r0 * w.in, rows * w.in, reinterpret_cast<uint16_t*>(dst));
-  } else {
-    uint32_t* dst = ensure_scratch(packed_scratch, size_t(vecs * ldw));
-    wp = dst;
+  } else if (!in_place) {
     // 16 rows at a time, widened (FP8) or rounded (F32) to BF16 rows first.
     const int64_t ldr = 2 * kp;
     uint16_t* wide = ensure_scratch(rows_scratch, size_t(16 * ldr));
