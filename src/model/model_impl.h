@@ -61,6 +61,12 @@ struct Model::Impl {
   SliceStore slices;                  // this rank's copies of its weights (ranks > 1)
 };
 
+// Every weight the forward pass reads only through linear() (not the embedding table, whose rows
+// are looked up) re-laid in the layouts the backend runs faster, held in m.repacked
+// (model_repack.cc). Alone (one rank), what stays a view of the file is then paged in (the loader
+// does not page the file in whole first when it repacks).
+Status repack_weights(Model::Impl& m, const std::string& dir);
+
 // forward's checks of the batch and cache, before anything runs (or is sent to other ranks).
 Status check_forward(const Model::Impl& m, const ForwardBatch& b, const KvCacheStorage& cache);
 

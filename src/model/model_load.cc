@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <optional>
 
@@ -250,79 +249,10 @@ DType Model::lm_head_dtype() const {
 }
 
 Model::RepackStats Model::repack_stats() const {
-  return impl_->repack_stats;
+  RepackStats s = impl_->repack_stats;
+  s.huge_page_bytes = impl_->repacked.huge_page_bytes();
+  return s;
 }
-
-namespace {
-
-// Every weight the forward pass reads only through linear() (not the embedding table, whose rows
-// are looked up), in the layouts the backend runs faster (RuntimeOptions::repack_weights).
-Status repack_weights(Model::Impl& m, const std::string& dir) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::pair<LinearWeight*, std::string>> ws;
-  for (size_t i = 0; i < m.layers.size(); ++i) {
-    LayerRuntime& L = m.layers[i];
-    const std::string at = fmt::format("{}: layer {} ", dir, i);
-    for (auto [w, name] : {std::pair{&L.q_proj, "q_proj"},
-                           {&L.q_a, "q_a_proj"},
-                           {&L.q_b, "q_b_proj"},
-                           {&L.kv_a, "kv_a_proj"},
-                           {&L.o_proj, "o_proj"},
-                           {&L.router, "router"}})
-      ws.push_back({w, at + name});
-    // The absorbed path's per-head products (a GGUF file's attn_k_b / attn_v_b views, or the
-    // per-head copies of kv_b_proj; FP32 ones keep their layout).
-    for (size_t h = 0; h < L.absorbed.uk_t.size(); ++h) {
-      ws.push_back({&L.absorbed.uk_t[h], at + fmt::format("attn_k_b head {}", h)});
-      ws.push_back({&L.absorbed.uv[h], at + fmt::format("attn_v_b head {}", h)});
-    }
-    std::vector<MlpLinear*> mlps = {&L.mlp, &L.shared};
-    for (MlpLinear& e : L.experts) mlps.push_back(&e);
-    for (size_t k = 0; k < mlps.size(); ++k) {
-      const std::string mlp = at + (k == 0   ? "mlp"
-                                    : k == 1 ? "shared experts"
-                                             : fmt::format("expert {}", k - 2));
-      ws.push_back({&mlps[k]->gate, mlp + " gate_proj"});
-      ws.push_back({&mlps[k]->up, mlp + " up_proj"});
-      ws.push_back({&mlps[k]->down, mlp + " down_proj"});
-    }
-  }
-  ws.push_back({&m.lm_head, dir + ": lm_head"});
-  // Which weights change layout, and where each goes in one arena (64-byte aligned offsets).
-  std::vector<std::pair<size_t, DType>> plan;  // (index into ws, new dtype)
-  std::vector<size_t> offset;
-  size_t total = 0;
-  for (size_t k = 0; k < ws.size(); ++k) {
-    const LinearWeight& w = *ws[k].first;
-    if (!w.data) continue;  // absent in this layer (q_proj with a q LoRA, a dense layer's router)
-    const DType to = linear_preferred_dtype(w, m.options.backend);
-    if (to == w.dtype) continue;
-    plan.push_back({k, to});
-    offset.push_back(total);
-    total += (size_t(dtype_bytes(w.dtype, w.in) * w.out) + 63) / 64 * 64;
-  }
-  if (plan.empty()) return Status();
-  MLA_ASSIGN_OR_RETURN(m.repacked, WeightArena::allocate(total, dir + ": repacked weights"));
-  std::vector<const uint8_t*> sources;
-  for (size_t p = 0; p < plan.size(); ++p) {
-    auto& [w, what] = ws[plan[p].first];
-    // The file's pages are dropped, unless the weight is a copy: lm_head requantised, or a
-    // rank's slice (whose copy is freed instead, once every weight is repacked: the heads of a
-    // layer's attn_k_b share one slice).
-    const bool mapped = m.ranks == 1 && (w != &m.lm_head || !m.lm_head_store.data.data());
-    if (m.ranks > 1) sources.push_back(w->data);
-    MLA_ASSIGN_OR_RETURN(*w, repack_weight(*w, plan[p].second, default_thread_pool(),
-                                           m.repacked.data() + offset[p], what, mapped));
-    m.repack_stats.weights += 1;
-    m.repack_stats.bytes += dtype_bytes(w->dtype, w->in) * w->out;
-  }
-  for (const uint8_t* source : sources) m.slices.release(source);
-  m.repack_stats.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return Status();
-}
-
-}  // namespace
 
 int64_t Model::active_weight_bytes_per_token() const {
   const Impl& m = *impl_;
@@ -400,8 +330,10 @@ Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
   CheckpointOptions checkpoint_options;
   // Decode reads every active weight each step and, over many steps, every expert: faulting the
   // pages in lazily cost a page fault per 64 KiB of weights during the first tokens. Across
-  // ranks each copies only its slices (touching those pages alone).
-  checkpoint_options.populate = impl->ranks == 1;
+  // ranks each copies only its slices (touching those pages alone). Weights to be repacked are
+  // read once by the repack, so then the file is not paged in whole first (repack_weights pages
+  // in what stays a view of it).
+  checkpoint_options.populate = impl->ranks == 1 && !options.repack_weights;
   MLA_ASSIGN_OR_RETURN(impl->weights, load_model_weights(dir, checkpoint_options));
   const ModelConfig& c = impl->weights.config;
   if (c.hidden_act != "silu")

@@ -113,12 +113,13 @@ class Model {
   // The dtype lm_head's values are stored in at run time (RuntimeOptions::lm_head_dtype, else the
   // file's), whatever layout repack_weights gave them (BF16 for BF16_R16).
   DType lm_head_dtype() const;
-  // What RuntimeOptions::repack_weights did at load: the weights re-laid, their bytes (held in
-  // memory in place of the file's pages) and the seconds it took.
+  // What RuntimeOptions::repack_weights did at load: the weights re-laid, their bytes (values and
+  // block scales, held in memory in place of the file's pages) and the seconds it took.
   struct RepackStats {
     int weights = 0;
     int64_t bytes = 0;
     double seconds = 0;
+    int64_t huge_page_bytes = -1;  // of `bytes`, on 2 MiB pages when asked (-1: unknown)
   };
   RepackStats repack_stats() const;
 

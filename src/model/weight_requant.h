@@ -36,11 +36,12 @@ struct RequantizedWeight {
 Result<RequantizedWeight> requantize_weight(const LinearWeight& w, DType to, ThreadPool& pool,
                                             const std::string& what);
 
-// Memory for weights re-laid at load: one anonymous mapping, 2 MiB aligned and advised for
-// transparent huge pages. A mapped file's weights come in the page cache's large folios without
-// advice, but anonymous memory under THP "madvise" would be 4 KiB pages, and a decode step reads
-// every active weight through the TLB (on Zen 5 the repacked Q8_0 model decoded 8% slower on
-// 4 KiB pages: docs/BENCHMARKS.md "Q8_0 repacked at load").
+// Memory for weights re-laid at load: one anonymous mapping, 2 MiB aligned, advised for
+// transparent huge pages and taken whole when allocated (MADV_POPULATE_WRITE, Linux 5.14). A mapped
+// file's weights come in the page cache's large folios without advice, but anonymous memory under
+// THP "madvise" would be 4 KiB pages, and a decode step reads every active weight through the TLB
+// (on Zen 5 the repacked Q8_0 model decoded 8% slower on 4 KiB pages: docs/BENCHMARKS.md "Q8_0
+// repacked at load").
 class WeightArena {
  public:
   WeightArena() = default;
@@ -53,6 +54,10 @@ class WeightArena {
   ~WeightArena();
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // Bytes of the arena the kernel holds on transparent huge pages now (AnonHugePages of its
+  // mappings in /proc/self/smaps); -1 where that cannot be read. What the advice got: a host
+  // whose free memory is fragmented falls back to 4 KiB pages.
+  int64_t huge_page_bytes() const;
 
  private:
   void* map_ = nullptr;  // the mapping (a 2 MiB-aligned data_ lies inside it)
@@ -60,12 +65,23 @@ class WeightArena {
   uint8_t* data_ = nullptr;
 };
 
-// w re-laid at `dst` (dtype_bytes(w.dtype, w.in) · w.out bytes) as `to`, a layout of the same
-// values that the kernels run faster (linear_preferred_dtype: Q8_0 → kQ8_0R16, Q4_K →
-// kQ4_KR16, core/ggml_repack.h); returns the weight over dst. With `drop_source`, the whole pages
-// of w's data are then dropped from the process (MADV_DONTNEED): for a mapped file, whose pages are
-// read again from it if touched, so the file's copy stops counting next to the new one.
-// invalid_argument for another pair of dtypes or a shape `to` cannot hold.
+// Bytes repack_weight writes at dst for w, a multiple of 64: its values (dtype_bytes(w.dtype,
+// w.in) · w.out, rounded up to 64), then, for a block-scaled dtype, a copy of its F32 scale grid.
+// The scales come along because a mapped file's pages can be reclaimed: with the values dropped
+// from the file, a model near the size of RAM evicted the scattered scale pages, and each decode
+// step faulted them back with a readahead of the values around them (the 27-layer FP8 model decoded
+// at 0.6 of the read probe instead of 0.9: docs/BENCHMARKS.md "Repacked weights in anonymous
+// memory").
+size_t repacked_weight_bytes(const LinearWeight& w);
+
+// w re-laid at `dst` (repacked_weight_bytes(w) bytes, 64-byte aligned) as `to`, a layout of the
+// same values that the kernels run faster (linear_preferred_dtype: Q8_0 → kQ8_0R16, Q4_K →
+// kQ4_KR16, BF16 → kBF16R16, FP8 → kF8E4M3R16, core/ggml_repack.h); returns the weight over dst
+// (values and scales). With `drop_source`, the whole pages of w's values are then dropped from
+// the process (MADV_DONTNEED): for a mapped file, whose pages are read again from it if touched,
+// so the file's copy stops counting next to the new one (advised cold first, so the page cache
+// gives them up before pages still read). invalid_argument for another pair of dtypes or a shape
+// `to` cannot hold.
 Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& pool, uint8_t* dst,
                                    const std::string& what, bool drop_source);
 

@@ -50,7 +50,9 @@ int run_bench_model(const BenchModelOptions& o) {
     fmt::print(stderr, "error: {}\n", ro.status().message());
     return 1;
   }
+  const auto load_start = Clock::now();
   auto model = Model::load(o.model, *ro);
+  const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
   if (!model.ok()) {
     fmt::print(stderr, "error: {}\n", model.status().message());
     return 1;
@@ -136,9 +138,11 @@ int run_bench_model(const BenchModelOptions& o) {
     j["matmul_dtype"] = o.rt.matmul_dtype;
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     const Model::RepackStats rs = (*model)->repack_stats();
+    j["load_seconds"] = load_seconds;
     j["repacked_weights"] = rs.weights;
     j["repacked_bytes"] = rs.bytes;
     j["repack_seconds"] = rs.seconds;
+    j["repacked_huge_page_bytes"] = rs.huge_page_bytes;
     j["prefill_tokens_per_s"] = prefill_tps;
     j["prefill_warmup"] = o.prefill_warmup;
     j["prefill_gflops"] = prefill_gflops;
@@ -162,10 +166,15 @@ int run_bench_model(const BenchModelOptions& o) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  if ((*model)->repack_stats().weights > 0)
-    fmt::print("repacked at load: {} weights, {:.1f} MB, in {:.2f} s\n",
-               (*model)->repack_stats().weights, (*model)->repack_stats().bytes / 1e6,
-               (*model)->repack_stats().seconds);
+  fmt::print("loaded in {:.2f} s\n", load_seconds);
+  if (const Model::RepackStats rs = (*model)->repack_stats(); rs.weights > 0)
+    fmt::print("repacked at load: {} weights, {:.1f} MB, in {:.2f} s{}\n", rs.weights,
+               rs.bytes / 1e6, rs.seconds,
+               rs.huge_page_bytes < 0
+                   ? ""
+                   : fmt::format(", {:.0f}% on 2 MiB pages",
+                                 100.0 * double(std::min(rs.huge_page_bytes, rs.bytes)) /
+                                     double(std::max<int64_t>(rs.bytes, 1))));
   fmt::print(
       "weights read per decode token: {:.1f} MB; {} threads; prefill {} tokens: {:.1f} "
       "tokens/s, {:.1f} GFLOP/s = {:.3f} of the {:.1f} GFLOP/s {} peak\n",

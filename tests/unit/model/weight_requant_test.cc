@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "core/ggml_quant.h"
 #include "core/ggml_repack.h"
 #include "core/thread_pool.h"
@@ -253,10 +254,11 @@ TEST(WeightRepack, PerHeadViewsKeepTheirProducts) {
   EXPECT_NE(r.status().message().find("attn_k_b head 0"), std::string::npos);
 }
 
-// Block-FP8 repacked as F8_E4M3_R16 keeps its scale grid (the same pointer and blocks) and its
-// products against the FP64 reference within the FP32 GEMV bound (linear_bounds.h: γ_(in+2),
-// the scale's rounding included); scale blocks that split a group of 16 rows are refused, naming
-// the weight. BF16 keeps its byte count.
+// Block-FP8 repacked as F8_E4M3_R16 keeps its scale grid (the same blocks, copied beside the
+// values: the products stay right with the source's scales gone) and its products against the FP64
+// reference within the FP32 GEMV bound (linear_bounds.h: γ_(in+2), the scale's rounding included);
+// scale blocks that split a group of 16 rows are refused, naming the weight. BF16 keeps its byte
+// count.
 TEST(WeightRepack, Fp8KeepsItsScaleGridAndRefusesBlocksAcrossGroups) {
   constexpr int64_t out = 64, in = 256;
   std::mt19937 rng(5);
@@ -272,11 +274,17 @@ TEST(WeightRepack, Fp8KeepsItsScaleGridAndRefusesBlocksAcrossGroups) {
                  32,
                  64};
   ThreadPool pool(2);
-  std::vector<uint8_t> arena(codes.size());
+  // The values, then a copy of the scale grid (owned by the arena, not the file's pages).
+  ASSERT_EQ(repacked_weight_bytes(w), (codes.size() + scales.size() * 4 + 63) / 64 * 64);
+  AlignedBuffer<uint8_t> arena(repacked_weight_bytes(w));
   auto r = repack_weight(w, DType::kF8E4M3R16, pool, arena.data(), "expert 3 up_proj", false);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->dtype, DType::kF8E4M3R16);
-  EXPECT_EQ(r->scale_inv, w.scale_inv);
+  EXPECT_EQ(r->scale_inv, arena.data() + codes.size());
+  EXPECT_EQ(std::memcmp(r->scale_inv, scales.data(), scales.size() * 4), 0);
+  const std::vector<float> kept = scales;  // the reference's; the "file's" copy is then clobbered
+  scales.assign(scales.size(), std::numeric_limits<float>::quiet_NaN());
+  w.scale_inv = reinterpret_cast<const uint8_t*>(kept.data());
   EXPECT_EQ(r->block_rows, 32);
   EXPECT_EQ(r->block_cols, 64);
   std::normal_distribution<float> g(0.0f, 1.0f);
@@ -305,7 +313,7 @@ TEST(WeightRepack, Fp8KeepsItsScaleGridAndRefusesBlocksAcrossGroups) {
   EXPECT_NE(bad.status().message().find("F8_E4M3_R16"), std::string::npos);
   std::vector<uint16_t> bf16(size_t(out * in), 0x3F80);
   LinearWeight b{DType::kBF16, reinterpret_cast<const uint8_t*>(bf16.data()), out, in};
-  std::vector<uint8_t> b_arena(bf16.size() * 2);
+  std::vector<uint8_t> b_arena(repacked_weight_bytes(b));
   const auto rb = repack_weight(b, DType::kBF16R16, pool, b_arena.data(), "q_proj", false);
   ASSERT_TRUE(rb.ok()) << rb.status().message();
   EXPECT_EQ(dtype_bytes(rb->dtype, in) * out, int64_t(b_arena.size()));

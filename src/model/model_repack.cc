@@ -1,0 +1,109 @@
+// Weights re-laid at load into the layouts the CPU kernels run faster (RuntimeOptions::
+// repack_weights): one arena for all of them, each weight's file pages read once and dropped.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include "io/mapped_file.h"
+#include "model/model_impl.h"
+#include "model/weight_requant.h"
+
+namespace mla {
+namespace {
+
+// The pages of w's values and scales read in now, as Checkpoint::populate reads a whole file (w
+// may also lie in memory of the process's own: then there is nothing to read).
+Status populate_weight(const LinearWeight& w, const std::string& what) {
+  if (!w.data) return Status();
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  auto read_in = [&](const uint8_t* p, uintptr_t n) {
+    const uintptr_t a = uintptr_t(p) / page * page;
+    return io_detail::populate_mapping(what, reinterpret_cast<void*>(a), uintptr_t(p) + n - a);
+  };
+  MLA_RETURN_IF_ERROR(read_in(w.data, uintptr_t(dtype_bytes(w.dtype, w.in) * w.out)));
+  if (!w.scale_inv) return Status();
+  return read_in(w.scale_inv, 4 * uintptr_t((w.out + w.block_rows - 1) / w.block_rows) *
+                                  uintptr_t((w.in + w.block_cols - 1) / w.block_cols));
+}
+
+}  // namespace
+
+Status repack_weights(Model::Impl& m, const std::string& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::pair<LinearWeight*, std::string>> ws;
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    LayerRuntime& L = m.layers[i];
+    const std::string at = fmt::format("{}: layer {} ", dir, i);
+    for (auto [w, name] : {std::pair{&L.q_proj, "q_proj"},
+                           {&L.q_a, "q_a_proj"},
+                           {&L.q_b, "q_b_proj"},
+                           {&L.kv_a, "kv_a_proj"},
+                           {&L.o_proj, "o_proj"},
+                           {&L.router, "router"}})
+      ws.push_back({w, at + name});
+    // The absorbed path's per-head products (a GGUF file's attn_k_b / attn_v_b views, or the
+    // per-head copies of kv_b_proj; FP32 ones keep their layout).
+    for (size_t h = 0; h < L.absorbed.uk_t.size(); ++h) {
+      ws.push_back({&L.absorbed.uk_t[h], at + fmt::format("attn_k_b head {}", h)});
+      ws.push_back({&L.absorbed.uv[h], at + fmt::format("attn_v_b head {}", h)});
+    }
+    std::vector<MlpLinear*> mlps = {&L.mlp, &L.shared};
+    for (MlpLinear& e : L.experts) mlps.push_back(&e);
+    for (size_t k = 0; k < mlps.size(); ++k) {
+      const std::string mlp = at + (k == 0   ? "mlp"
+                                    : k == 1 ? "shared experts"
+                                             : fmt::format("expert {}", k - 2));
+      ws.push_back({&mlps[k]->gate, mlp + " gate_proj"});
+      ws.push_back({&mlps[k]->up, mlp + " up_proj"});
+      ws.push_back({&mlps[k]->down, mlp + " down_proj"});
+    }
+  }
+  ws.push_back({&m.lm_head, dir + ": lm_head"});
+  // Which weights change layout, and where each goes in one arena (64-byte aligned offsets;
+  // block scales copied beside the values).
+  std::vector<std::pair<size_t, DType>> plan;  // (index into ws, new dtype)
+  std::vector<size_t> offset;
+  size_t total = 0;
+  for (size_t k = 0; k < ws.size(); ++k) {
+    const LinearWeight& w = *ws[k].first;
+    if (!w.data) continue;  // absent in this layer (q_proj with a q LoRA, a dense layer's router)
+    const DType to = linear_preferred_dtype(w, m.options.backend);
+    if (to == w.dtype) continue;
+    plan.push_back({k, to});
+    offset.push_back(total);
+    total += repacked_weight_bytes(w);
+  }
+  if (plan.empty()) return m.ranks == 1 ? m.weights.checkpoint.populate({}) : Status();
+  MLA_ASSIGN_OR_RETURN(m.repacked, WeightArena::allocate(total, dir + ": repacked weights"));
+  std::vector<const uint8_t*> sources;
+  for (size_t p = 0; p < plan.size(); ++p) {
+    auto& [w, what] = ws[plan[p].first];
+    // The file's pages are dropped, unless the weight is a copy: lm_head requantised, or a
+    // rank's slice (whose copy is freed instead, once every weight is repacked: the heads of a
+    // layer's attn_k_b share one slice).
+    const bool mapped = m.ranks == 1 && (w != &m.lm_head || !m.lm_head_store.data.data());
+    if (m.ranks > 1) sources.push_back(w->data);
+    m.repack_stats.weights += 1;
+    m.repack_stats.bytes += int64_t(repacked_weight_bytes(*w));
+    MLA_ASSIGN_OR_RETURN(*w, repack_weight(*w, plan[p].second, default_thread_pool(),
+                                           m.repacked.data() + offset[p], what, mapped));
+  }
+  for (const uint8_t* source : sources) m.slices.release(source);
+  if (m.ranks == 1) {  // what decode still reads from the file, paged in as load_impl would have
+    std::vector<bool> repacked(ws.size());
+    for (const auto& [k, to] : plan) repacked[k] = true;
+    for (size_t k = 0; k < ws.size(); ++k)
+      if (!repacked[k]) MLA_RETURN_IF_ERROR(populate_weight(*ws[k].first, ws[k].second));
+    MLA_RETURN_IF_ERROR(populate_weight(m.embed, dir + ": embed_tokens"));
+  }
+  m.repack_stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status();
+}
+
+}  // namespace mla
