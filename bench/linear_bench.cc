@@ -140,12 +140,15 @@ const bool registered = [] {
                                        LinearPath::kDot, true)
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
-        // The BF16 GEMM (path kBf16, n > 16) beside the FP32 products of the same shape.
-        if (n > 16)
-          benchmark::RegisterBenchmark((name.substr(0, name.size() - 4) + "/bf16").c_str(),
-                                       BM_Linear, dt, out, in, n, LinearPath::kBf16, false)
-              ->Unit(benchmark::kMicrosecond)
-              ->UseRealTime();
+        // The BF16 GEMM (path kBf16, n > 16) beside the FP32 products of the same shape; at an
+        // expert's token counts also on one L3-resident copy (what the weight's DRAM reads cost).
+        for (bool l3 : {false, true})
+          if (n > 16 && (!l3 || n <= 64))
+            benchmark::RegisterBenchmark(
+                (name.substr(0, name.size() - 4) + (l3 ? "/bf16/l3" : "/bf16")).c_str(), BM_Linear,
+                dt, out, in, n, LinearPath::kBf16, l3)
+                ->Unit(benchmark::kMicrosecond)
+                ->UseRealTime();
       }
     }
   return true;

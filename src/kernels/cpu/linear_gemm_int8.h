@@ -41,6 +41,9 @@ constexpr int kI8Tile = 8;    // rows of x per register tile
 // in L2 while every tile of x passes over them.
 constexpr int64_t kI8ChunkBytes = 384 << 10;
 constexpr int64_t kI8MaxChunkRows = 128;
+// How far ahead ggml_i8_pack_r16 requests the Q8_0_R16 rows it reads (see gemm_widen_fp8_run:
+// the hardware prefetcher stops at each 4 KiB page).
+constexpr int64_t kI8PackAheadBytes = 8192;
 
 inline bool ggml_gemm_i8_takes(const LinearWeight& w) {
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
@@ -244,6 +247,9 @@ inline void ggml_i8_pack_r16(const LinearWeight& w, int64_t o0, int64_t rows, ui
         }
         const uint8_t* unit = group + (b / 2) * kR16UnitBytes;
         const uint8_t* quads = unit + 64 + 512 * (b % 2);
+        if (b % 2 == 0)  // the groups are one run of bytes: request it kI8PackAheadBytes ahead
+          for (int64_t l = 0; l < kR16UnitBytes; l += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(unit + kI8PackAheadBytes + l), _MM_HINT_T0);
         for (int q = 0; q < 8; ++q)
           _mm512_store_si512(
               run + 64 * q,
