@@ -79,7 +79,8 @@ Status repack_weights(Model::Impl& m, const std::string& dir) {
     total += repacked_weight_bytes(w);
   }
   if (plan.empty()) return m.ranks == 1 ? m.weights.checkpoint.populate({}) : Status();
-  MLA_ASSIGN_OR_RETURN(m.repacked, WeightArena::allocate(total, dir + ": repacked weights"));
+  MLA_ASSIGN_OR_RETURN(
+      m.repacked, WeightArena::allocate(total, default_thread_pool(), dir + ": repacked weights"));
   std::vector<const uint8_t*> sources;
   for (size_t p = 0; p < plan.size(); ++p) {
     auto& [w, what] = ws[plan[p].first];

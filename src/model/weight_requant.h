@@ -46,7 +46,7 @@ class WeightArena {
  public:
   WeightArena() = default;
   // out_of_memory naming `what` when the mapping is refused.
-  static Result<WeightArena> allocate(size_t bytes, const std::string& what);
+  static Result<WeightArena> allocate(size_t bytes, ThreadPool& pool, const std::string& what);
   WeightArena(WeightArena&& o) noexcept;
   WeightArena& operator=(WeightArena&& o) noexcept;
   WeightArena(const WeightArena&) = delete;
