@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "cache/cache_capacity.h"
 #include "io/mapped_file.h"
 #include "model/model_impl.h"
 #include "model/weight_requant.h"
@@ -79,6 +80,19 @@ Status repack_weights(Model::Impl& m, const std::string& dir) {
     total += repacked_weight_bytes(w);
   }
   if (plan.empty()) return m.ranks == 1 ? m.weights.checkpoint.populate({}) : Status();
+  // Unlike the file's pages, the arena cannot be given back under memory pressure: a load that
+  // does not fit would end in the OOM killer half way. (MemAvailable counts the page cache the
+  // file's pages take as available; a meminfo that cannot be read skips the check.)
+  if (const Result<uint64_t> avail = read_mem_available(m.options.meminfo_path);
+      avail.ok() && uint64_t(total) + kRepackHeadroomBytes > *avail) {
+    fmt::print(stderr,
+               "warning: {}: the re-laid weights would take {:.1f} MB, and {:.1f} MB of memory is "
+               "available ({:.0f} MB must stay free beside them): keeping the file's layouts (as "
+               "--repack off; decode and prefill run slower)\n",
+               dir, double(total) / 1e6, double(*avail) / 1e6, double(kRepackHeadroomBytes) / 1e6);
+    m.repack_stats.skipped_for_memory = true;
+    return m.ranks == 1 ? m.weights.checkpoint.populate({}) : Status();
+  }
   MLA_ASSIGN_OR_RETURN(
       m.repacked, WeightArena::allocate(total, default_thread_pool(), dir + ": repacked weights"));
   std::vector<const uint8_t*> sources;

@@ -33,6 +33,10 @@ enum class MoeSplit {
   kWidth,    // every rank a 1 / N slice of every expert's width, as the shared experts
 };
 
+// Memory left beside the re-laid weights (RuntimeOptions::repack_weights) for everything else the
+// engine holds (activations, the file's pages still read, the KV cache made after the load).
+inline constexpr uint64_t kRepackHeadroomBytes = uint64_t(1) << 30;
+
 struct RuntimeOptions {
   std::string backend = "cpu";  // "cpu" or "ref": the kernels every op runs on
   KvCacheDtype kv_dtype = KvCacheDtype::kBF16;
@@ -52,8 +56,12 @@ struct RuntimeOptions {
   // Re-lay weights at load into the layouts the CPU kernels run faster, keeping every value
   // (linear_preferred_dtype: Q8_0 / Q4_K as kQ8_0R16 / kQ4_KR16 on AVX512-VNNI, BF16 / block-FP8
   // as kBF16R16 / kF8E4M3R16 on AVX512_BF16); the file's copy of each is dropped from memory
-  // afterwards. false keeps the file's layouts (`--repack off`).
+  // afterwards. false keeps the file's layouts (`--repack off`). The re-laid copies are anonymous
+  // memory: when they would not fit in MemAvailable (read from meminfo_path) with
+  // kRepackHeadroomBytes to spare, the load keeps the file's layouts and says so on stderr
+  // (RepackStats::skipped_for_memory), rather than the kernel's OOM killer ending it.
   bool repack_weights = true;
+  std::string meminfo_path = "/proc/meminfo";
   // Longest sequence (prompt + generated) the RoPE table covers; 0: max_position_embeddings,
   // capped at kDefaultMaxContext to keep the table small on machines that will never get there.
   int64_t max_context = 0;
@@ -119,7 +127,8 @@ class Model {
     int weights = 0;
     int64_t bytes = 0;
     double seconds = 0;
-    int64_t huge_page_bytes = -1;  // of `bytes`, on 2 MiB pages when asked (-1: unknown)
+    int64_t huge_page_bytes = -1;     // of `bytes`, on 2 MiB pages when asked (-1: unknown)
+    bool skipped_for_memory = false;  // too little memory available: the file's layouts kept
   };
   RepackStats repack_stats() const;
 

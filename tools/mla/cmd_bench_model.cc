@@ -143,6 +143,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["repacked_bytes"] = rs.bytes;
     j["repack_seconds"] = rs.seconds;
     j["repacked_huge_page_bytes"] = rs.huge_page_bytes;
+    j["repack_skipped_for_memory"] = rs.skipped_for_memory;
     j["prefill_tokens_per_s"] = prefill_tps;
     j["prefill_warmup"] = o.prefill_warmup;
     j["prefill_gflops"] = prefill_gflops;
