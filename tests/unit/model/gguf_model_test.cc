@@ -4,11 +4,10 @@
 // in Q8_0 the same routing of shapes through the block kernels, within the format's error.
 #include <gtest/gtest.h>
 
-#include <fstream>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 
 #include "io/gguf.h"
