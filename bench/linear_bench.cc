@@ -56,7 +56,7 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
   const bool r16 = mla::dtype_is_row_interleaved(dt);
   const bool block = mla::dtype_is_ggml_block(dt) || mla::dtype_is_ggml_repack(dt);
   const DType file = mla::r16_file_dtype(dt);
-  s.bytes = block ? out * mla::dtype_bytes(dt, in) : out * in * (dt == DType::kF8E4M3 ? 1 : 2);
+  s.bytes = out * mla::dtype_bytes(dt, in);
   s.copies = int(std::max<int64_t>(1, (int64_t(256) << 20) / s.bytes));
   s.data = mla::AlignedBuffer<uint8_t>(size_t(s.bytes) * s.copies);
   std::vector<float> row(size_t(block ? in : 0));
@@ -117,7 +117,57 @@ void BM_Linear(benchmark::State& state, DType dt, int64_t out, int64_t in, int64
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// One MoE layer's decode step as the model runs it (model_ffn.cc): gate and up of 8 experts
+// (V2-Lite: 6 routed + 2 shared of the same width) in one linear_many pass on one row of x, then
+// their down products in a second; the experts drawn at random each step from 20 whose weights lie
+// apart in memory, as the routed experts of a checkpoint do. GB/s of weight bytes: compare with
+// the read probe and with the single products' rows above.
+void BM_MoeDecode(benchmark::State& state, DType dt) {
+  constexpr int64_t kD = 2048, kWidth = 1408, kExperts = 20, kActive = 8;
+  const WeightSet& gu = weights(dt, kWidth, kD);
+  const WeightSet& dn = weights(dt, kD, kWidth);
+  if (gu.copies < 2 * kExperts || dn.copies < kExperts) {
+    state.SkipWithError("fewer copies than experts");
+    return;
+  }
+  mla::Rng rng(3);
+  std::vector<float> x(kD), h(size_t(2 * kActive * kWidth)), y(size_t(kActive * kD));
+  for (auto& e : x) e = float(rng.normal());
+  std::vector<mla::LinearWeight> ws(3 * kActive);
+  std::vector<mla::LinearJob> first(2 * kActive), second(kActive);
+  std::vector<int64_t> pick(kExperts);
+  mla::ThreadPool& pool = mla::default_thread_pool();
+  for (auto _ : state) {
+    for (int64_t e = 0; e < kExperts; ++e) pick[size_t(e)] = e;
+    for (int64_t k = 0; k < kActive; ++k)
+      std::swap(pick[size_t(k)], pick[size_t(k + int64_t(rng.below(uint32_t(kExperts - k))))]);
+    for (int64_t k = 0; k < kActive; ++k) {
+      const int64_t e = pick[size_t(k)];
+      ws[size_t(3 * k)] = gu.at(int(e));
+      ws[size_t(3 * k + 1)] = gu.at(int(kExperts + e));
+      ws[size_t(3 * k + 2)] = dn.at(int(e));
+      first[size_t(2 * k)] = {&ws[size_t(3 * k)], 1, x.data(), &h[size_t(2 * k * kWidth)]};
+      first[size_t(2 * k + 1)] = {&ws[size_t(3 * k + 1)], 1, x.data(),
+                                  &h[size_t((2 * k + 1) * kWidth)]};
+      second[size_t(k)] = {&ws[size_t(3 * k + 2)], 1, &h[size_t(2 * k * kWidth)],
+                           &y[size_t(k * kD)]};
+    }
+    (void)mla::linear_many(first, pool);
+    (void)mla::linear_many(second, pool);
+  }
+  benchmark::DoNotOptimize(y.data());
+  const double bytes =
+      double(kActive) * (2 * (gu.bytes + gu.scale_bytes) + dn.bytes + dn.scale_bytes);
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 const bool registered = [] {
+  for (DType dt : {DType::kF8E4M3, DType::kF8E4M3R16, DType::kBF16R16, DType::kQ8_0R16})
+    benchmark::RegisterBenchmark(
+        (std::string("moe_decode/") + std::string(mla::dtype_name(dt))).c_str(), BM_MoeDecode, dt)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   // Square and tall shapes, and the V2-Lite expert shapes (gate / up 1408 × 2048, down 2048 ×
   // 1408).
   const std::pair<int64_t, int64_t> shapes[] = {
