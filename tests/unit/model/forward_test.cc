@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cache/sequence_blocks.h"
+#include "exact_runtime.h"
 #include "kernels/registry.h"
 #include "model/generator.h"
 #include "temp_dir.h"
@@ -52,14 +53,7 @@ class ForwardTest : public ::testing::TestWithParam<const char*> {
     o.seed = 7;
     ASSERT_TRUE(write_tiny_checkpoint(o, dir_.path()).ok());
   }
-  static RuntimeOptions exact() {
-    RuntimeOptions ro;
-    ro.kv_dtype = KvCacheDtype::kF32;
-    // The FP32-derived bounds; BF16 products and attention have their own tests.
-    ro.matmul_dtype = DType::kF32;
-    ro.attention_q_dtype = DType::kF32;
-    return ro;
-  }
+  static RuntimeOptions exact() { return test::exact_runtime(); }
   std::unique_ptr<Model> load(RuntimeOptions ro = exact()) {
     auto m = Model::load(dir_.path(), ro);
     EXPECT_TRUE(m.ok()) << m.status().message();

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 
+#include "exact_runtime.h"
 #include "io/gguf.h"
 #include "kernels/linear.h"
 #include "model/generator.h"
@@ -23,11 +24,7 @@ namespace mla {
 namespace {
 
 RuntimeOptions exact() {
-  RuntimeOptions ro;
-  ro.kv_dtype = KvCacheDtype::kF32;
-  ro.matmul_dtype = DType::kF32;
-  ro.attention_q_dtype = DType::kF32;
-  return ro;
+  return test::exact_runtime();
 }
 
 std::vector<int32_t> prompt(int n) {

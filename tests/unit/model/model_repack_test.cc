@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "exact_runtime.h"
 #include "io/safetensors.h"
 #include "kernels/linear.h"
 #include "model/generator.h"
@@ -24,13 +25,8 @@
 namespace mla {
 namespace {
 
-// FP32 products and cache: the same model object gives the same logits bit for bit.
 RuntimeOptions exact() {
-  RuntimeOptions ro;
-  ro.kv_dtype = KvCacheDtype::kF32;
-  ro.matmul_dtype = DType::kF32;
-  ro.attention_q_dtype = DType::kF32;
-  return ro;
+  return test::exact_runtime();
 }
 
 // Prompt logits of 19 tokens, then those of 3 decode steps (greedy: the sampler refuses a step
@@ -115,14 +111,13 @@ TEST_P(ModelRepack, Fp8WeightsNeverReadTheFileAgain) {
   const auto after = logits(**m, pool);
   ASSERT_TRUE(after.ok()) << after.status().message();
   ASSERT_EQ(after->size(), before->size());
-  for (size_t i = 0; i < before->size(); ++i)
-    ASSERT_EQ((*after)[i], (*before)[i]) << "logit " << i;
+  for (size_t i = 0; i < before->size(); ++i) ASSERT_EQ((*after)[i], (*before)[i]) << "logit " << i;
   // The poison is real: a model loaded now reads NaN scales (every logit NaN: the sampler stops).
   auto poisoned = Model::load(dir.path(), exact());
   ASSERT_TRUE(poisoned.ok()) << poisoned.status().message();
   const auto fresh = logits(**poisoned, pool);
-  EXPECT_FALSE(fresh.ok() && std::all_of(fresh->begin(), fresh->end(),
-                                         [](float v) { return std::isfinite(v); }));
+  EXPECT_FALSE(fresh.ok() &&
+               std::all_of(fresh->begin(), fresh->end(), [](float v) { return std::isfinite(v); }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelRepack, ::testing::Values("v2-lite", "v3"),
