@@ -18,11 +18,11 @@ ProcessUsage process_usage() {
   if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
     char line[256];
     long long kib = 0;
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "VmRSS: %lld kB", &kib) == 1) {
-        u.resident_bytes = kib * 1024;
-        break;
-      }
+    while (std::fgets(line, sizeof line, f)) {
+      if (std::sscanf(line, "VmRSS: %lld kB", &kib) == 1) u.resident_bytes = kib * 1024;
+      if (std::sscanf(line, "RssAnon: %lld kB", &kib) == 1) u.resident_anon_bytes = kib * 1024;
+      if (std::sscanf(line, "RssFile: %lld kB", &kib) == 1) u.resident_file_bytes = kib * 1024;
+    }
     std::fclose(f);
   }
   return u;

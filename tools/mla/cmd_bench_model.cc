@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "model/generator.h"
 #include "runtime_flags.h"
+#include "server/process_usage.h"
 
 namespace mla::cli {
 namespace {
@@ -53,6 +54,7 @@ int run_bench_model(const BenchModelOptions& o) {
   const auto load_start = Clock::now();
   auto model = Model::load(o.model, *ro);
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
+  const server::ProcessUsage loaded = server::process_usage();  // before any KV cache or run
   if (!model.ok()) {
     fmt::print(stderr, "error: {}\n", model.status().message());
     return 1;
@@ -139,6 +141,9 @@ int run_bench_model(const BenchModelOptions& o) {
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     const Model::RepackStats rs = (*model)->repack_stats();
     j["load_seconds"] = load_seconds;
+    j["loaded_resident_bytes"] = loaded.resident_bytes;
+    j["loaded_resident_anon_bytes"] = loaded.resident_anon_bytes;
+    j["loaded_resident_file_bytes"] = loaded.resident_file_bytes;
     j["repacked_weights"] = rs.weights;
     j["repacked_bytes"] = rs.bytes;
     j["repack_seconds"] = rs.seconds;
@@ -167,7 +172,10 @@ int run_bench_model(const BenchModelOptions& o) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("loaded in {:.2f} s\n", load_seconds);
+  fmt::print(
+      "loaded in {:.2f} s; resident {:.1f} MB ({:.1f} MB own memory, {:.1f} MB of mapped files)\n",
+      load_seconds, loaded.resident_bytes / 1e6, loaded.resident_anon_bytes / 1e6,
+      loaded.resident_file_bytes / 1e6);
   if (const Model::RepackStats rs = (*model)->repack_stats(); rs.weights > 0)
     fmt::print("repacked at load: {} weights, {:.1f} MB, in {:.2f} s{}\n", rs.weights,
                rs.bytes / 1e6, rs.seconds,
