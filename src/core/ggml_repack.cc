@@ -88,7 +88,7 @@ void gather_q4_k_r16_row(const uint8_t* data, int64_t in, int64_t row, uint8_t* 
 namespace {
 
 // The pair layout of kBF16R16 / kF8E4M3R16 for values of `eb` bytes: pair p of a group's 16 rows
-// at 16 · 2eb · p, row r's pair at 2eb · r. Moves rows [out, in] there, and row `row` back.
+// at 16 · 2eb · p, row r's pair at 2eb · r. Moves rows [out, in] there.
 void repack_pairs_r16(const uint8_t* src, int64_t out, int64_t in, int eb, uint8_t* dst) {
   const int64_t pair = 2 * eb, group_bytes = kR16Rows * in * eb;
   for (int64_t g = 0; g < out / kR16Rows; ++g)
@@ -98,6 +98,7 @@ void repack_pairs_r16(const uint8_t* src, int64_t out, int64_t in, int eb, uint8
                     src + g * group_bytes + r * in * eb + pair * p, size_t(pair));
 }
 
+// Row `row` of that layout back as its stored values, in order.
 void gather_pairs_r16_row(const uint8_t* data, int64_t in, int eb, int64_t row, uint8_t* dst) {
   const int64_t pair = 2 * eb;
   const uint8_t* group = data + row / kR16Rows * kR16Rows * in * eb;

@@ -32,6 +32,13 @@ constexpr bool linear_block_scaled(DType t) {
   return t == DType::kF8E4M3 || t == DType::kF8E4M3R16 || t == DType::kI8;
 }
 
+// Bytes of w's F32 scale grid ([ceil(out / block_rows), ceil(in / block_cols)]); 0 without one.
+inline int64_t linear_scale_grid_bytes(const LinearWeight& w) {
+  if (!w.scale_inv) return 0;
+  return 4 * ((w.out + w.block_rows - 1) / w.block_rows) *
+         ((w.in + w.block_cols - 1) / w.block_cols);
+}
+
 // invalid_argument naming what is wrong: dtype, non-positive dims, missing data or scales,
 // a block size < 1.
 Status validate(const LinearWeight& w);

@@ -200,11 +200,7 @@ float Model::kv_global_scale() const {
 namespace {
 int64_t linear_bytes(const LinearWeight& l) {
   if (!l.data) return 0;
-  int64_t b = l.out * dtype_bytes(l.dtype, l.in);
-  if (l.scale_inv)
-    b += 4 * ((l.out + l.block_rows - 1) / l.block_rows) *
-         ((l.in + l.block_cols - 1) / l.block_cols);
-  return b;
+  return l.out * dtype_bytes(l.dtype, l.in) + linear_scale_grid_bytes(l);
 }
 int64_t mlp_bytes(const MlpLinear& m) {
   return linear_bytes(m.gate) + linear_bytes(m.up) + linear_bytes(m.down);
@@ -249,9 +245,7 @@ DType Model::lm_head_dtype() const {
 }
 
 Model::RepackStats Model::repack_stats() const {
-  RepackStats s = impl_->repack_stats;
-  s.huge_page_bytes = impl_->repacked.huge_page_bytes();
-  return s;
+  return impl_->repack_stats;
 }
 
 int64_t Model::active_weight_bytes_per_token() const {

@@ -28,8 +28,7 @@ Status populate_weight(const LinearWeight& w, const std::string& what) {
   };
   MLA_RETURN_IF_ERROR(read_in(w.data, uintptr_t(dtype_bytes(w.dtype, w.in) * w.out)));
   if (!w.scale_inv) return Status();
-  return read_in(w.scale_inv, 4 * uintptr_t((w.out + w.block_rows - 1) / w.block_rows) *
-                                  uintptr_t((w.in + w.block_cols - 1) / w.block_cols));
+  return read_in(w.scale_inv, uintptr_t(linear_scale_grid_bytes(w)));
 }
 
 }  // namespace
@@ -116,6 +115,7 @@ Status repack_weights(Model::Impl& m, const std::string& dir) {
       if (!repacked[k]) MLA_RETURN_IF_ERROR(populate_weight(*ws[k].first, ws[k].second));
     MLA_RETURN_IF_ERROR(populate_weight(m.embed, dir + ": embed_tokens"));
   }
+  m.repack_stats.huge_page_bytes = m.repacked.huge_page_bytes();
   m.repack_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status();

@@ -127,7 +127,7 @@ class Model {
     int weights = 0;
     int64_t bytes = 0;
     double seconds = 0;
-    int64_t huge_page_bytes = -1;     // of `bytes`, on 2 MiB pages when asked (-1: unknown)
+    int64_t huge_page_bytes = -1;     // of `bytes`, on 2 MiB pages after the load (-1: unknown)
     bool skipped_for_memory = false;  // too little memory available: the file's layouts kept
   };
   RepackStats repack_stats() const;

@@ -42,12 +42,6 @@ size_t values_bytes(const LinearWeight& w) {
   return (size_t(dtype_bytes(w.dtype, w.in) * w.out) + 63) / 64 * 64;
 }
 
-// w's F32 scale grid, [ceil(out / block_rows), ceil(in / block_cols)].
-size_t scale_grid_bytes(const LinearWeight& w) {
-  return 4 * size_t((w.out + w.block_rows - 1) / w.block_rows) *
-         size_t((w.in + w.block_cols - 1) / w.block_cols);
-}
-
 }  // namespace
 
 Result<RequantizedWeight> requantize_weight(const LinearWeight& w, DType to, ThreadPool& pool,
@@ -130,8 +124,8 @@ Result<WeightArena> WeightArena::allocate(size_t bytes, ThreadPool& pool, const 
   const size_t huge_bytes = (bytes + kHuge - 1) / kHuge * kHuge;
   (void)madvise(a.data_, huge_bytes, MADV_HUGEPAGE);  // advice only
   // Every page taken now, before the repack reads the file: faulted in during the repack, with
-  // the file's pages filling the page cache, 18-25% of the 27-layer FP8 model's 15.7 GB fell
-  // back to 4 KiB pages on a 24 GB host (none taken up front), and the zeroing ran in the copy.
+  // the file's pages filling the page cache, 2-21% of the 27-layer FP8 model's 15.7 GB fell back
+  // to 4 KiB pages on a 24 GB host (docs/BENCHMARKS.md "Repacked weights in anonymous memory").
   // In slices over the pool: the kernel zeroes each page on one core, at a fraction of the
   // machine's write bandwidth.
   constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE, Linux 5.14
@@ -192,7 +186,7 @@ WeightArena::~WeightArena() {
 }
 
 size_t repacked_weight_bytes(const LinearWeight& w) {
-  return (values_bytes(w) + (w.scale_inv ? scale_grid_bytes(w) : 0) + 63) / 64 * 64;
+  return (values_bytes(w) + size_t(linear_scale_grid_bytes(w)) + 63) / 64 * 64;
 }
 
 Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& pool, uint8_t* dst,
@@ -227,7 +221,7 @@ Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& 
   });
   if (w.scale_inv) {
     float* scales = reinterpret_cast<float*>(dst + values_bytes(w));
-    std::memcpy(scales, w.scale_inv, scale_grid_bytes(w));
+    std::memcpy(scales, w.scale_inv, size_t(linear_scale_grid_bytes(w)));
     r.scale_inv = reinterpret_cast<const uint8_t*>(scales);
   }
   if (drop_source) {

@@ -54,11 +54,11 @@ int run_bench_model(const BenchModelOptions& o) {
   const auto load_start = Clock::now();
   auto model = Model::load(o.model, *ro);
   const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
-  const server::ProcessUsage loaded = server::process_usage();  // before any KV cache or run
   if (!model.ok()) {
     fmt::print(stderr, "error: {}\n", model.status().message());
     return 1;
   }
+  const server::ProcessUsage loaded = server::process_usage();  // before any KV cache or run
   if (is_follower()) return follow_leader(**model, o.threads);
   const ModelConfig& c = (*model)->config();
   const double weight_bytes = double((*model)->active_weight_bytes_per_token());

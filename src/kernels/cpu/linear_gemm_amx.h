@@ -23,6 +23,8 @@ namespace {
 
 // Rows of x per AMX pass: two 16-row A tiles against the chunk's vectors.
 constexpr int64_t kAmxXRows = 32;
+// Weight rows gemm_amx_rows holds sums for (its stack buffers' width): gemm_bf16_chunk's chunk.
+constexpr int64_t kAmxMaxCols = 96;
 
 // Whether gemm_amx_rows can run a weight of `in` values a row with scale blocks of block_cols
 // (0: unscaled): whole 16-pair steps, in every scale block.
@@ -56,7 +58,7 @@ void gemm_amx_rows(const uint32_t* panel, int64_t kp, int64_t i0, int64_t rows, 
   }
   // FP8: per column block, the block's sums into `part`, then scaled into `sum`; unscaled with
   // padding: one block of all pairs, its sums stored from `part`.
-  constexpr int64_t ld = 96;
+  constexpr int64_t ld = kAmxMaxCols;
   alignas(64) float part[kAmxXRows * ld], sum[kAmxXRows * ld];
   if (!scales) block = kp;
   for (int64_t p0 = 0, blk = 0; p0 < kp; p0 += block, ++blk) {

@@ -37,6 +37,7 @@ constexpr int kGemmTileRows = 32;  // x rows packed per pool item
 // while every block of x rows passes over them.
 constexpr int64_t kGemmChunkBytes = 512 << 10;
 constexpr int64_t kGemmMaxChunkRows = 96;
+static_assert(kGemmMaxChunkRows <= kAmxMaxCols, "gemm_amx_rows sums a whole chunk's rows");
 constexpr int64_t kGemmWidenAheadBytes = 8192;  // gemm_widen_fp8's prefetch distance
 
 // Whether linear_driver's kBf16 path runs this product on the GEMM: more rows than a decode batch

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 
 #include "exact_runtime.h"
@@ -54,10 +53,8 @@ class GgufModelTest : public ::testing::TestWithParam<const char*> {
                             int* repacked = nullptr) {
     RuntimeOptions ro = exact();
     ro.repack_weights = repack;
-    ro.meminfo_path = meminfo_;
     auto m = Model::load(model, ro);
     if (m.ok() && repacked) *repacked = (*m)->repack_stats().weights;
-    if (m.ok()) skipped_for_memory_ = (*m)->repack_stats().skipped_for_memory;
     EXPECT_TRUE(m.ok()) << m.status().message();
     if (!m.ok()) return {};
     GenerateOptions go;
@@ -75,8 +72,6 @@ class GgufModelTest : public ::testing::TestWithParam<const char*> {
   void expect_repacked_same_model(const std::string& path, DType stored, DType packed);
   test::TempDir dir_{"gguf_model"};
   ThreadPool pool_{2};
-  std::string meminfo_ = "/proc/meminfo";  // RuntimeOptions::meminfo_path of logits()
-  bool skipped_for_memory_ = false;        // of the last load
 };
 
 TEST_P(GgufModelTest, ConfigSurvivesTheRoundTrip) {
@@ -194,28 +189,6 @@ TEST_P(GgufModelTest, RepackedQ8FileIsTheSameModel) {
 
 TEST_P(GgufModelTest, RepackedBf16IsTheSameModel) {
   expect_repacked_same_model(dir_.path(), DType::kBF16, DType::kBF16R16);
-}
-
-// With less memory available than the re-laid weights need (a meminfo saying 1 MiB), the load
-// keeps the file's layouts instead of being killed for memory half way: the same logits as
-// --repack off, bit for bit, and the skip reported.
-TEST_P(GgufModelTest, RepackSkippedWhenMemoryIsShort) {
-  int repacked = 0;
-  (void)logits(dir_.path(), 21, true, &repacked);  // this machine's real meminfo: repacks
-  EXPECT_FALSE(skipped_for_memory_);
-  if (repacked == 0) GTEST_SKIP() << "this CPU's kernels repack no BF16 weight";
-  const std::string meminfo = dir_.path() + "/meminfo";
-  {
-    std::ofstream f(meminfo);
-    f << "MemTotal:       2048 kB\nMemFree:        1024 kB\nMemAvailable:   1024 kB\n";
-  }
-  meminfo_ = meminfo;
-  const std::vector<float> got = logits(dir_.path(), 21, true, &repacked);
-  EXPECT_TRUE(skipped_for_memory_);
-  EXPECT_EQ(repacked, 0);
-  const std::vector<float> off = logits(dir_.path(), 21, false);
-  ASSERT_EQ(got.size(), off.size());
-  for (size_t i = 0; i < off.size(); ++i) ASSERT_EQ(got[i], off[i]) << "logit " << i;
 }
 
 // The embedded tokenizer encodes as the directory's tokenizer.json does.

@@ -1,8 +1,9 @@
 // The weights re-laid at load (model/model_repack.cc, RuntimeOptions::repack_weights) own
 // everything the kernels read: once the loader has made them, the checkpoint's copy is never read
-// again. Left as views of the mapped file, block-FP8 scale grids were evicted from the page cache
-// under memory pressure and faulted back, readahead and all, at every decode step of a model near
-// the size of RAM (docs/BENCHMARKS.md "Repacked weights in anonymous memory").
+// again; and a load they would not fit in memory keeps the file's layouts. Left as views of the
+// mapped file, block-FP8 scale grids were evicted from the page cache under memory pressure and
+// faulted back, readahead and all, at every decode step of a model near the size of RAM
+// (docs/BENCHMARKS.md "Repacked weights in anonymous memory").
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -118,6 +119,42 @@ TEST_P(ModelRepack, Fp8WeightsNeverReadTheFileAgain) {
   const auto fresh = logits(**poisoned, pool);
   EXPECT_FALSE(fresh.ok() &&
                std::all_of(fresh->begin(), fresh->end(), [](float v) { return std::isfinite(v); }));
+}
+
+// With less memory available than the re-laid weights need (a meminfo saying 1 MiB), the load
+// keeps the file's layouts instead of being killed for memory half way: the same logits as
+// --repack off, bit for bit, and the skip reported.
+TEST_P(ModelRepack, SkippedWhenMemoryIsShort) {
+  test::TempDir dir("model_repack");
+  TinyCheckpointOptions o;
+  o.family = GetParam();
+  o.seed = 11;
+  o.weights = TinyWeights::kBF16;
+  ASSERT_TRUE(write_tiny_checkpoint(o, dir.path()).ok());
+  ThreadPool pool(2);
+  auto roomy = Model::load(dir.path(), exact());  // this machine's meminfo
+  ASSERT_TRUE(roomy.ok()) << roomy.status().message();
+  EXPECT_FALSE((*roomy)->repack_stats().skipped_for_memory);
+  if ((*roomy)->repack_stats().weights == 0)
+    GTEST_SKIP() << "this CPU's kernels repack no BF16 weight";
+  const std::string meminfo = dir.path() + "/meminfo";
+  {
+    std::ofstream f(meminfo);
+    f << "MemTotal:       2048 kB\nMemFree:        1024 kB\nMemAvailable:   1024 kB\n";
+  }
+  RuntimeOptions short_ro = exact();
+  short_ro.meminfo_path = meminfo;
+  RuntimeOptions off = exact();
+  off.repack_weights = false;
+  auto a = Model::load(dir.path(), short_ro);
+  auto b = Model::load(dir.path(), off);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE((*a)->repack_stats().skipped_for_memory);
+  EXPECT_EQ((*a)->repack_stats().weights, 0);
+  const auto got = logits(**a, pool), want = logits(**b, pool);
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < want->size(); ++i) ASSERT_EQ((*got)[i], (*want)[i]) << "logit " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelRepack, ::testing::Values("v2-lite", "v3"),
