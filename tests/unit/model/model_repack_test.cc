@@ -92,31 +92,37 @@ int poison_scales(const std::string& dir) {
   return poisoned;
 }
 
-class ModelRepack : public ::testing::TestWithParam<const char*> {};
+class ModelRepack : public ::testing::TestWithParam<const char*> {
+ protected:
+  // The family's tiny checkpoint in dir_, its linear weights in `weights`.
+  void write(TinyWeights weights, uint64_t seed) {
+    TinyCheckpointOptions o;
+    o.family = GetParam();
+    o.seed = seed;
+    o.weights = weights;
+    ASSERT_TRUE(write_tiny_checkpoint(o, dir_.path()).ok());
+  }
+  test::TempDir dir_{"model_repack"};
+  ThreadPool pool_{2};
+};
 
 TEST_P(ModelRepack, Fp8WeightsNeverReadTheFileAgain) {
-  test::TempDir dir("model_repack");
-  TinyCheckpointOptions o;
-  o.family = GetParam();
-  o.seed = 7;
-  o.weights = TinyWeights::kFP8;
-  ASSERT_TRUE(write_tiny_checkpoint(o, dir.path()).ok());
-  ThreadPool pool(2);
-  auto m = Model::load(dir.path(), exact());
+  ASSERT_NO_FATAL_FAILURE(write(TinyWeights::kFP8, 7));
+  auto m = Model::load(dir_.path(), exact());
   ASSERT_TRUE(m.ok()) << m.status().message();
   if ((*m)->repack_stats().weights == 0) GTEST_SKIP() << "this CPU's kernels repack no FP8 weight";
-  const auto before = logits(**m, pool);
+  const auto before = logits(**m, pool_);
   ASSERT_TRUE(before.ok()) << before.status().message();
   for (float v : *before) ASSERT_TRUE(std::isfinite(v));
-  ASSERT_GT(poison_scales(dir.path()), 0);
-  const auto after = logits(**m, pool);
+  ASSERT_GT(poison_scales(dir_.path()), 0);
+  const auto after = logits(**m, pool_);
   ASSERT_TRUE(after.ok()) << after.status().message();
   ASSERT_EQ(after->size(), before->size());
   for (size_t i = 0; i < before->size(); ++i) ASSERT_EQ((*after)[i], (*before)[i]) << "logit " << i;
   // The poison is real: a model loaded now reads NaN scales (every logit NaN: the sampler stops).
-  auto poisoned = Model::load(dir.path(), exact());
+  auto poisoned = Model::load(dir_.path(), exact());
   ASSERT_TRUE(poisoned.ok()) << poisoned.status().message();
-  const auto fresh = logits(**poisoned, pool);
+  const auto fresh = logits(**poisoned, pool_);
   EXPECT_FALSE(fresh.ok() &&
                std::all_of(fresh->begin(), fresh->end(), [](float v) { return std::isfinite(v); }));
 }
@@ -125,19 +131,13 @@ TEST_P(ModelRepack, Fp8WeightsNeverReadTheFileAgain) {
 // keeps the file's layouts instead of being killed for memory half way: the same logits as
 // --repack off, bit for bit, and the skip reported.
 TEST_P(ModelRepack, SkippedWhenMemoryIsShort) {
-  test::TempDir dir("model_repack");
-  TinyCheckpointOptions o;
-  o.family = GetParam();
-  o.seed = 11;
-  o.weights = TinyWeights::kBF16;
-  ASSERT_TRUE(write_tiny_checkpoint(o, dir.path()).ok());
-  ThreadPool pool(2);
-  auto roomy = Model::load(dir.path(), exact());  // this machine's meminfo
+  ASSERT_NO_FATAL_FAILURE(write(TinyWeights::kBF16, 11));
+  auto roomy = Model::load(dir_.path(), exact());  // this machine's meminfo
   ASSERT_TRUE(roomy.ok()) << roomy.status().message();
   EXPECT_FALSE((*roomy)->repack_stats().skipped_for_memory);
   if ((*roomy)->repack_stats().weights == 0)
     GTEST_SKIP() << "this CPU's kernels repack no BF16 weight";
-  const std::string meminfo = dir.path() + "/meminfo";
+  const std::string meminfo = dir_.path() + "/meminfo";
   {
     std::ofstream f(meminfo);
     f << "MemTotal:       2048 kB\nMemFree:        1024 kB\nMemAvailable:   1024 kB\n";
@@ -146,12 +146,12 @@ TEST_P(ModelRepack, SkippedWhenMemoryIsShort) {
   short_ro.meminfo_path = meminfo;
   RuntimeOptions off = exact();
   off.repack_weights = false;
-  auto a = Model::load(dir.path(), short_ro);
-  auto b = Model::load(dir.path(), off);
+  auto a = Model::load(dir_.path(), short_ro);
+  auto b = Model::load(dir_.path(), off);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE((*a)->repack_stats().skipped_for_memory);
   EXPECT_EQ((*a)->repack_stats().weights, 0);
-  const auto got = logits(**a, pool), want = logits(**b, pool);
+  const auto got = logits(**a, pool_), want = logits(**b, pool_);
   ASSERT_TRUE(got.ok() && want.ok());
   ASSERT_EQ(got->size(), want->size());
   for (size_t i = 0; i < want->size(); ++i) ASSERT_EQ((*got)[i], (*want)[i]) << "logit " << i;
