@@ -315,6 +315,9 @@ Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
         fmt::format("backend must be \"cpu\" or \"ref\", got \"{}\"", options.backend));
   if (options.max_context < 0)
     return invalid_argument(fmt::format("max context {} < 0", options.max_context));
+  if (options.weight_dtype && *options.weight_dtype != DType::kQ8_0)
+    return invalid_argument(fmt::format("weight dtype {}: weights can be requantised as q8_0 only",
+                                        dtype_name(*options.weight_dtype)));
   auto impl = std::make_unique<Model::Impl>();
   if (options.comm && options.comm->size() > 1) {
     impl->comm = options.comm;
@@ -327,7 +330,8 @@ Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
   // ranks each copies only its slices (touching those pages alone). Weights to be repacked are
   // read once by the repack, so then the file is not paged in whole first (repack_weights pages
   // in what stays a view of it).
-  checkpoint_options.populate = impl->ranks == 1 && !options.repack_weights;
+  checkpoint_options.populate =
+      impl->ranks == 1 && !options.repack_weights && !options.weight_dtype;
   MLA_ASSIGN_OR_RETURN(impl->weights, load_model_weights(dir, checkpoint_options));
   const ModelConfig& c = impl->weights.config;
   if (c.hidden_act != "silu")
@@ -385,7 +389,8 @@ Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
     impl->slices.release(impl->lm_head.data);
     impl->lm_head = impl->lm_head_store.weight;
   }
-  if (options.repack_weights) MLA_RETURN_IF_ERROR(repack_weights(*impl, dir));
+  if (options.repack_weights || options.weight_dtype)
+    MLA_RETURN_IF_ERROR(repack_weights(*impl, dir));
   warn_widened(dir, impl->slices.widened, impl->rank, N);
   return impl;
 }

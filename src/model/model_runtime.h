@@ -53,6 +53,15 @@ struct RuntimeOptions {
   // lm_head's stored dtype: the checkpoint's when empty, else kBF16, kF8E4M3 or kI8 (block-scaled,
   // made at load: model/weight_requant.h), for the decode step's largest single read.
   std::optional<DType> lm_head_dtype;
+  // The weight products' stored dtype: the checkpoint's when empty, or kQ8_0 (`--weight-dtype
+  // q8_0`): every BF16 / F16 / F32 / block-FP8 weight that linear() reads (the attention and FFN
+  // projections, experts, lm_head unless lm_head_dtype says otherwise; not the router nor the
+  // absorbed path's per-head products, which stay exact) requantised at load into Q8_0 blocks
+  // (model/weight_requant.h: within d · (1/2 + 127 · 2^-11) of each value, d = amax / 127 of its
+  // 32 values), what llama.cpp's Q8_0 files hold. Prefill then runs on int8 dot products at twice
+  // the BF16 dot product's rate, and decode on the int8 GEMV; weights already in a GGUF block
+  // format keep it. Held in the repack arena (the memory check below applies).
+  std::optional<DType> weight_dtype;
   // Re-lay weights at load into the layouts the CPU kernels run faster, keeping every value
   // (linear_preferred_dtype: Q8_0 / Q4_K as kQ8_0R16 / kQ4_KR16 on AVX512-VNNI, BF16 / block-FP8
   // as kBF16R16 / kF8E4M3R16 on AVX512_BF16); the file's copy of each is dropped from memory
@@ -129,6 +138,7 @@ class Model {
     double seconds = 0;
     int64_t huge_page_bytes = -1;     // of `bytes`, on 2 MiB pages after the load (-1: unknown)
     bool skipped_for_memory = false;  // too little memory available: the file's layouts kept
+    int requantized = 0;              // of `weights`, requantised (RuntimeOptions::weight_dtype)
   };
   RepackStats repack_stats() const;
 

@@ -1,18 +1,21 @@
 #include "model/weight_requant.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/ggml_quant.h"
 #include "core/ggml_repack.h"
 #include "io/mapped_file.h"
 #include "model/model_impl.h"
@@ -20,26 +23,60 @@
 namespace mla {
 namespace {
 
-// rows [r0, r1) of w as FP32, [r1 - r0, in] (FP8: code · weight_scale_inv, one FP32 product).
-void real_rows(const LinearWeight& w, int64_t r0, int64_t r1, float* dst) {
+// Row i of w as FP32, [in] (block-scaled: code · weight_scale_inv, one FP32 product).
+void real_row(const LinearWeight& w, int64_t i, float* dst) {
   if (!linear_block_scaled(w.dtype)) {
-    widen_elements(w.dtype, w.data, r0 * w.in, (r1 - r0) * w.in, dst);
+    widen_elements(w.dtype, w.data, i * w.in, w.in, dst);
     return;
   }
+  static const auto fp8 = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[size_t(b)] = fp8_e4m3_to_f32(uint8_t(b));
+    return t;
+  }();
   const int64_t cols = (w.in + w.block_cols - 1) / w.block_cols;
-  for (int64_t i = r0; i < r1; ++i)
-    for (int64_t j = 0; j < w.in; ++j) {
-      float s;
-      std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + j / w.block_cols), 4);
-      const uint8_t b = w.data[i * w.in + j];
-      dst[(i - r0) * w.in + j] =
-          (w.dtype == DType::kI8 ? float(int8_t(b)) : fp8_e4m3_to_f32(b)) * s;
+  const uint8_t* codes = w.data + i * w.in;
+  for (int64_t c0 = 0; c0 < w.in; c0 += w.block_cols) {
+    float s;
+    std::memcpy(&s, w.scale_inv + 4 * ((i / w.block_rows) * cols + c0 / w.block_cols), 4);
+    const int64_t c1 = std::min(w.in, c0 + w.block_cols);
+    if (w.dtype == DType::kI8) {
+      for (int64_t j = c0; j < c1; ++j) dst[j] = float(int8_t(codes[j])) * s;
+    } else {
+      for (int64_t j = c0; j < c1; ++j) dst[j] = fp8[codes[j]] * s;
     }
+  }
+}
+
+// rows [r0, r1) of w as FP32, [r1 - r0, in].
+void real_rows(const LinearWeight& w, int64_t r0, int64_t r1, float* dst) {
+  for (int64_t i = r0; i < r1; ++i) real_row(w, i, dst + (i - r0) * w.in);
 }
 
 // w's values as stored, rounded up to 64 bytes (where repack_weight puts the scales).
 size_t values_bytes(const LinearWeight& w) {
   return (size_t(dtype_bytes(w.dtype, w.in) * w.out) + 63) / 64 * 64;
+}
+
+// The pages of w's values read in one request, not a fault per readahead (a mapped file's).
+Status read_in_values(const LinearWeight& w, const std::string& what) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = uintptr_t(w.data) / page * page;
+  return io_detail::populate_mapping(
+      what, reinterpret_cast<void*>(a),
+      uintptr_t(w.data) + uintptr_t(w.out * dtype_bytes(w.dtype, w.in)) - a);
+}
+
+// The whole pages of w's first `bytes` bytes of values dropped from the process (advice only):
+// advised cold first, so the page cache gives them up before pages still read.
+void drop_values(const LinearWeight& w, int64_t bytes) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (uintptr_t(w.data) + page - 1) / page * page;
+  const uintptr_t b = (uintptr_t(w.data) + uintptr_t(bytes)) / page * page;
+  if (b > a) {
+    (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_COLD);
+    (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
 }
 
 }  // namespace
@@ -205,13 +242,7 @@ Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& 
   r.data = dst;
   if (Status s = validate(r); !s.ok()) return invalid_argument(what + ": " + s.message());
   const int64_t group_bytes = kR16Rows * dtype_bytes(w.dtype, w.in);
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  if (drop_source) {  // a mapped file's pages read in one request, not a fault per readahead
-    const uintptr_t a = uintptr_t(w.data) / page * page;
-    MLA_RETURN_IF_ERROR(io_detail::populate_mapping(
-        what, reinterpret_cast<void*>(a),
-        uintptr_t(w.data) + uintptr_t(w.out * dtype_bytes(w.dtype, w.in)) - a));
-  }
+  if (drop_source) MLA_RETURN_IF_ERROR(read_in_values(w, what));
   // Tasks of 16 groups (256 rows): a V2-Lite expert is 88 groups.
   constexpr int64_t kGroupsPerTask = 16;
   const int64_t groups = w.out / kR16Rows;
@@ -224,14 +255,59 @@ Result<LinearWeight> repack_weight(const LinearWeight& w, DType to, ThreadPool& 
     std::memcpy(scales, w.scale_inv, size_t(linear_scale_grid_bytes(w)));
     r.scale_inv = reinterpret_cast<const uint8_t*>(scales);
   }
-  if (drop_source) {
-    const uintptr_t a = (uintptr_t(w.data) + page - 1) / page * page;
-    const uintptr_t b = (uintptr_t(w.data) + uintptr_t(groups * group_bytes)) / page * page;
-    if (b > a) {  // advice only
-      (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_COLD);
-      (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  if (drop_source) drop_values(w, groups * group_bytes);
+  return r;
+}
+
+size_t q8_0_weight_bytes(const LinearWeight& w) {
+  return (size_t(dtype_bytes(DType::kQ8_0, w.in) * w.out) + 63) / 64 * 64;
+}
+
+Result<LinearWeight> requantize_q8_0(const LinearWeight& w, DType to, ThreadPool& pool,
+                                     uint8_t* dst, const std::string& what, bool drop_source) {
+  MLA_RETURN_IF_ERROR(validate(w));
+  if (dtype_is_ggml_block(w.dtype) || dtype_is_row_interleaved(w.dtype))
+    return invalid_argument(what + ": " + std::string(dtype_name(w.dtype)) +
+                            " is not requantised as Q8_0 (only BF16, F16, F32 and block-scaled "
+                            "FP8 / INT8 weights are)");
+  if (w.in % 32 != 0)
+    return invalid_argument(what + ": Q8_0 needs rows of whole blocks of 32 values, not " +
+                            std::to_string(w.in));
+  if (to != DType::kQ8_0 && !(to == DType::kQ8_0R16 && repack_fits(to, w.out, w.in)))
+    return invalid_argument(what + ": cannot be requantised as " + std::string(dtype_name(to)) +
+                            " with shape [" + std::to_string(w.out) + ", " + std::to_string(w.in) +
+                            "]");
+  if (drop_source) MLA_RETURN_IF_ERROR(read_in_values(w, what));
+  // Tasks of 16 rows (one kQ8_0R16 group): [16, in] FP32 and [16, in / 32 · 34] of scratch.
+  const int64_t row_bytes = dtype_bytes(DType::kQ8_0, w.in);
+  int64_t bad_row = -1;  // the first row quantize_row refused, and why
+  std::string bad;
+  std::mutex bad_mu;
+  pool.parallel_for((w.out + kR16Rows - 1) / kR16Rows, [&](int64_t g, int) {
+    const int64_t r0 = g * kR16Rows, r1 = std::min(w.out, r0 + kR16Rows);
+    std::vector<float> v(size_t(w.in));
+    std::vector<uint8_t> rows(to == DType::kQ8_0R16 ? size_t(kR16Rows * row_bytes) : 0);
+    uint8_t* q = to == DType::kQ8_0R16 ? rows.data() : dst + r0 * row_bytes;
+    for (int64_t i = r0; i < r1; ++i) {
+      real_row(w, i, v.data());
+      if (Status s = quantize_row(DType::kQ8_0, v, q + (i - r0) * row_bytes); !s.ok()) {
+        std::lock_guard lock(bad_mu);
+        if (bad_row < 0 || i < bad_row) {
+          bad_row = i;
+          bad = s.message();
+        }
+        return;
+      }
     }
-  }
+    if (to == DType::kQ8_0R16) repack_q8_0_r16(q, r1 - r0, w.in, dst + r0 * row_bytes);
+  });
+  if (bad_row >= 0) return invalid_argument(what + ": row " + std::to_string(bad_row) + ": " + bad);
+  if (drop_source) drop_values(w, w.out * dtype_bytes(w.dtype, w.in));
+  LinearWeight r;
+  r.dtype = to;
+  r.data = dst;
+  r.out = w.out;
+  r.in = w.in;
   return r;
 }
 

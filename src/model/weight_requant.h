@@ -36,6 +36,21 @@ struct RequantizedWeight {
 Result<RequantizedWeight> requantize_weight(const LinearWeight& w, DType to, ThreadPool& pool,
                                             const std::string& what);
 
+// Bytes requantize_q8_0 writes for w: its out · in / 32 Q8_0 blocks (34 bytes), rounded up to 64.
+size_t q8_0_weight_bytes(const LinearWeight& w);
+
+// w (BF16, F16, F32, or block-scaled FP8 / INT8) requantised at `dst` (q8_0_weight_bytes(w) bytes,
+// 64-byte aligned) as Q8_0 (`--weight-dtype q8_0`): each row's real values (FP8: code · scale in
+// FP32) in blocks of 32 as quantize_row makes them (d = amax / 127 stored as f16, codes rounded
+// half away from zero), so a value moves by at most d / 2 + 127 · |f16(d) − d| ≤ d · (1/2 +
+// 127 · 2^-11). `to` kQ8_0 writes the rows, kQ8_0R16 their repacked layout (core/ggml_repack.h;
+// repack_fits). Then the int8 kernels run the weight: prefill on vpdpbusd at twice the BF16 dot
+// product's rate, where an FP8 weight widens to BF16. With `drop_source`, as repack_weight.
+// invalid_argument naming `what` for another dtype, a row not of whole blocks of 32, a shape `to`
+// cannot hold, or a value quantize_row refuses (non-finite, or a block whose scale overflows f16).
+Result<LinearWeight> requantize_q8_0(const LinearWeight& w, DType to, ThreadPool& pool,
+                                     uint8_t* dst, const std::string& what, bool drop_source);
+
 // Memory for weights re-laid at load: one anonymous mapping, 2 MiB aligned, advised for
 // transparent huge pages and taken whole when allocated (MADV_POPULATE_WRITE, Linux 5.14). A mapped
 // file's weights come in the page cache's large folios without advice, but anonymous memory under

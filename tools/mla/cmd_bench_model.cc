@@ -144,7 +144,9 @@ int run_bench_model(const BenchModelOptions& o) {
     j["loaded_resident_bytes"] = loaded.resident_bytes;
     j["loaded_resident_anon_bytes"] = loaded.resident_anon_bytes;
     j["loaded_resident_file_bytes"] = loaded.resident_file_bytes;
+    j["weight_dtype"] = o.rt.weight_dtype.empty() ? "checkpoint" : o.rt.weight_dtype;
     j["repacked_weights"] = rs.weights;
+    j["requantized_weights"] = rs.requantized;
     j["repacked_bytes"] = rs.bytes;
     j["repack_seconds"] = rs.seconds;
     j["repacked_huge_page_bytes"] = rs.huge_page_bytes;
@@ -177,7 +179,8 @@ int run_bench_model(const BenchModelOptions& o) {
       load_seconds, loaded.resident_bytes / 1e6, loaded.resident_anon_bytes / 1e6,
       loaded.resident_file_bytes / 1e6);
   if (const Model::RepackStats rs = (*model)->repack_stats(); rs.weights > 0)
-    fmt::print("repacked at load: {} weights, {:.1f} MB, in {:.2f} s{}\n", rs.weights,
+    fmt::print("repacked at load: {} weights{}, {:.1f} MB, in {:.2f} s{}\n", rs.weights,
+               rs.requantized > 0 ? fmt::format(" ({} requantised as Q8_0)", rs.requantized) : "",
                rs.bytes / 1e6, rs.seconds,
                rs.huge_page_bytes < 0
                    ? ""
@@ -219,6 +222,7 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0, 1 << 20));
   add_matmul_dtype_flag(cmd, &o->rt.matmul_dtype);
   add_lm_head_dtype_flag(cmd, &o->rt.lm_head_dtype);
+  add_weight_dtype_flag(cmd, &o->rt.weight_dtype);
   add_repack_flag(cmd, &o->rt.repack);
   add_moe_split_flag(cmd, &o->rt.moe_split);
   cmd->add_option("--prompt-len", o->prompt_len, "Prompt tokens, ids 1 .. N (default 16)")

@@ -14,6 +14,7 @@ void add_runtime_flags(CLI::App* cmd, RuntimeFlags* f) {
   add_attention_dtype_flag(cmd, &f->attention_dtype);
   add_matmul_dtype_flag(cmd, &f->matmul_dtype);
   add_lm_head_dtype_flag(cmd, &f->lm_head_dtype);
+  add_weight_dtype_flag(cmd, &f->weight_dtype);
   add_repack_flag(cmd, &f->repack);
   add_moe_split_flag(cmd, &f->moe_split);
   cmd->add_option("--backend", f->backend, "cpu (default) or ref (the reference kernels)")
@@ -32,6 +33,7 @@ Result<RuntimeOptions> runtime_options(const RuntimeFlags& f) {
   ro.attention_q_dtype = f32_or_bf16(f.attention_dtype);
   ro.matmul_dtype = f32_or_bf16(f.matmul_dtype);
   ro.lm_head_dtype = lm_head_dtype_of(f.lm_head_dtype);
+  ro.weight_dtype = weight_dtype_of(f.weight_dtype);
   ro.repack_weights = f.repack != "off";
   ro.max_context = f.max_context;
   ro.prefill_absorption_threshold = f.prefill_threshold >= 0

@@ -48,6 +48,21 @@ inline std::optional<DType> lm_head_dtype_of(const std::string& value) {
   if (value == "int8") return DType::kI8;
   return value == "fp8" ? DType::kF8E4M3 : DType::kBF16;
 }
+// --weight-dtype q8_0: the weight products requantised at load (RuntimeOptions::weight_dtype);
+// unset keeps the checkpoint's.
+inline void add_weight_dtype_flag(CLI::App* cmd, std::string* value) {
+  cmd->add_option(
+         "--weight-dtype", *value,
+         "Store the weight products' weights as q8_0 (int8, one scale per 32 values, made "
+         "at load from BF16 / FP8 weights: prefill runs on int8 dot products, twice the "
+         "BF16 dot product's rate; lm_head too unless --lm-head-dtype is given); default: the "
+         "checkpoint's dtypes")
+      ->check(CLI::IsMember({"q8_0"}));
+}
+inline std::optional<DType> weight_dtype_of(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  return DType::kQ8_0;
+}
 // --repack on|off: weights re-laid at load for the CPU kernels (RuntimeOptions::repack_weights).
 inline void add_repack_flag(CLI::App* cmd, std::string* value) {
   cmd->add_option("--repack", *value,
@@ -75,13 +90,15 @@ struct RuntimeFlags {
   std::string attention_dtype = "bf16";
   std::string matmul_dtype = "bf16";
   std::string lm_head_dtype;  // empty: the checkpoint's
+  std::string weight_dtype;   // empty: the checkpoint's
   std::string repack = "on";
   std::string moe_split = "experts";
   int prefill_threshold = -1;  // -1: mla tune's measurement, else the default
   int64_t max_context = 0;     // 0: the config's (each command names its own flag)
 };
 
-// --kv-dtype, --attention-dtype, --matmul-dtype, --lm-head-dtype, --repack, --backend and
+// --kv-dtype, --attention-dtype, --matmul-dtype, --lm-head-dtype, --weight-dtype, --repack,
+// --backend and
 // --prefill-threshold.
 void add_runtime_flags(CLI::App* cmd, RuntimeFlags* f);
 
@@ -103,7 +120,8 @@ int fail_before_load(const Status& s);
 // as one of several ranks.
 Status require_one_rank(std::string_view command);
 
-// The flag's spelling of a stored weight dtype, for --json: "bf16", "fp8", "int8", "f16", "f32".
+// The flag's spelling of a stored weight dtype, for --json: "bf16", "fp8", "int8", "f16", "f32",
+// "q8_0".
 inline std::string weight_dtype_flag_name(DType t) {
   switch (t) {
     case DType::kF8E4M3:
@@ -114,6 +132,8 @@ inline std::string weight_dtype_flag_name(DType t) {
       return "f16";
     case DType::kF32:
       return "f32";
+    case DType::kQ8_0:
+      return "q8_0";
     default:
       return "bf16";
   }
