@@ -18,9 +18,16 @@ namespace {
 // unrounded FP32 d; the FP16 rounding of d comes after (so a code may be off by the f16 error,
 // as in the reference). A d whose reciprocal overflows (amax below ~1e-36) stores zeros:
 // the reference is undefined there, and the f16 d is 0 anyway.
+// x is finite (quantize_row checks), so the max needs no NaN rule, and the rounding is done on
+// the integer part, exactly as std::round (|v| ≤ 127 + a rounding: v − trunc(v) is exact): plain
+// comparisons the compiler vectorises, where fmaxf / roundf calls took three quarters of the
+// time `--weight-dtype q8_0` spends requantising at load.
 bool quantize_q8_0(const float* x, uint8_t* b) {
   float amax = 0;
-  for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  for (int i = 0; i < 32; ++i) {
+    const float a = std::fabs(x[i]);
+    amax = a > amax ? a : amax;
+  }
   const float d = amax / 127.0f;
   float id = d != 0 ? 1.0f / d : 0.0f;
   if (std::isinf(id)) id = 0;
@@ -29,7 +36,9 @@ bool quantize_q8_0(const float* x, uint8_t* b) {
   ggml::store_u16(b + ggml::Q8_0::kD, dh);
   for (int i = 0; i < 32; ++i) {
     const float v = x[i] * id;
-    b[ggml::Q8_0::kQs + i] = uint8_t(int8_t(std::round(v)));
+    const int t = int(v);  // toward zero
+    const float f = v - float(t);
+    b[ggml::Q8_0::kQs + i] = uint8_t(int8_t(t + (f >= 0.5f) - (f <= -0.5f)));
   }
   return true;
 }
