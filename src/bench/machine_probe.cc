@@ -1,5 +1,5 @@
-// Probe loops: independent FMA / vdpbf16ps chains (enough to cover latency × ports) and a vector
-// read sweep; each run on one thread and on every pool thread at once, median of repeats.
+// Probe loops: independent FMA / vdpbf16ps / vpdpbusd chains (enough to cover latency × ports) and
+// a vector read sweep; each run on one thread and on every pool thread at once, median of repeats.
 #include "bench/machine_probe.h"
 
 #include <immintrin.h>
@@ -57,6 +57,19 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_probe(int64_t iters) {
   __m512 s = acc[0];
   for (int k = 1; k < kChains; ++k) s = _mm512_add_ps(s, acc[k]);
   return _mm512_reduce_add_ps(s);
+}
+
+// vpdpbusd: 64 u8 × s8 multiply-adds per instruction (the int8 GEMM of block-quantised weights,
+// kernels/cpu/linear_gemm_int8.h), int32 accumulators that wrap harmlessly.
+__attribute__((target("avx512f,avx512vnni"))) float int8_probe(int64_t iters) {
+  __m512i acc[kChains];
+  for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_epi32(k);
+  const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], x, y);
+  __m512i s = acc[0];
+  for (int k = 1; k < kChains; ++k) s = _mm512_add_epi32(s, acc[k]);
+  return float(_mm512_reduce_add_epi32(s));
 }
 
 // Four independent accumulator tiles (tdpbf16ps: 16 × 16 × 32 multiply-adds, ~16 cycles each,
@@ -146,7 +159,8 @@ MachineRates measure(ThreadPool& pool, int threads, bool quick, const AlignedBuf
   const int reps = quick ? 3 : 5;
   const int64_t iters = quick ? 2'000'000 : 10'000'000;
   const bool avx512 = cpu_supports(CpuIsa::kAvx512), avx2 = cpu_supports(CpuIsa::kAvx2);
-  std::vector<double> fma, bf16, amx, bw;
+  static const bool vnni = __builtin_cpu_supports("avx512vnni") && avx512;
+  std::vector<double> fma, bf16, int8, amx, bw;
   for (int rep = 0; rep < reps; ++rep) {
     if (avx512 || avx2) {
       const double s = run_on_threads(pool, threads, [&](int) {
@@ -159,6 +173,11 @@ MachineRates measure(ThreadPool& pool, int threads, bool quick, const AlignedBuf
           run_on_threads(pool, threads, [&](int) { g_sink = g_sink + bf16_probe(iters); });
       bf16.push_back(double(iters) * kChains * 32 * 2 * threads / s * 1e-9);
     }
+    if (vnni) {
+      const double s =
+          run_on_threads(pool, threads, [&](int) { g_sink = g_sink + int8_probe(iters); });
+      int8.push_back(double(iters) * kChains * 64 * 2 * threads / s * 1e-9);
+    }
     if (cpu_supports(CpuIsa::kAmxBf16)) {
       const int64_t amx_iters = iters / 16;  // ~64 cycles per iteration
       const double s =
@@ -169,6 +188,7 @@ MachineRates measure(ThreadPool& pool, int threads, bool quick, const AlignedBuf
   }
   if (!fma.empty()) r.fp32_fma_gflops = median_of(fma);
   if (!bf16.empty()) r.bf16_dot_gflops = median_of(bf16);
+  if (!int8.empty()) r.int8_dot_gops = median_of(int8);
   if (!amx.empty()) r.amx_bf16_gflops = median_of(amx);
   if (!bw.empty()) r.mem_bw_gbps = median_of(bw);
   return r;

@@ -1,7 +1,7 @@
-// Measured limits of the machine the engine runs on: FP32 FMA, BF16 dot-product and AMX-BF16
-// tile peaks and memory read bandwidth, on one thread and on all threads. Every kernel figure `mla
-// bench` prints is given as a fraction of these (docs/BENCHMARKS.md §The machine lists what was
-// measured on the machines used so far).
+// Measured limits of the machine the engine runs on: FP32 FMA, BF16 and int8 dot-product and
+// AMX-BF16 tile peaks and memory read bandwidth, on one thread and on all threads. Every kernel
+// figure `mla bench` prints is given as a fraction of these (docs/BENCHMARKS.md §The machine lists
+// what was measured on the machines used so far).
 #pragma once
 
 #include "core/aligned_buffer.h"
@@ -13,6 +13,7 @@ struct MachineRates {
   int threads = 1;
   double fp32_fma_gflops = 0;  // vfmadd on the widest vectors the CPU has
   double bf16_dot_gflops = 0;  // vdpbf16ps; 0 when the CPU lacks AVX512_BF16
+  double int8_dot_gops = 0;    // vpdpbusd (2 ops a multiply-add); 0 without AVX512_VNNI
   double amx_bf16_gflops = 0;  // tdpbf16ps on the AMX tile unit; 0 without AMX-BF16
   double mem_bw_gbps = 0;      // streaming read of a buffer far larger than the caches
 };

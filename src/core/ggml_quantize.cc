@@ -3,11 +3,13 @@
 // and the tests compare bytes with it), and the K formats' weights and packing. Their scale
 // search is in ggml_quantize_k.cc.
 #include <fmt/format.h>
+#include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
 #include <string>
 
+#include "core/cpu_features.h"
 #include "core/ggml_blocks.h"
 #include "core/ggml_quant.h"
 
@@ -39,6 +41,36 @@ bool quantize_q8_0(const float* x, uint8_t* b) {
     const int t = int(v);  // toward zero
     const float f = v - float(t);
     b[ggml::Q8_0::kQs + i] = uint8_t(int8_t(t + (f >= 0.5f) - (f <= -0.5f)));
+  }
+  return true;
+}
+
+// quantize_q8_0 on AVX-512, byte for byte the same (the same FP32 operations: the max, the
+// division and reciprocal as scalars, the product x · id per lane, the rounding on the integer
+// part): 16 lanes a step for `--weight-dtype q8_0`, which requantises every weight of a model at
+// load (a 16 GB checkpoint took 30 s of scalar quantising).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) bool quantize_q8_0_avx512(const float* x,
+                                                                               uint8_t* b) {
+  const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+  const float d = amax / 127.0f;
+  float id = d != 0 ? 1.0f / d : 0.0f;
+  if (std::isinf(id)) id = 0;
+  const uint16_t dh = ggml::float_to_half(d);
+  if ((dh & 0x7fffu) == 0x7c00u) return false;
+  ggml::store_u16(b + ggml::Q8_0::kD, dh);
+  const __m512 vid = _mm512_set1_ps(id), half = _mm512_set1_ps(0.5f);
+  for (int h = 0; h < 2; ++h) {
+    const __m512 v = _mm512_mul_ps(h ? x1 : x0, vid);
+    const __m512i t = _mm512_cvttps_epi32(v);  // toward zero
+    const __m512 f = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
+    const __mmask16 up = _mm512_cmp_ps_mask(f, half, _CMP_GE_OQ);
+    const __mmask16 down =
+        _mm512_cmp_ps_mask(f, _mm512_sub_ps(_mm512_setzero_ps(), half), _CMP_LE_OQ);
+    __m512i q = _mm512_mask_add_epi32(t, up, t, _mm512_set1_epi32(1));
+    q = _mm512_mask_sub_epi32(q, down, q, _mm512_set1_epi32(1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + ggml::Q8_0::kQs + 16 * h),
+                     _mm512_cvtepi32_epi8(q));
   }
   return true;
 }
@@ -183,6 +215,15 @@ bool quantize_k(DType t, const float* x, const float* importance, uint8_t* dst) 
 }
 
 Status check_finite(std::span<const float> v, const char* what) {
+  // A value is finite unless its exponent bits are all ones: one pass with no branch (an integer
+  // OR reduction, which vectorises), the index looked for only when something is wrong.
+  uint32_t all_ones = 0;
+  for (const float e : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &e, 4);
+    all_ones |= uint32_t((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (all_ones == 0) return Status::ok_status();
   for (size_t i = 0; i < v.size(); ++i)
     if (!std::isfinite(v[i]))
       return invalid_argument(
@@ -251,12 +292,13 @@ Status quantize_row(DType t, std::span<const float> x, uint8_t* dst,
   }
 
   const int64_t nb = n / blk.elems;
+  static const bool avx512 = cpu_supports(CpuIsa::kAvx512);
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x.data() + b * blk.elems;
     uint8_t* out = dst + b * blk.bytes;
     bool ok;
     if (t == DType::kQ8_0)
-      ok = quantize_q8_0(xb, out);
+      ok = avx512 ? quantize_q8_0_avx512(xb, out) : quantize_q8_0(xb, out);
     else if (t == DType::kQ4_0)
       ok = quantize_q4_0(xb, out);
     else

@@ -23,8 +23,12 @@ void repack_q8_0_r16(const uint8_t* src, int64_t out, int64_t in, uint8_t* dst) 
         for (int r = 0; r < kR16Rows; ++r) {
           const uint8_t* blk = rows + r * row_bytes + (2 * u + half) * kQ8Bytes;
           std::memcpy(unit + 32 * half + 2 * r, blk + ggml::Q8_0::kD, 2);
-          for (int j = 0; j < 32; ++j)
-            quads[64 * (j / 4) + 4 * r + j % 4] = uint8_t(blk[ggml::Q8_0::kQs + j] ^ 0x80);
+          for (int q = 0; q < 8; ++q) {  // codes 4q .. 4q + 3 of the row, offset by 128
+            uint32_t quad;
+            std::memcpy(&quad, blk + ggml::Q8_0::kQs + 4 * q, 4);
+            quad ^= 0x80808080u;
+            std::memcpy(quads + 64 * q + 4 * r, &quad, 4);
+          }
         }
       }
     }

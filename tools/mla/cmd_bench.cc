@@ -27,6 +27,7 @@ ordered_json rates_json(const bench::MachineRates& r) {
   return {{"threads", r.threads},
           {"fp32_fma_gflops", r.fp32_fma_gflops},
           {"bf16_dot_gflops", r.bf16_dot_gflops},
+          {"int8_dot_gops", r.int8_dot_gops},
           {"amx_bf16_gflops", r.amx_bf16_gflops},
           {"mem_bw_gbps", r.mem_bw_gbps}};
 }
@@ -44,11 +45,12 @@ int run_machine(bool json, bool quick) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("{:<10} {:>16} {:>16} {:>16} {:>14}\n", "threads", "FP32 FMA GFLOP/s",
-             "BF16 dot GFLOP/s", "AMX BF16 GFLOP/s", "read GB/s");
+  fmt::print("{:<10} {:>16} {:>16} {:>16} {:>16} {:>14}\n", "threads", "FP32 FMA GFLOP/s",
+             "BF16 dot GFLOP/s", "int8 dot GOP/s", "AMX BF16 GFLOP/s", "read GB/s");
   for (const auto* r : {&m.single, &m.all})
-    fmt::print("{:<10} {:>16.1f} {:>16.1f} {:>16.1f} {:>14.1f}\n", r->threads, r->fp32_fma_gflops,
-               r->bf16_dot_gflops, r->amx_bf16_gflops, r->mem_bw_gbps);
+    fmt::print("{:<10} {:>16.1f} {:>16.1f} {:>16.1f} {:>16.1f} {:>14.1f}\n", r->threads,
+               r->fp32_fma_gflops, r->bf16_dot_gflops, r->int8_dot_gops, r->amx_bf16_gflops,
+               r->mem_bw_gbps);
   return 0;
 }
 

@@ -124,14 +124,20 @@ int run_bench_model(const BenchModelOptions& o) {
                              : 0;
   // The highest of 3 quick probes: a shared host only ever slows a peak probe down (single quick
   // probes read as low as half the peak when the other core was busy).
-  double peak_gflops = 0;
+  double peak_gflops = 0, int8_peak_gops = 0;
   for (int i = 0; i < 3; ++i) {
     const bench::MachineRates peak = bench::measure_machine(pool, true).all;
     peak_gflops = std::max(peak_gflops, o.rt.matmul_dtype == "bf16" && peak.bf16_dot_gflops > 0
                                             ? peak.bf16_dot_gflops
                                             : peak.fp32_fma_gflops);
+    int8_peak_gops = std::max(int8_peak_gops, peak.int8_dot_gops);
   }
   const double prefill_fraction = peak_gflops > 0 ? prefill_gflops / peak_gflops : 0;
+  // Block-quantised weights (a GGUF file, --weight-dtype q8_0) run their prefill products on
+  // vpdpbusd: their ceiling is the int8 dot product's, twice the BF16 one's on AVX-512.
+  const bool int8_products = o.rt.matmul_dtype == "bf16" && int8_peak_gops > 0 &&
+                             (!o.rt.weight_dtype.empty() || o.model.ends_with(".gguf"));
+  const double int8_fraction = int8_peak_gops > 0 ? prefill_gflops / int8_peak_gops : 0;
   if (o.json) {
     nlohmann::ordered_json j;
     j["threads"] = pool.num_threads();
@@ -156,6 +162,8 @@ int run_bench_model(const BenchModelOptions& o) {
     j["prefill_gflops"] = prefill_gflops;
     j["peak_gflops"] = peak_gflops;
     j["prefill_fraction_of_peak"] = prefill_fraction;
+    j["int8_dot_peak_gops"] = int8_peak_gops;
+    j["prefill_fraction_of_int8_peak"] = int8_fraction;
     j["decode_tokens_per_s"] = median(tps);
     j["effective_gbps"] = median(eff);
     j["probe_gbps"] = median(bound);
@@ -189,9 +197,12 @@ int run_bench_model(const BenchModelOptions& o) {
                                      double(std::max<int64_t>(rs.bytes, 1))));
   fmt::print(
       "weights read per decode token: {:.1f} MB; {} threads; prefill {} tokens: {:.1f} "
-      "tokens/s, {:.1f} GFLOP/s = {:.3f} of the {:.1f} GFLOP/s {} peak\n",
+      "tokens/s, {:.1f} GFLOP/s = {:.3f} of the {:.1f} GFLOP/s {} peak{}\n",
       weight_bytes / 1e6, pool.num_threads(), o.prompt_len, prefill_tps, prefill_gflops,
-      prefill_fraction, peak_gflops, o.rt.matmul_dtype == "bf16" ? "BF16 dot" : "FP32 FMA");
+      prefill_fraction, peak_gflops, o.rt.matmul_dtype == "bf16" ? "BF16 dot" : "FP32 FMA",
+      int8_products ? fmt::format(" ({:.3f} of the {:.1f} GOP/s int8 dot peak its products run on)",
+                                  int8_fraction, int8_peak_gops)
+                    : "");
   fmt::print("{:>8} {:>10} {:>14} {:>12} {:>9}\n", "segment", "tokens/s", "effective GB/s",
              "probe GB/s", "fraction");
   for (size_t i = 0; i < segments.size(); ++i)

@@ -138,13 +138,14 @@ TEST_P(WeightDtypeQ8, EveryProductHoldsItsQ8Blocks) {
   EXPECT_EQ(lm_head, DType::kBF16);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, WeightDtypeQ8,
-    ::testing::Values(std::pair{"v2-lite", TinyWeights::kBF16}, std::pair{"v3", TinyWeights::kFP8}),
-    [](const auto& info) {
-      return std::string(info.param.second == TinyWeights::kFP8 ? "fp8_" : "bf16_") +
-             (info.param.first[1] == '2' ? "v2_lite" : "v3");
-    });
+INSTANTIATE_TEST_SUITE_P(Families, WeightDtypeQ8,
+                         ::testing::Values(std::pair{"v2-lite", TinyWeights::kBF16},
+                                           std::pair{"v3", TinyWeights::kFP8}),
+                         [](const auto& info) {
+                           return std::string(info.param.second == TinyWeights::kFP8 ? "fp8_"
+                                                                                     : "bf16_") +
+                                  (info.param.first[1] == '2' ? "v2_lite" : "v3");
+                         });
 
 // On this machine's kernels (int8 products of x quantised per 256 values, repacked layouts where
 // they fit) the requantised model stays the model: no rounding bound covers a whole MoE model

@@ -83,7 +83,8 @@ class RequantQ8 : public ::testing::TestWithParam<DType> {};
 // The Q8_0 rounding (core/ggml_quant.h): d = amax / 127 and its inverse in FP32, code =
 // round(x · (1 / d)) within 1/2 + 127 · 3 · 2^-24 of x / d, stored d' = f16(d) within 2^-11 · d
 // (a normal f16) or 2^-25 (a subnormal one), value d' · code exact in FP32. So
-//   |value − x| ≤ |d' − d| · 127 + d · (1/2 + 2^-15) ≤ d · (1/2 + 127 · 2^-11 + 2^-15) + 127 · 2^-25.
+//   |value − x| ≤ |d' − d| · 127 + d · (1/2 + 2^-15) ≤ d · (1/2 + 127 · 2^-11 + 2^-15) + 127 ·
+//   2^-25.
 TEST_P(RequantQ8, RowsAreQuantizeRowsOfTheRealValues) {
   const int64_t out = 48, in = 320;  // 3 groups of 16 rows; 5 units of 64 values
   const Source src = make_source(GetParam(), out, in, 17);
