@@ -27,6 +27,7 @@ SETTINGS = [
     ("defaults (both bf16)", []),
     ("defaults + --lm-head-dtype fp8", ["--lm-head-dtype", "fp8"]),
     ("defaults + --lm-head-dtype int8", ["--lm-head-dtype", "int8"]),
+    ("defaults + --weight-dtype q8_0", ["--weight-dtype", "q8_0"]),
 ]
 
 

@@ -27,8 +27,10 @@
 #                     products and attention); e.g. "--lm-head-dtype int8" for the 8-bit row at
 #                     the peers' bytes per token (Q8_0 quantises their lm_head too)
 #   MLA_8BIT=fp8      what mla runs in the 8-bit rows: fp8 (MODEL_FP8, its block-FP8
-#                     checkpoint) or gguf (llama.cpp's own Q8_0 file of MODEL_BF16: the same
-#                     file, bytes and weights as llama.cpp's rows)
+#                     checkpoint), q8_0 (MODEL_FP8 requantised at load, `--weight-dtype q8_0`:
+#                     the peers' Q8_0 format and bytes, made from the same FP8 weights) or gguf
+#                     (llama.cpp's own Q8_0 file of MODEL_BF16: the same file, bytes and weights
+#                     as llama.cpp's rows)
 #   IK_CONFIGS        ik_llama.cpp flag sets, ';'-separated; the table takes the best per row
 #                     (default "-mla 3 -fa 1 -fmoe 1;-mla 3 -fa 1 -fmoe 1 -rtr 1")
 #   LLAMA_ARGS        extra llama-bench flags for llama.cpp (default none: its defaults, which
@@ -306,16 +308,16 @@ warm_page_cache() {
   fi
 }
 
-mla_cmd() { # MODEL PROMPT_LEN (MLA_ARGS split into words on purpose)
+mla_cmd() { # MODEL PROMPT_LEN [FLAGS] (MLA_ARGS and FLAGS split into words on purpose)
   # shellcheck disable=SC2086
   echo "$MLA_BIN" bench model -m "$1" --threads "$THREADS" --prompt-len "$2" --tokens "$TG" \
-    $MLA_ARGS --json
+    $MLA_ARGS ${3:-} --json
 }
 
 # The jobs of one group, one line each: ENGINE|CONFIG|WEIGHTS|command words (no '|' in any);
 # WEIGHTS (a file, or a directory of *.safetensors) is read into the page cache before the run.
 group_jobs() {
-  local group=$1 model ggtype s
+  local group=$1 model ggtype s flags=
   case $group in
     bf16) ggtype=bf16 ;;
     *) ggtype=q8_0 ;;
@@ -326,15 +328,16 @@ group_jobs() {
     model=$(gguf_of llama.cpp q8_0)
   else
     model=$MODEL_FP8
+    [[ ${MLA_8BIT:-fp8} == q8_0 ]] && flags="--weight-dtype q8_0"
   fi
   if [[ $group == depth ]]; then
-    echo "mla|default|$model|$(mla_cmd "$model" "$DEPTH")"
+    echo "mla|default|$model|$(mla_cmd "$model" "$DEPTH" "$flags")"
     echo "llama.cpp|default|$(gguf_of llama.cpp q8_0)|$(bench_of llama.cpp) -m $(gguf_of llama.cpp q8_0) -t $THREADS -r 1 -o json -p 0 -n $TG -d $DEPTH $LLAMA_ARGS"
     for s in "${ik_sets[@]}"; do
       echo "ik_llama.cpp|$(cfg_name "$s")|$(gguf_of ik_llama.cpp q8_0)|$(bench_of ik_llama.cpp) -m $(gguf_of ik_llama.cpp q8_0) -t $THREADS -r 1 -o json -p 0 -n 0 -gp $DEPTH,$TG $s"
     done
   else
-    echo "mla|default|$model|$(mla_cmd "$model" "$PP")"
+    echo "mla|default|$model|$(mla_cmd "$model" "$PP" "$flags")"
     echo "llama.cpp|default|$(gguf_of llama.cpp "$ggtype")|$(bench_of llama.cpp) -m $(gguf_of llama.cpp "$ggtype") -t $THREADS -r 1 -o json -p $PP -n $TG $LLAMA_ARGS"
     for s in "${ik_sets[@]}"; do
       echo "ik_llama.cpp|$(cfg_name "$s")|$(gguf_of ik_llama.cpp "$ggtype")|$(bench_of ik_llama.cpp) -m $(gguf_of ik_llama.cpp "$ggtype") -t $THREADS -r 1 -o json -p $PP -n $TG $s"
@@ -396,7 +399,9 @@ wall = int(e["PEERS_WALL"])
 notes = [
     f"mla: `mla bench model --threads {t} --prompt-len {pp} --tokens {tg} "
     f"{e['PEERS_MLA_ARGS'] + ' ' if e['PEERS_MLA_ARGS'] else ''}--json` on the BF16 checkpoint and "
-    + ("llama.cpp's Q8_0 GGUF file" if e["PEERS_MLA_8BIT"] == "gguf" else "the FP8 checkpoint")
+    + {"gguf": "llama.cpp's Q8_0 GGUF file",
+       "q8_0": "the FP8 checkpoint with `--weight-dtype q8_0` (requantised at load)"}.get(
+           e["PEERS_MLA_8BIT"], "the FP8 checkpoint")
     + " (depth row: "
     f"--prompt-len {depth}); one run gives prefill {pp} and decode {tg}, the decode at context "
     f"{pp}..{int(pp) + int(tg)} (the peers' tg{tg}: 0..{tg}).",
