@@ -350,6 +350,26 @@ class Commands(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertGreater(json.loads(r.stdout)["decode_tokens_per_s"], 0)
 
+    def test_weight_dtype_q8_0(self):
+        # The checkpoint requantised at load (--weight-dtype q8_0) on each rank's slices: the
+        # slices cut at whole 32-value blocks at 2 ranks, so each rank holds the blocks one rank
+        # makes of the whole weight, and the 32 greedy tokens are one rank's. In the file's row
+        # layout (--repack off): re-laid, a 2-rank o_proj slice of 32 columns cannot take the
+        # 64-column Q8_0_R16 layout one rank gives the whole o_proj, and the two kernels' FP32
+        # orders part this random model at a near-tie (token 15).
+        prefix, env = TWO
+        args = ["generate", "-m", MODEL, "--tokens", "1,2,3,4,5,6,7,8", "-n", "32", "--ignore-eos",
+                "--threads", "1", "--matmul-dtype", "f32", "--attention-dtype", "f32", "--json",
+                "--weight-dtype", "q8_0", "--repack", "off"]
+        one = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=120)
+        two = subprocess.run([*prefix, BINARY, *args], capture_output=True, text=True, env=env,
+                             timeout=120)
+        self.assertEqual(one.returncode, 0, one.stderr)
+        self.assertEqual(two.returncode, 0, two.stderr)
+        want = json.loads(one.stdout)["generated"]
+        self.assertEqual(len(want), 32)
+        self.assertEqual(json.loads(two.stdout)["generated"], want)
+
     def test_gguf_q8_0(self):
         # A Q8_0 GGUF of the same checkpoint (`mla quantize`): its blocks sliced per rank (whole
         # blocks at 2 ranks: each rank's 2 heads are 32 columns of o_proj, one Q8_0 block), re-laid
