@@ -84,6 +84,31 @@ TEST_F(GenerateCli, RunsTheBf16AttentionKernels) {
   EXPECT_NE(bad.out.find("--attention-dtype"), std::string::npos) << bad.out;
 }
 
+// --weight-dtype q8_0 requantises the FP8 checkpoint's products at load (lm_head too): the JSON
+// says so, and the bytes a token reads change (lm_head BF16 → Q8_0 shrinks, the FP8 weights grow
+// by 1/16 with their f16 scales). Another value is refused by the flag parser.
+TEST_F(GenerateCli, RequantisesTheWeightsAsQ8_0) {
+  const std::string m = make("v3", "--fp8");
+  const std::string args = "generate -m '" + m + "' --tokens 1,2,3,4,5 -n 4 --ignore-eos --json";
+  const test::RunResult plain = test::run_mla(args, false);
+  const test::RunResult q8 = test::run_mla(args + " --weight-dtype q8_0", false);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  ASSERT_EQ(q8.exit_code, 0) << q8.out;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(q8.out);
+  EXPECT_EQ(a["weight_dtype"], "checkpoint");
+  EXPECT_EQ(a["requantized_weights"], 0);
+  EXPECT_EQ(b["weight_dtype"], "q8_0");
+  EXPECT_EQ(b["lm_head_dtype"], "q8_0");
+  EXPECT_GT(b["requantized_weights"].get<int>(), 0);
+  EXPECT_EQ(b["generated"].size(), 4u);
+  EXPECT_NE(b["active_weight_bytes_per_token"].get<int64_t>(),
+            a["active_weight_bytes_per_token"].get<int64_t>());
+  const test::RunResult bad =
+      test::run_mla("generate -m '" + m + "' --tokens 1,2 -n 1 --weight-dtype q4_0", true);
+  EXPECT_NE(bad.exit_code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("--weight-dtype"), std::string::npos) << bad.out;
+}
+
 TEST_F(GenerateCli, StreamsTextAndReportsThePathOfEachChunk) {
   const std::string m = make("v2-lite");
   const test::RunResult r =
