@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -175,6 +176,34 @@ TEST(WeightDtypeQ8Cpu, StaysTheSameModel) {
     nb += double(want[i]) * want[i];
   }
   EXPECT_GT(dot / std::sqrt(na * nb), 0.9);
+}
+
+// With too little memory for the requantised copies (a meminfo saying 1 MiB) the load keeps the
+// checkpoint's dtypes and layouts, says so, and runs as --repack off does, bit for bit.
+TEST(WeightDtypeQ8Cpu, SkippedWhenMemoryIsShort) {
+  test::TempDir src("weight_dtype_short");
+  TinyCheckpointOptions o;
+  o.family = "v2-lite";
+  o.weights = TinyWeights::kFP8;
+  o.seed = 31;
+  ASSERT_TRUE(write_tiny_checkpoint(o, src.path()).ok());
+  const std::string meminfo = src.path() + "/meminfo";
+  std::ofstream(meminfo) << "MemTotal: 2048 kB\nMemFree: 1024 kB\nMemAvailable: 1024 kB\n";
+  RuntimeOptions q8 = test::exact_runtime();
+  q8.weight_dtype = DType::kQ8_0;
+  q8.meminfo_path = meminfo;
+  RuntimeOptions off = test::exact_runtime();
+  off.repack_weights = false;
+  Model::RepackStats rs;
+  DType lm_head = DType::kQ8_0;
+  const std::vector<float> got = logits(src.path(), q8, &rs, &lm_head);
+  const std::vector<float> want = logits(src.path(), off, nullptr);
+  EXPECT_TRUE(rs.skipped_for_memory);
+  EXPECT_EQ(rs.requantized, 0);
+  EXPECT_NE(lm_head, DType::kQ8_0);
+  ASSERT_FALSE(want.empty());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "logit " << i;
 }
 
 // Any other weight dtype is refused before anything is read.
