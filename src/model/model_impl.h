@@ -62,9 +62,10 @@ struct Model::Impl {
 };
 
 // Every weight the forward pass reads only through linear() (not the embedding table, whose rows
-// are looked up) re-laid in the layouts the backend runs faster, held in m.repacked
-// (model_repack.cc). Alone (one rank), what stays a view of the file is then paged in (the loader
-// does not page the file in whole first when it repacks).
+// are looked up) re-laid in the layouts the backend runs faster (options.repack_weights) and, with
+// options.weight_dtype, requantised first (all but the router and the per-head products), held in
+// m.repacked (model_repack.cc). Alone (one rank), what stays a view of the file is then paged in
+// (the loader does not page the file in whole first when it repacks).
 Status repack_weights(Model::Impl& m, const std::string& dir);
 
 // forward's checks of the batch and cache, before anything runs (or is sent to other ranks).

@@ -1,5 +1,6 @@
 // Weights re-laid at load into the layouts the CPU kernels run faster (RuntimeOptions::
-// repack_weights): one arena for all of them, each weight's file pages read once and dropped.
+// repack_weights), or requantised into Q8_0 blocks (RuntimeOptions::weight_dtype): one arena for
+// all of them, each weight's file pages read once and dropped.
 #include <fmt/format.h>
 
 #include <chrono>
