@@ -24,18 +24,26 @@ namespace {
 // the integer part, exactly as std::round (|v| ≤ 127 + a rounding: v − trunc(v) is exact): plain
 // comparisons the compiler vectorises, where fmaxf / roundf calls took three quarters of the
 // time `--weight-dtype q8_0` spends requantising at load.
+// The block's d (stored at b as f16) and the 1 / d its codes are made with, from its amax; false
+// when d overflows f16.
+bool q8_0_scale(float amax, uint8_t* b, float* id) {
+  const float d = amax / 127.0f;
+  *id = d != 0 ? 1.0f / d : 0.0f;
+  if (std::isinf(*id)) *id = 0;
+  const uint16_t dh = ggml::float_to_half(d);
+  if ((dh & 0x7fffu) == 0x7c00u) return false;
+  ggml::store_u16(b + ggml::Q8_0::kD, dh);
+  return true;
+}
+
 bool quantize_q8_0(const float* x, uint8_t* b) {
   float amax = 0;
   for (int i = 0; i < 32; ++i) {
     const float a = std::fabs(x[i]);
     amax = a > amax ? a : amax;
   }
-  const float d = amax / 127.0f;
-  float id = d != 0 ? 1.0f / d : 0.0f;
-  if (std::isinf(id)) id = 0;
-  const uint16_t dh = ggml::float_to_half(d);
-  if ((dh & 0x7fffu) == 0x7c00u) return false;
-  ggml::store_u16(b + ggml::Q8_0::kD, dh);
+  float id;
+  if (!q8_0_scale(amax, b, &id)) return false;
   for (int i = 0; i < 32; ++i) {
     const float v = x[i] * id;
     const int t = int(v);  // toward zero
@@ -53,12 +61,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) bool quantize_q8_0_avx512(c
                                                                                uint8_t* b) {
   const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-  const float d = amax / 127.0f;
-  float id = d != 0 ? 1.0f / d : 0.0f;
-  if (std::isinf(id)) id = 0;
-  const uint16_t dh = ggml::float_to_half(d);
-  if ((dh & 0x7fffu) == 0x7c00u) return false;
-  ggml::store_u16(b + ggml::Q8_0::kD, dh);
+  float id;
+  if (!q8_0_scale(amax, b, &id)) return false;
   const __m512 vid = _mm512_set1_ps(id), half = _mm512_set1_ps(0.5f);
   for (int h = 0; h < 2; ++h) {
     const __m512 v = _mm512_mul_ps(h ? x1 : x0, vid);

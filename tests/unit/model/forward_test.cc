@@ -9,6 +9,7 @@
 #include "cache/sequence_blocks.h"
 #include "exact_runtime.h"
 #include "kernels/registry.h"
+#include "logit_cosine.h"
 #include "model/generator.h"
 #include "temp_dir.h"
 #include "tiny/tiny_checkpoint.h"
@@ -34,16 +35,7 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, cons
   EXPECT_EQ(bad, 0) << what;
 }
 
-// Cosine similarity of two logit vectors of the same size, in FP64.
-double cosine(const std::vector<float>& a, const std::vector<float>& b) {
-  double dot = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    dot += double(a[i]) * b[i];
-    na += double(a[i]) * a[i];
-    nb += double(b[i]) * b[i];
-  }
-  return dot / std::sqrt(na * nb);
-}
+using test::logit_cosine;
 
 class ForwardTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -154,7 +146,7 @@ TEST_P(ForwardTest, Bf16ProductsStayWithinTheirBound) {
     EXPECT_NE(hf, hb);
   }
   std::printf("%s: largest |dh| / max(1, |h|) %.3g\n", GetParam(), worst);
-  EXPECT_GT(cosine(f->prompt_logits, b->prompt_logits), 0.9);
+  EXPECT_GT(logit_cosine(f->prompt_logits, b->prompt_logits), 0.9);
 }
 
 // prefill_flops(T) = 2·(lm_head + T·(weight MACs per token) + T(T+1)/2 · L·H·(d_qk + d_v)).
@@ -268,7 +260,7 @@ TEST_P(ForwardTest, ServingCachesStayNearTheExactCache) {
     const std::string name(kv_cache_dtype_name(kv));
     EXPECT_LT(a->kv_bytes_per_token, base->kv_bytes_per_token) << name;
     ASSERT_EQ(a->prompt_logits.size(), base->prompt_logits.size()) << name;
-    EXPECT_GT(cosine(a->prompt_logits, base->prompt_logits), 0.9) << name;
+    EXPECT_GT(logit_cosine(a->prompt_logits, base->prompt_logits), 0.9) << name;
   }
 }
 
@@ -300,7 +292,7 @@ TEST_P(ForwardTest, Bf16AttentionFollowsFp32Attention) {
     const std::vector<float>& y = *rb.*which;
     ASSERT_EQ(x.size(), y.size());
     ASSERT_FALSE(x.empty());
-    EXPECT_GT(cosine(x, y), 0.9999);
+    EXPECT_GT(logit_cosine(x, y), 0.9999);
   }
 }
 

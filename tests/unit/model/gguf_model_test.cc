@@ -12,6 +12,7 @@
 #include "exact_runtime.h"
 #include "io/gguf.h"
 #include "kernels/linear.h"
+#include "logit_cosine.h"
 #include "model/generator.h"
 #include "model/gguf_checkpoint.h"
 #include "model/gguf_export.h"
@@ -131,14 +132,7 @@ TEST_P(GgufModelTest, Q8FileStaysTheSameModel) {
   const std::vector<float> want = logits(dir_.path());
   const std::vector<float> got = logits(quantize("q8_0"));
   ASSERT_EQ(got.size(), want.size());
-  double dot = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << i;
-    dot += double(got[i]) * want[i];
-    na += double(got[i]) * got[i];
-    nb += double(want[i]) * want[i];
-  }
-  EXPECT_GT(dot / std::sqrt(na * nb), 0.9);
+  EXPECT_GT(test::logit_cosine(got, want), 0.9);
 }
 
 // Q8_0 weights repacked at load (core/ggml_repack.h, on CPUs whose kernels run them) hold the
@@ -165,14 +159,7 @@ void GgufModelTest::expect_repacked_same_model(const std::string& path, DType st
   // 21 prompt rows and 2 decode steps (the third token needs no forward pass).
   ASSERT_EQ(plain.size() % 23, 0u);
   const size_t vocab = plain.size() / 23;
-  double dot = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < plain.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << i;
-    dot += double(got[i]) * plain[i];
-    na += double(got[i]) * got[i];
-    nb += double(plain[i]) * plain[i];
-  }
-  EXPECT_GT(dot / std::sqrt(na * nb), 0.9);
+  EXPECT_GT(test::logit_cosine(got, plain), 0.9);
   size_t agree = 0;  // rows before the first that parts by more than FP32 roundings
   for (; (agree + 1) * vocab <= plain.size(); ++agree) {
     bool same = true;

@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "kernels/linear.h"
 #include "kernels/ref/linear_ref.h"
+#include "logit_cosine.h"
 #include "model/generator.h"
 #include "model/model_runtime.h"
 #include "temp_dir.h"
@@ -103,16 +104,22 @@ int write_q8_grid_copy(const std::string& dir, int layers, const std::string& ou
   return converted;
 }
 
+// A tiny checkpoint of `family` in dir; its info (the config).
+Result<TinyCheckpointInfo> write_tiny(const std::string& dir, const char* family, TinyWeights w,
+                                      uint64_t seed, int shards = 2) {
+  TinyCheckpointOptions o;
+  o.family = family;
+  o.weights = w;
+  o.seed = seed;
+  o.shards = shards;
+  return write_tiny_checkpoint(o, dir);
+}
+
 class WeightDtypeQ8 : public ::testing::TestWithParam<std::pair<const char*, TinyWeights>> {};
 
 TEST_P(WeightDtypeQ8, EveryProductHoldsItsQ8Blocks) {
   test::TempDir src("weight_dtype_src"), grid("weight_dtype_grid");
-  TinyCheckpointOptions o;
-  o.family = GetParam().first;
-  o.weights = GetParam().second;
-  o.seed = 23;
-  o.shards = 1;
-  const auto info = write_tiny_checkpoint(o, src.path());
+  const auto info = write_tiny(src.path(), GetParam().first, GetParam().second, 23, 1);
   ASSERT_TRUE(info.ok()) << info.status().message();
   const int converted =
       write_q8_grid_copy(src.path(), int(info->config.num_hidden_layers), grid.path());
@@ -155,11 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Families, WeightDtypeQ8,
 // the checkpoint's (cosine near 0), where the right one measured 0.997.
 TEST(WeightDtypeQ8Cpu, StaysTheSameModel) {
   test::TempDir src("weight_dtype_cpu");
-  TinyCheckpointOptions o;
-  o.family = "v3";
-  o.weights = TinyWeights::kFP8;
-  o.seed = 29;
-  ASSERT_TRUE(write_tiny_checkpoint(o, src.path()).ok());
+  ASSERT_TRUE(write_tiny(src.path(), "v3", TinyWeights::kFP8, 29).ok());
   RuntimeOptions q8;
   q8.weight_dtype = DType::kQ8_0;
   Model::RepackStats rs;
@@ -168,25 +171,14 @@ TEST(WeightDtypeQ8Cpu, StaysTheSameModel) {
   EXPECT_GT(rs.requantized, 0);
   ASSERT_FALSE(want.empty());
   ASSERT_EQ(got.size(), want.size());
-  double dot = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << i;
-    dot += double(got[i]) * want[i];
-    na += double(got[i]) * got[i];
-    nb += double(want[i]) * want[i];
-  }
-  EXPECT_GT(dot / std::sqrt(na * nb), 0.9);
+  EXPECT_GT(test::logit_cosine(got, want), 0.9);
 }
 
 // With too little memory for the requantised copies (a meminfo saying 1 MiB) the load keeps the
 // checkpoint's dtypes and layouts, says so, and runs as --repack off does, bit for bit.
 TEST(WeightDtypeQ8Cpu, SkippedWhenMemoryIsShort) {
   test::TempDir src("weight_dtype_short");
-  TinyCheckpointOptions o;
-  o.family = "v2-lite";
-  o.weights = TinyWeights::kFP8;
-  o.seed = 31;
-  ASSERT_TRUE(write_tiny_checkpoint(o, src.path()).ok());
+  ASSERT_TRUE(write_tiny(src.path(), "v2-lite", TinyWeights::kFP8, 31).ok());
   const std::string meminfo = src.path() + "/meminfo";
   std::ofstream(meminfo) << "MemTotal: 2048 kB\nMemFree: 1024 kB\nMemAvailable: 1024 kB\n";
   RuntimeOptions q8 = test::exact_runtime();
