@@ -69,7 +69,8 @@ __attribute__((target("avx512f,avx512vnni"))) float int8_probe(int64_t iters) {
     for (int k = 0; k < kChains; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], x, y);
   __m512i s = acc[0];
   for (int k = 1; k < kChains; ++k) s = _mm512_add_epi32(s, acc[k]);
-  return float(_mm512_reduce_add_epi32(s));
+  // Lane 0 only: the accumulators wrap, and a scalar sum of the lanes would overflow int.
+  return float(_mm_cvtsi128_si32(_mm512_castsi512_si128(s)));
 }
 
 // Four independent accumulator tiles (tdpbf16ps: 16 × 16 × 32 multiply-adds, ~16 cycles each,
