@@ -221,8 +221,11 @@ inline void gemm_pack_w16(const uint16_t* src, int64_t ld, int valid, int64_t in
 // pairs [0, np). BF16 (scale null): the sums continue from tot unless `first`. FP8 (scale: 16H
 // per-row values, scale · 2^8): each call is one scale block, its sum scaled and added to tot in
 // FP32. G·H accumulators, G broadcasts and H loads per pair.
-// `ahead` (or null): H vectors at ahead + h · ldw to request into cache, one line each per pair,
+// `ahead` (or null): H vectors at ahead + h · ldw to request into L2, one line each per pair,
 // while this tile runs (the tiles of the first x rows over a block of a weight read in place).
+// Into L2, not L1: the next block (24 KiB at H = 3) beside the current one and the x block
+// overflowed L1 (BF16_R16 at 40 rows of x from DRAM 3-4% faster, docs/BENCHMARKS.md "The prefill
+// GEMMs at an expert's token counts").
 template <int G, int H>
 inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t ldw,
                            int64_t np, const float* scale, bool first, float* tot, int64_t ldt,
@@ -233,7 +236,7 @@ inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, in
       acc[g][h] = scale || first ? _mm512_setzero_ps() : _mm512_load_ps(tot + g * ldt + 16 * h);
   for (int64_t p = 0; p < np; ++p) {
     if (ahead)
-      for (int h = 0; h < H; ++h) _mm_prefetch(ahead + h * ldw + 16 * p, _MM_HINT_T0);
+      for (int h = 0; h < H; ++h) _mm_prefetch(ahead + h * ldw + 16 * p, _MM_HINT_T1);
     __m512bh wv[H];
     // Unaligned loads: a kBF16R16 weight is read in place (64-byte aligned when the loader made
     // it, not necessarily when a caller did).
