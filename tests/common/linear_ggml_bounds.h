@@ -181,13 +181,13 @@ inline double vnni_k_bound(const std::vector<float>& x, const std::vector<float>
   return b + k * u / (1 - k * u) * terms;
 }
 
-// The int8 GEMM (path kBf16 above 16 rows with VNNI, linear_gemm_int8.h): x is quantised per
-// 256 values (rows padded to whole super-blocks with zeros), Σ_sb (dx/2 + 2^-22·amax)·Σ|w| as on
-// the K GEMV. The FP32 part: the kernel sums a·Σ c·u with u = q_x + 128 and subtracts
-// K = 128·Σ a·Σ c, so its terms are |a·c|·(|q_x| + 128)·dx ≤ mag·(|x| + dx/2 + 128·dx), mag =
-// |a·c| + |m| ≥ |w|; K takes one fused add per run and one scaling, the super-block sum one fused
-// add per run and one more per min, and the output one per super-block:
-// k = 3·in/16 + 2·in/256 + 4 roundings reach any term at most.
+// The int8 GEMM (path kBf16 above 16 rows with VNNI, linear_gemm_int8.h) of the K formats: x is
+// quantised per 256 values (rows padded to whole super-blocks with zeros), Σ_sb (dx/2 +
+// 2^-22·amax)·Σ|w| as on the K GEMV. The FP32 part: the kernel sums a·Σ c·u with u = q_x + 128 and
+// subtracts K = 128·Σ a·Σ c, so its terms are |a·c|·(|q_x| + 128)·dx ≤ mag·(|x| + dx/2 + 128·dx),
+// mag = |a·c| + |m| ≥ |w|; K takes one fused add per run and one scaling, the super-block sum one
+// fused add per run and one more per min, and the output one per super-block: k = 3·in/16 +
+// 2·in/256 + 4 roundings reach any term at most.
 inline double i8_gemm_bound(const std::vector<float>& x, const std::vector<float>& w,
                             const std::vector<double>& mag) {
   double b = 0, terms = 0;
@@ -204,6 +204,27 @@ inline double i8_gemm_bound(const std::vector<float>& x, const std::vector<float
   }
   const double u = std::ldexp(1.0, -24);
   const double k = double(3 * x.size() / 16 + 2 * (x.size() + 255) / 256 + 4);
+  return b + k * u / (1 - k * u) * terms;
+}
+
+// The int8 GEMM of Q8_0 / Q4_0 (and Q8_0_R16): x quantised per 32 values as on the GEMV,
+// Σ_blocks (dx/2 + 2^-22·amax)·Σ|w|. Per run the kernel forms a·Σ c·u − 128·a·Σ c in one fused
+// operation whose exact value is a·Σ c·q_x (the int32 sum and 128·a·Σ c are exact in FP32), so
+// the run's term a·Σ c·q_x·dx, at most Σ|w|·(|x| + dx/2), rounds there and in the fused add of
+// dx into the output, which then adds one term a run: k = in/32 + 2 roundings at most.
+inline double i8_gemm32_bound(const std::vector<float>& x, const std::vector<float>& w) {
+  double b = 0, terms = 0;
+  for (size_t j0 = 0; j0 < x.size(); j0 += 32) {
+    double amax = 0, wsum = 0;
+    for (size_t j = j0; j < j0 + 32; ++j) amax = std::max(amax, std::fabs(double(x[j])));
+    const double half = amax / 127 / 2 + std::ldexp(amax, -22);
+    for (size_t j = j0; j < j0 + 32; ++j) {
+      wsum += std::fabs(double(w[j]));
+      terms += std::fabs(double(w[j])) * (std::fabs(double(x[j])) + half);
+    }
+    b += half * wsum;
+  }
+  const double u = std::ldexp(1.0, -24), k = double(x.size() / 32 + 2);
   return b + k * u / (1 - k * u) * terms;
 }
 
@@ -236,7 +257,9 @@ inline double block_bound(std::string_view variant, LinearPath path, int64_t n, 
   double abs_sum = 0;
   for (size_t j = 0; j < xi.size(); ++j) abs_sum += std::fabs(double(xi[j]) * w[j]);
   if (!vnni_path(variant, t)) return fp32_bound(int64_t(xi.size()), abs_sum);
-  if (gemm_path(variant, path, n)) return i8_gemm_bound(xi, w, mag);
+  if (gemm_path(variant, path, n))
+    return dtype_block(t).elems == 32 || t == DType::kQ8_0R16 ? i8_gemm32_bound(xi, w)
+                                                              : i8_gemm_bound(xi, w, mag);
   return dtype_block(t).elems == 32 ? vnni_bound(xi, w, abs_sum) : vnni_k_bound(xi, w, mag);
 }
 

@@ -8,10 +8,12 @@
 // without mins: Q8_0 c = q, a = d; Q4_0 c = nibble − 8, a = d (runs of 32); Q6_K c = q − 32,
 // Q3_K c = q − 4, a = d·s_j (runs of 16); Q4_K / Q5_K c = q, a = d·s_j, m = dmin·m_j (runs of
 // 32); Q2_K the same with runs of 16. a_t and m_t are exact in FP32 (ggml_k_decode).
-// x is quantised per 256 values as llama.cpp's Q8_K (q_x = round(x / dx), dx = amax / 127) and
-// enters vpdpbusd's unsigned operand as u = q_x + 128, so a super-block's product is
+// For the K formats x is quantised per 256 values as llama.cpp's Q8_K (q_x = round(x / dx), dx =
+// amax / 127) and enters vpdpbusd's unsigned operand as u = q_x + 128, so a super-block's
+// product is
 //   dx · ( Σ_t a_t · Σ c·u  −  K  −  Σ_t m_t · Σ_t q_x ),   K = 128 · Σ_t a_t · Σ_t c
 // K depends on the weights alone and is made with the panel; the integer sums are exact in int32.
+// Q8_0 and Q4_0 take x per 32 values instead, each run with its own dx (kI8X32 below).
 //
 // Layout:
 //   W: a chunk of rows is decoded once into strips of 16 rows (the lanes of a vector). Per
@@ -63,11 +65,24 @@ constexpr bool kI8Run32 = D == DType::kQ8_0 || D == DType::kQ8_0R16 || D == DTyp
                           D == DType::kQ4_K || D == DType::kQ5_K;
 template <DType D>
 constexpr bool kI8Mins = D == DType::kQ4_K || D == DType::kQ5_K || D == DType::kQ2_K;
+// The formats of one scale per 32 values and no mins take x quantised per 32 values too, as the
+// GEMV (and llama.cpp's Q8_0 products) do: each run's sum is then scaled by its own dx,
+//   Σ_t dx_t · a_t · (Σ c·u − 128 · Σ c),
+// with k_t = 128 · a_t · Σ c (exact in FP32: an f16 a_t times at most 32 · 127) made with the
+// panel in the run's m_t slot: the fused a_t · Σ c·u − k_t is exact before its one rounding. Per
+// 256 values (dx set by the largest of 256) x's rounding had been the larger part of the logit
+// error of `--weight-dtype q8_0`; per 32 it is a third smaller, for one more FP operation a run
+// (4% of the prefill rate: docs/BENCHMARKS.md "FP8 checkpoints as Q8_0 at load").
+template <DType D>
+constexpr bool kI8X32 = D == DType::kQ8_0 || D == DType::kQ8_0R16 || D == DType::kQ4_0;
+// Bytes after a run's quads and a_t: m_t (mins) or k_t (x per 32).
+template <DType D>
+constexpr int64_t kI8RunExtra = kI8Mins<D> || kI8X32<D> ? 64 : 0;
 
-// Bytes of one strip's super-block: −K, then per run its quads, a_t and m_t.
+// Bytes of one strip's super-block: −K (x per 256), then per run its quads, a_t and m_t / k_t.
 template <DType D>
 constexpr int64_t kI8SbBytes = 64 + (kI8Run32<D> ? 8 : 16) *
-                                        ((kI8Run32<D> ? 8 : 4) * 64 + 64 + (kI8Mins<D> ? 64 : 0));
+                                        ((kI8Run32<D> ? 8 : 4) * 64 + 64 + kI8RunExtra<D>);
 
 inline int64_t ggml_gemm_i8_chunk_rows(const LinearWeight& w, int threads) {
   const int64_t s = kI8Strip;
@@ -85,10 +100,41 @@ constexpr int64_t ggml_i8_x_row_bytes(int64_t in) {
 
 struct GgmlI8XRow {
   const uint8_t* u;
-  const float* dx;
+  const float* dx;  // per 256 values, or per 32 (kI8X32 formats: ggml_i8_x32_row)
   const float* sums16;
   const float* sums32;
 };
+
+// x row layout for the kI8X32 formats (64-byte aligned), p = ggml_i8_padded(in): u [p]
+// (q_x + 128), dx [p / 32].
+constexpr int64_t ggml_i8_x32_row_bytes(int64_t in) {
+  const int64_t p = ggml_i8_padded(in);
+  return p + (p / 32 * 4 + 63) / 64 * 64;
+}
+
+inline GgmlI8XRow ggml_i8_x32_row(const uint8_t* base, int64_t in) {
+  return {base, reinterpret_cast<const float*>(base + ggml_i8_padded(in)), nullptr, nullptr};
+}
+
+// x [n] (n a multiple of 16) quantised per 32 values, dx = amax / 127, q = round(x / dx) to
+// nearest even; past n zero codes and dx 0.
+inline void ggml_i8_quantize_x32_row(const float* x, int64_t n, uint8_t* dst) {
+  const int64_t in = ggml_i8_padded(n);
+  float* dxs = reinterpret_cast<float*>(dst + in);
+  for (int64_t b = 0; b < in / 32; ++b) {
+    const __m512 v0 = 32 * b < n ? _mm512_loadu_ps(x + 32 * b) : _mm512_setzero_ps();
+    const __m512 v1 = 32 * b + 16 < n ? _mm512_loadu_ps(x + 32 * b + 16) : _mm512_setzero_ps();
+    const float dx =
+        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0f;
+    const __m512 inv = _mm512_set1_ps(dx > 0.0f ? 1.0f / dx : 0.0f);
+    dxs[b] = dx;
+    for (int h = 0; h < 2; ++h) {
+      const __m128i q8 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(h ? v1 : v0, inv)));
+      _mm_store_si128(reinterpret_cast<__m128i*>(dst + 32 * b + 16 * h),
+                      _mm_xor_si128(q8, _mm_set1_epi8(char(0x80))));
+    }
+  }
+}
 
 inline GgmlI8XRow ggml_i8_x_row(const uint8_t* base, int64_t in) {
   in = ggml_i8_padded(in);
@@ -212,7 +258,7 @@ inline void transpose_16x16_epi32(__m512i v[16]) {
 template <DType D>
 inline void ggml_i8_store_neg_k(uint8_t* out) {
   constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
-  constexpr int64_t kRunBytes = kQuads * 64 + 64 + (kI8Mins<D> ? 64 : 0);
+  constexpr int64_t kRunBytes = kQuads * 64 + 64 + kI8RunExtra<D>;
   __m512 k = _mm512_setzero_ps();  // K = 128 · Σ_t a_t · Σ_t c, per row
   for (int t = 0; t < kRuns; ++t) {
     const uint8_t* o = out + 64 + t * kRunBytes;
@@ -224,11 +270,27 @@ inline void ggml_i8_store_neg_k(uint8_t* out) {
   _mm512_store_ps(out, _mm512_mul_ps(k, _mm512_set1_ps(-128.0f)));
 }
 
+// k_t = 128 · a_t · Σ c of every run of one strip's super-block (kI8X32 formats), in the run's
+// m_t slot.
+template <DType D>
+inline void ggml_i8_store_run_k(uint8_t* out) {
+  constexpr int64_t kRunBytes = 8 * 64 + 64 + kI8RunExtra<D>;
+  for (int t = 0; t < 8; ++t) {
+    uint8_t* o = out + 64 + t * kRunBytes;
+    __m512i csum = _mm512_setzero_si512();
+    for (int q = 0; q < 8; ++q)
+      csum = _mm512_dpbusd_epi32(csum, _mm512_set1_epi8(1), _mm512_load_si512(o + 64 * q));
+    _mm512_store_ps(o + 8 * 64 + 64, _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(o + 8 * 64),
+                                                                 _mm512_cvtepi32_ps(csum)),
+                                                   _mm512_set1_ps(128.0f)));
+  }
+}
+
 // The strips of rows [o0, o0 + rows) of a kQ8_0R16 weight (o0 a multiple of 16): its quads are
 // the strips' already, as unsigned codes (c + 128), and its f16 scales their a_t.
 inline void ggml_i8_pack_r16(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
   constexpr DType D = DType::kQ8_0R16;
-  constexpr int64_t kRunBytes = 8 * 64 + 64;
+  constexpr int64_t kRunBytes = 8 * 64 + 64 + kI8RunExtra<D>;
   const int64_t sbs = ggml_i8_padded(w.in) / 256, blocks = w.in / 32;
   const int64_t group_bytes = kR16Rows * dtype_bytes(DType::kQ8_0, w.in);
   for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
@@ -260,7 +322,7 @@ inline void ggml_i8_pack_r16(const LinearWeight& w, int64_t o0, int64_t rows, ui
             _mm512_maskz_mov_ps(live, _mm512_cvtph_ps(_mm256_loadu_si256(
                                           reinterpret_cast<const __m256i*>(unit + 32 * (b % 2))))));
       }
-      ggml_i8_store_neg_k<D>(out);
+      ggml_i8_store_run_k<D>(out);
     }
   }
 }
@@ -295,7 +357,7 @@ void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
       ggml_i8_decode_row<D>(src, w.in, codes + r * in, a + r * runs, m + r * runs);
     }
     uint8_t* strip = panel + (s0 / kI8Strip) * sbs * kI8SbBytes<D>;
-    constexpr int64_t kRunBytes = kQuads * 64 + 64 + (kI8Mins<D> ? 64 : 0);
+    constexpr int64_t kRunBytes = kQuads * 64 + 64 + kI8RunExtra<D>;
     for (int64_t sb = 0; sb < sbs; ++sb) {
       uint8_t* out = strip + sb * kI8SbBytes<D>;
       // Quad j of the super-block (values 4j .. 4j + 3) of every row: run j / kQuads, quad
@@ -316,7 +378,10 @@ void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
         if constexpr (kI8Mins<D>)
           _mm512_store_ps(o + kQuads * 64 + 64, _mm512_i32gather_ps(runs_idx, m + run, 4));
       }
-      ggml_i8_store_neg_k<D>(out);
+      if constexpr (kI8X32<D>)
+        ggml_i8_store_run_k<D>(out);
+      else
+        ggml_i8_store_neg_k<D>(out);
     }
   }
 }
@@ -327,9 +392,36 @@ template <DType D, int C>
 inline void ggml_i8_tile(const uint8_t* strip, int64_t in, const GgmlI8XRow* xs, float* y,
                          int64_t ldy, int lanes) {
   constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
-  constexpr int64_t kRunBytes = kQuads * 64 + 64 + (kI8Mins<D> ? 64 : 0);
+  constexpr int64_t kRunBytes = kQuads * 64 + 64 + kI8RunExtra<D>;
   __m512 f[C];
   for (int c = 0; c < C; ++c) f[c] = _mm512_setzero_ps();
+  if constexpr (kI8X32<D>) {  // every run scaled by its own dx: no super-block level
+    for (int64_t sb = 0; sb < in / 256; ++sb) {
+      const uint8_t* blk = strip + sb * kI8SbBytes<D>;
+      for (int t = 0; t < kRuns; ++t) {
+        const uint8_t* run = blk + 64 + t * kRunBytes;
+        const int64_t at = 256 * sb + kRun * t;
+        __m512i acc[C];
+        for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_si512();
+        for (int q = 0; q < kQuads; ++q) {
+          const __m512i wv = _mm512_load_si512(run + 64 * q);
+          for (int c = 0; c < C; ++c) {
+            int32_t quad;
+            std::memcpy(&quad, xs[c].u + at + 4 * q, 4);
+            acc[c] = _mm512_dpbusd_epi32(acc[c], _mm512_set1_epi32(quad), wv);
+          }
+        }
+        const __m512 a = _mm512_load_ps(run + kQuads * 64);
+        const __m512 k = _mm512_load_ps(run + kQuads * 64 + 64);
+        for (int c = 0; c < C; ++c)
+          f[c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(acc[c]), a, k),
+                                 _mm512_set1_ps(xs[c].dx[at / 32]), f[c]);
+      }
+    }
+    const __mmask16 mask = __mmask16(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1);
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, mask, f[c]);
+    return;
+  }
   for (int64_t sb = 0; sb < in / 256; ++sb) {
     const uint8_t* blk = strip + sb * kI8SbBytes<D>;
     __m512 g[C];
@@ -384,11 +476,13 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
     ggml_i8_pack_r16(w, r0, rows, panel);
   else
     ggml_i8_pack_rows<D>(w, r0, rows, panel);
-  const int64_t stride = ggml_i8_x_row_bytes(w.in);
+  const int64_t stride = kI8X32<D> ? ggml_i8_x32_row_bytes(w.in) : ggml_i8_x_row_bytes(w.in);
   for (int64_t i0 = 0; i0 < n; i0 += kI8Tile) {
     GgmlI8XRow xs[kI8Tile];
     const int64_t nx = std::min<int64_t>(kI8Tile, n - i0);
-    for (int64_t i = 0; i < nx; ++i) xs[i] = ggml_i8_x_row(xq + (i0 + i) * stride, w.in);
+    for (int64_t i = 0; i < nx; ++i)
+      xs[i] = kI8X32<D> ? ggml_i8_x32_row(xq + (i0 + i) * stride, w.in)
+                        : ggml_i8_x_row(xq + (i0 + i) * stride, w.in);
     float* yg = y + i0 * w.out + r0;
     [&]<int... I>(std::integer_sequence<int, I...>) {
       ((nx == I + 1 ? ggml_i8_tiles<D, I + 1>(panel, strips, in, xs, yg, w.out, rows) : void()),
@@ -396,6 +490,11 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
     }
     (std::make_integer_sequence<int, kI8Tile>{});
   }
+}
+
+// Whether the int8 GEMM of w takes x per 32 values (kI8X32), else per 256.
+inline bool ggml_gemm_i8_x32(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ8_0R16 || t == DType::kQ4_0;
 }
 
 inline void ggml_gemm_i8_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,

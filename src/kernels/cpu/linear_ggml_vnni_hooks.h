@@ -2,10 +2,10 @@
 // AVX512-VNNI: the K formats with x quantised per 256 (linear_ggml_vnni_k.h), Q8_0 / Q4_0 per
 // 32 on the same kernel as without VNNI (linear_ggml_avx2.h, which measured faster), and with
 // `gemm` (path kBf16, more than kLinWidenMinRows rows of x) every format on the int8 GEMM of
-// linear_gemm_int8.h, x per 256 in its own layout. The traits of linear.cpu.avx512bf16 and of
-// the VNNI variants take these hooks in place of GgmlAvx2Hooks (using-declarations: both are
-// bases).
-// Include after the ISA's `#pragma GCC target` with avx512vnni; internal linkage.
+// linear_gemm_int8.h, x per 32 (Q8_0, Q4_0) or per 256 (the K formats) in its own layouts. The
+// traits of linear.cpu.avx512bf16 and of the VNNI variants take these hooks in place of
+// GgmlAvx2Hooks (using-declarations: both are bases). Include after the ISA's `#pragma GCC target`
+// with avx512vnni; internal linkage.
 #pragma once
 
 #include "kernels/cpu/linear_gemm_int8.h"
@@ -24,7 +24,7 @@ struct GgmlVnniHooks {
   }
   static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_i8_takes(w); }
   static int ggml_x_layout(DType t, bool gemm) {
-    return gemm                   ? 2
+    return gemm                   ? (ggml_gemm_i8_x32(t) ? 5 : 2)
            : t == DType::kQ8_0R16 ? 3
            : t == DType::kQ4_KR16 ? 4
            : ggml_k_format(t)     ? 1
@@ -34,14 +34,16 @@ struct GgmlVnniHooks {
     return ggml_gemm_i8_chunk_rows(w, threads);
   }
   static int64_t ggml_x_bytes(DType t, int64_t in, bool gemm) {
-    return gemm                   ? ggml_i8_x_row_bytes(in)
+    return gemm ? (ggml_gemm_i8_x32(t) ? ggml_i8_x32_row_bytes(in) : ggml_i8_x_row_bytes(in))
            : t == DType::kQ8_0R16 ? ggml_r16_x_row_bytes(in)
            : t == DType::kQ4_KR16 ? ggml_r16k_x_row_bytes(in)
            : ggml_k_format(t)     ? ggml_k_x_row_bytes(in)
                                   : ggml_avx2_x_row_bytes(in);
   }
   static void ggml_quantize_x(DType t, const float* x, int64_t in, bool gemm, uint8_t* dst) {
-    if (gemm) return ggml_i8_quantize_x_row(x, in, dst);
+    if (gemm)
+      return ggml_gemm_i8_x32(t) ? ggml_i8_quantize_x32_row(x, in, dst)
+                                 : ggml_i8_quantize_x_row(x, in, dst);
     if (t == DType::kQ8_0R16) return ggml_r16_quantize_x_row(x, in, dst);
     if (t == DType::kQ4_KR16) return ggml_r16k_quantize_x_row(x, in, dst);
     if (ggml_k_format(t)) return ggml_k_quantize_x_row(x, in, dst);
