@@ -395,38 +395,11 @@ inline void ggml_i8_tile(const uint8_t* strip, int64_t in, const GgmlI8XRow* xs,
   constexpr int64_t kRunBytes = kQuads * 64 + 64 + kI8RunExtra<D>;
   __m512 f[C];
   for (int c = 0; c < C; ++c) f[c] = _mm512_setzero_ps();
-  if constexpr (kI8X32<D>) {  // every run scaled by its own dx: no super-block level
-    for (int64_t sb = 0; sb < in / 256; ++sb) {
-      const uint8_t* blk = strip + sb * kI8SbBytes<D>;
-      for (int t = 0; t < kRuns; ++t) {
-        const uint8_t* run = blk + 64 + t * kRunBytes;
-        const int64_t at = 256 * sb + kRun * t;
-        __m512i acc[C];
-        for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_si512();
-        for (int q = 0; q < kQuads; ++q) {
-          const __m512i wv = _mm512_load_si512(run + 64 * q);
-          for (int c = 0; c < C; ++c) {
-            int32_t quad;
-            std::memcpy(&quad, xs[c].u + at + 4 * q, 4);
-            acc[c] = _mm512_dpbusd_epi32(acc[c], _mm512_set1_epi32(quad), wv);
-          }
-        }
-        const __m512 a = _mm512_load_ps(run + kQuads * 64);
-        const __m512 k = _mm512_load_ps(run + kQuads * 64 + 64);
-        for (int c = 0; c < C; ++c)
-          f[c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(acc[c]), a, k),
-                                 _mm512_set1_ps(xs[c].dx[at / 32]), f[c]);
-      }
-    }
-    const __mmask16 mask = __mmask16(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1);
-    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, mask, f[c]);
-    return;
-  }
   for (int64_t sb = 0; sb < in / 256; ++sb) {
     const uint8_t* blk = strip + sb * kI8SbBytes<D>;
-    __m512 g[C];
-    const __m512 neg_k = _mm512_load_ps(blk);
-    for (int c = 0; c < C; ++c) g[c] = neg_k;
+    __m512 g[C];  // x per 256: the super-block's sum, scaled by its dx at the end
+    if constexpr (!kI8X32<D>)
+      for (int c = 0; c < C; ++c) g[c] = _mm512_load_ps(blk);  // −K
     for (int t = 0; t < kRuns; ++t) {
       const uint8_t* run = blk + 64 + t * kRunBytes;
       const int64_t at = 256 * sb + kRun * t;
@@ -441,6 +414,13 @@ inline void ggml_i8_tile(const uint8_t* strip, int64_t in, const GgmlI8XRow* xs,
         }
       }
       const __m512 a = _mm512_load_ps(run + kQuads * 64);
+      if constexpr (kI8X32<D>) {  // each run scaled by its own dx, straight into the output
+        const __m512 k = _mm512_load_ps(run + kQuads * 64 + 64);
+        for (int c = 0; c < C; ++c)
+          f[c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(acc[c]), a, k),
+                                 _mm512_set1_ps(xs[c].dx[at / 32]), f[c]);
+        continue;
+      }
       for (int c = 0; c < C; ++c) g[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[c]), a, g[c]);
       if constexpr (kI8Mins<D>) {
         const __m512 m = _mm512_load_ps(run + kQuads * 64 + 64);
@@ -450,7 +430,8 @@ inline void ggml_i8_tile(const uint8_t* strip, int64_t in, const GgmlI8XRow* xs,
               m, _mm512_set1_ps(kI8Run32<D> ? xs[c].sums32[ri] : xs[c].sums16[ri]), g[c]);
       }
     }
-    for (int c = 0; c < C; ++c) f[c] = _mm512_fmadd_ps(g[c], _mm512_set1_ps(xs[c].dx[sb]), f[c]);
+    if constexpr (!kI8X32<D>)
+      for (int c = 0; c < C; ++c) f[c] = _mm512_fmadd_ps(g[c], _mm512_set1_ps(xs[c].dx[sb]), f[c]);
   }
   const __mmask16 mask = __mmask16(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1);
   for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, mask, f[c]);
@@ -464,7 +445,8 @@ void ggml_i8_tiles(const uint8_t* panel, int64_t strips, int64_t in, const GgmlI
                        int(std::min<int64_t>(kI8Strip, rows - s * kI8Strip)));
 }
 
-// Rows [r0, r1) of w against all n quantised rows of x (ggml_i8_x_row_bytes(in) bytes apart).
+// Rows [r0, r1) of w against all n quantised rows of x (ggml_i8_x_row_bytes(in) bytes apart,
+// ggml_i8_x32_row_bytes(in) for the kI8X32 formats).
 template <DType D>
 void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
                               int64_t r0, int64_t r1) {
