@@ -25,6 +25,8 @@ enum Phase : uint8_t {
   kStr,
   kStrEsc,
   kStrHex,
+  kStrLowEsc,  // after a high surrogate's \uD800-\uDBFF: its low half's '\\' must follow
+  kStrLowU,    // ... then its 'u'
   kStrUtf8,
   kNumSign,
   kNumZero,
@@ -68,6 +70,13 @@ namespace {
 bool hex(uint8_t b) {
   return digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
 }
+
+int hex_value(uint8_t b) {
+  return digit(b) ? b - '0' : (b | 0x20) - 'a' + 10;
+}
+
+// Frame::sub in a \u escape: the hex digits left, and whether they are a low surrogate's.
+constexpr uint8_t kLowHalf = 8;
 
 }  // namespace
 
@@ -279,6 +288,7 @@ Matcher::Step Matcher::step(Frame& f, uint8_t b) {
       if (b == 'u') {
         f.phase = kStrHex;
         f.sub = 4;
+        f.pos = 0;
         return Step::kConsumed;
       }
       if (b != '"' && b != '\\' && b != '/' && b != 'b' && b != 'f' && b != 'n' && b != 'r' &&
@@ -286,9 +296,30 @@ Matcher::Step Matcher::step(Frame& f, uint8_t b) {
         return Step::kReject;
       f.phase = kStr;
       return Step::kConsumed;
-    case kStrHex:
+    case kStrHex: {
+      // UTF-16 as RFC 8259 §7 writes characters beyond the BMP: a high surrogate
+      // \uD800-\uDBFF only with a low one \uDC00-\uDFFF right after it, and no low one alone
+      // (parsers refuse a lone surrogate). Refused at the second digit, so that no prefix the
+      // matcher takes is a dead end.
       if (!hex(b)) return Step::kReject;
-      if (--f.sub == 0) f.phase = kStr;
+      const bool low = f.sub & kLowHalf;
+      const int left = f.sub & 7, v = hex_value(b);
+      if (left == 4 && low && v != 0xD) return Step::kReject;
+      if (left == 3 && (low ? v < 0xC : f.pos == 0xD && v >= 0xC)) return Step::kReject;
+      f.pos = uint16_t(f.pos * 16 + v);
+      f.sub = uint8_t((f.sub & kLowHalf) | (left - 1));
+      if (left == 1) f.phase = !low && f.pos >= 0xD800 && f.pos <= 0xDBFF ? kStrLowEsc : kStr;
+      return Step::kConsumed;
+    }
+    case kStrLowEsc:
+      if (b != '\\') return Step::kReject;
+      f.phase = kStrLowU;
+      return Step::kConsumed;
+    case kStrLowU:
+      if (b != 'u') return Step::kReject;
+      f.phase = kStrHex;
+      f.sub = kLowHalf | 4;
+      f.pos = 0;
       return Step::kConsumed;
     case kNumSign:
       if (!digit(b)) return Step::kReject;

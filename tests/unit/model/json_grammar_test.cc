@@ -67,6 +67,34 @@ TEST(JsonGrammar, TakesAndRefuses) {
     EXPECT_FALSE(takes(*g, bad)) << bad;
 }
 
+// \u escapes of UTF-16 surrogates (RFC 8259 §7): a high one only with a low one right after it,
+// no low one alone (JSON parsers refuse lone surrogates: a fuzzed walk once ended in one). A lone
+// low surrogate is refused at its second digit and a high one's '\\' / 'u' / low half are the
+// only ways on, so no prefix the matcher takes is a dead end.
+TEST(JsonGrammar, SurrogateEscapesComeInPairs) {
+  const auto g = compile(R"({"type": "object", "properties": {"s": {"type": "string"}},
+                             "required": ["s"], "additionalProperties": false})");
+  const auto in_s = [](const char* str) { return std::string(R"({"s":)") + str + "}"; };
+  for (const char* ok : {R"("\ud83d\ude00")", R"("\uD83D\uDE00x")", R"("\uDBFF\uDFFF")",
+                         R"("\uD7FF\uE000")", R"("\u00e9")"})
+    EXPECT_TRUE(takes(*g, in_s(ok))) << ok;
+  for (const char* bad : {R"("\ude00")", R"("\uD83D")", R"("\uD83Dx")", R"("\uD83D\n")",
+                          R"("\uD83D\u0041")", R"("\uD83D\uD83D")"})
+    EXPECT_FALSE(takes(*g, in_s(bad))) << bad;
+  // Refused as early as the grammar can tell, and never stuck: after each prefix a byte is taken.
+  const auto after = [&](std::string_view prefix) {
+    Matcher m(g.get());
+    for (char c : prefix) EXPECT_TRUE(m.advance(uint8_t(c))) << prefix;
+    return m;
+  };
+  const Matcher lone = after(R"({"s":"\uD)");
+  for (const char d : {'c', 'C', 'f'}) EXPECT_FALSE(Matcher(lone).advance(uint8_t(d))) << d;
+  EXPECT_TRUE(Matcher(lone).advance('8'));
+  const Matcher high = after(R"({"s":"\uD83D\uD)");
+  for (const char d : {'0', '8', 'b'}) EXPECT_FALSE(Matcher(high).advance(uint8_t(d))) << d;
+  EXPECT_TRUE(Matcher(high).advance('E'));
+}
+
 TEST(JsonGrammar, AnyObjectAndRecursion) {
   const auto any = Grammar::any_object();
   EXPECT_TRUE(takes(*any, R"({"a":[1,{"b":null},"x",true,-2.5E3],"c":{}})"));
