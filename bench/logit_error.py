@@ -28,6 +28,12 @@ SETTINGS = [
     ("defaults + --lm-head-dtype fp8", ["--lm-head-dtype", "fp8"]),
     ("defaults + --lm-head-dtype int8", ["--lm-head-dtype", "int8"]),
     ("defaults + --weight-dtype q8_0", ["--weight-dtype", "q8_0"]),
+    # Its parts: with FP32 math (the products through the GEMV, x per 32 values) and on the
+    # reference kernels (exact products of the Q8_0 weights: the weights' rounding alone).
+    ("--weight-dtype q8_0, FP32 math", ["--weight-dtype", "q8_0", "--matmul-dtype", "f32",
+                                        "--attention-dtype", "f32"]),
+    ("--weight-dtype q8_0, reference kernels", ["--weight-dtype", "q8_0", "--backend", "ref",
+                                                "--matmul-dtype", "f32", "--attention-dtype", "f32"]),
 ]
 
 

@@ -20,10 +20,6 @@ namespace {
 // unrounded FP32 d; the FP16 rounding of d comes after (so a code may be off by the f16 error,
 // as in the reference). A d whose reciprocal overflows (amax below ~1e-36) stores zeros:
 // the reference is undefined there, and the f16 d is 0 anyway.
-// x is finite (quantize_row checks), so the max needs no NaN rule, and the rounding is done on
-// the integer part, exactly as std::round (|v| ≤ 127 + a rounding: v − trunc(v) is exact): plain
-// comparisons the compiler vectorises, where fmaxf / roundf calls took three quarters of the
-// time `--weight-dtype q8_0` spends requantising at load.
 // The block's d (stored at b as f16) and the 1 / d its codes are made with, from its amax; false
 // when d overflows f16.
 bool q8_0_scale(float amax, uint8_t* b, float* id) {
@@ -36,6 +32,10 @@ bool q8_0_scale(float amax, uint8_t* b, float* id) {
   return true;
 }
 
+// x is finite (quantize_row checks), so the max needs no NaN rule, and the rounding is done on
+// the integer part, exactly as std::round (|v| ≤ 127 + a rounding: v − trunc(v) is exact): plain
+// comparisons the compiler vectorises, where fmaxf / roundf calls took three quarters of the
+// time `--weight-dtype q8_0` spends requantising at load.
 bool quantize_q8_0(const float* x, uint8_t* b) {
   float amax = 0;
   for (int i = 0; i < 32; ++i) {

@@ -133,10 +133,11 @@ int run_bench_model(const BenchModelOptions& o) {
     int8_peak_gops = std::max(int8_peak_gops, peak.int8_dot_gops);
   }
   const double prefill_fraction = peak_gflops > 0 ? prefill_gflops / peak_gflops : 0;
-  // Block-quantised weights (a GGUF file, --weight-dtype q8_0) run their prefill products on
-  // vpdpbusd: their ceiling is the int8 dot product's, twice the BF16 one's on AVX-512.
-  const bool int8_products = o.rt.matmul_dtype == "bf16" && int8_peak_gops > 0 &&
-                             (!o.rt.weight_dtype.empty() || o.model.ends_with(".gguf"));
+  // Block-quantised weights (a GGUF file, or requantised by --weight-dtype q8_0) run their
+  // prefill products on vpdpbusd: their ceiling is the int8 dot product's, twice the BF16 one's.
+  const bool int8_products =
+      o.rt.matmul_dtype == "bf16" && int8_peak_gops > 0 &&
+      ((*model)->repack_stats().requantized > 0 || o.model.ends_with(".gguf"));
   const double int8_fraction = int8_peak_gops > 0 ? prefill_gflops / int8_peak_gops : 0;
   if (o.json) {
     nlohmann::ordered_json j;
@@ -150,7 +151,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["loaded_resident_bytes"] = loaded.resident_bytes;
     j["loaded_resident_anon_bytes"] = loaded.resident_anon_bytes;
     j["loaded_resident_file_bytes"] = loaded.resident_file_bytes;
-    j["weight_dtype"] = o.rt.weight_dtype.empty() ? "checkpoint" : o.rt.weight_dtype;
+    j["weight_dtype"] = weight_dtype_held(**model);
     j["repacked_weights"] = rs.weights;
     j["requantized_weights"] = rs.requantized;
     j["repacked_bytes"] = rs.bytes;

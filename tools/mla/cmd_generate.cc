@@ -179,7 +179,7 @@ int run_generate(const GenerateCliOptions& o) {
     j["attention_dtype"] = o.rt.attention_dtype;
     j["matmul_dtype"] = o.rt.matmul_dtype;
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
-    j["weight_dtype"] = o.rt.weight_dtype.empty() ? "checkpoint" : o.rt.weight_dtype;
+    j["weight_dtype"] = weight_dtype_held(**model);
     j["requantized_weights"] = (*model)->repack_stats().requantized;
     j["active_weight_bytes_per_token"] = (*model)->active_weight_bytes_per_token();
     j["decode_steps"] = r->decode_steps;

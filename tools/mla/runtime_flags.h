@@ -63,6 +63,12 @@ inline std::optional<DType> weight_dtype_of(const std::string& value) {
   if (value.empty()) return std::nullopt;
   return DType::kQ8_0;
 }
+// What the loaded model's products hold, for --json's weight_dtype: "q8_0" when the load
+// requantised them, else "checkpoint" (also when --weight-dtype was asked for and a load short of
+// memory kept the checkpoint's dtypes).
+inline std::string weight_dtype_held(const Model& m) {
+  return m.repack_stats().requantized > 0 ? "q8_0" : "checkpoint";
+}
 // --repack on|off: weights re-laid at load for the CPU kernels (RuntimeOptions::repack_weights).
 inline void add_repack_flag(CLI::App* cmd, std::string* value) {
   cmd->add_option("--repack", *value,

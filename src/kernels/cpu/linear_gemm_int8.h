@@ -73,8 +73,11 @@ constexpr bool kI8Mins = D == DType::kQ4_K || D == DType::kQ5_K || D == DType::k
 // 256 values (dx set by the largest of 256) x's rounding had been the larger part of the logit
 // error of `--weight-dtype q8_0`; per 32 it is a third smaller, for one more FP operation a run
 // (4% of the prefill rate: docs/BENCHMARKS.md "FP8 checkpoints as Q8_0 at load").
+constexpr bool ggml_gemm_i8_x32(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ8_0R16 || t == DType::kQ4_0;
+}
 template <DType D>
-constexpr bool kI8X32 = D == DType::kQ8_0 || D == DType::kQ8_0R16 || D == DType::kQ4_0;
+constexpr bool kI8X32 = ggml_gemm_i8_x32(D);
 // Bytes after a run's quads and a_t: m_t (mins) or k_t (x per 32).
 template <DType D>
 constexpr int64_t kI8RunExtra = kI8Mins<D> || kI8X32<D> ? 64 : 0;
@@ -274,6 +277,7 @@ inline void ggml_i8_store_neg_k(uint8_t* out) {
 // m_t slot.
 template <DType D>
 inline void ggml_i8_store_run_k(uint8_t* out) {
+  static_assert(kI8X32<D> && kI8Run32<D>, "runs of 32 values, 8 quads each");
   constexpr int64_t kRunBytes = 8 * 64 + 64 + kI8RunExtra<D>;
   for (int t = 0; t < 8; ++t) {
     uint8_t* o = out + 64 + t * kRunBytes;
@@ -472,11 +476,6 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
     }
     (std::make_integer_sequence<int, kI8Tile>{});
   }
-}
-
-// Whether the int8 GEMM of w takes x per 32 values (kI8X32), else per 256.
-inline bool ggml_gemm_i8_x32(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ8_0R16 || t == DType::kQ4_0;
 }
 
 inline void ggml_gemm_i8_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,

@@ -145,7 +145,7 @@ TEST(RequantQ8Refusals, NameTheWeightAndWhy) {
   Source ok = make_source(DType::kF32, 32, 64, 3);
   LinearWeight q8 = ok.w;
   q8.dtype = DType::kQ8_0;
-  refused(q8, DType::kQ8_0, "Q8_0");
+  refused(q8, DType::kQ8_0, "Q8_0 is not requantised");
   Source ragged = make_source(DType::kF32, 16, 48, 4);
   refused(ragged.w, DType::kQ8_0, "48");
   Source rows40 = make_source(DType::kBF16, 40, 64, 5);
