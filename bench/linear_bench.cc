@@ -118,7 +118,8 @@ void BM_Linear(benchmark::State& state, DType dt, int64_t out, int64_t in, int64
 }
 
 // One MoE layer's decode step as the model runs it (model_ffn.cc): gate and up of 8 experts
-// (V2-Lite: 6 routed + 2 shared of the same width) in one linear_many pass on one row of x, then
+// (V2-Lite: 6 routed + 2 shared of the same width) as SwiGLU jobs in one linear_many pass on one
+// row of x, then
 // their down products in a second; the experts drawn at random each step from 20 whose weights lie
 // apart in memory, as the routed experts of a checkpoint do. GB/s of weight bytes: compare with
 // the read probe and with the single products' rows above.
@@ -134,7 +135,7 @@ void BM_MoeDecode(benchmark::State& state, DType dt) {
   std::vector<float> x(kD), h(size_t(2 * kActive * kWidth)), y(size_t(kActive * kD));
   for (auto& e : x) e = float(rng.normal());
   std::vector<mla::LinearWeight> ws(3 * kActive);
-  std::vector<mla::LinearJob> first(2 * kActive), second(kActive);
+  std::vector<mla::LinearJob> first(kActive), second(kActive);
   std::vector<int64_t> pick(kExperts);
   mla::ThreadPool& pool = mla::default_thread_pool();
   for (auto _ : state) {
@@ -146,9 +147,12 @@ void BM_MoeDecode(benchmark::State& state, DType dt) {
       ws[size_t(3 * k)] = gu.at(int(e));
       ws[size_t(3 * k + 1)] = gu.at(int(kExperts + e));
       ws[size_t(3 * k + 2)] = dn.at(int(e));
-      first[size_t(2 * k)] = {&ws[size_t(3 * k)], 1, x.data(), &h[size_t(2 * k * kWidth)]};
-      first[size_t(2 * k + 1)] = {&ws[size_t(3 * k + 1)], 1, x.data(),
-                                  &h[size_t((2 * k + 1) * kWidth)]};
+      first[size_t(k)] = {&ws[size_t(3 * k)],
+                          1,
+                          x.data(),
+                          &h[size_t(2 * k * kWidth)],
+                          &ws[size_t(3 * k + 1)],
+                          &h[size_t((2 * k + 1) * kWidth)]};
       second[size_t(k)] = {&ws[size_t(3 * k + 2)], 1, &h[size_t(2 * k * kWidth)],
                            &y[size_t(k * kD)]};
     }

@@ -78,6 +78,18 @@ Status validate_jobs(std::span<const LinearJob> jobs, const char* op) {
     if (job.n < 0) return invalid_argument(at() + ": n = " + std::to_string(job.n) + " < 0");
     if (job.n > 0 && (!job.x || !job.y))
       return invalid_argument(at() + ": x or y is null with n = " + std::to_string(job.n));
+    if (!job.up) continue;
+    MLA_RETURN_IF_ERROR(validate(*job.up));
+    if (!linear_pair_fits(*job.w, *job.up))
+      return invalid_argument(at() + ": the up weight (" + std::string(dtype_name(job.up->dtype)) +
+                              " [" + std::to_string(job.up->out) + ", " +
+                              std::to_string(job.up->in) + "]) differs from the gate's (" +
+                              std::string(dtype_name(job.w->dtype)) + " [" +
+                              std::to_string(job.w->out) + ", " + std::to_string(job.w->in) +
+                              "]) in dtype, shape or scale grid");
+    if (job.n > 0 && !job.up_y)
+      return invalid_argument(at() +
+                              ": up_y is null with an up weight and n = " + std::to_string(job.n));
   }
   return Status();
 }
@@ -97,6 +109,12 @@ Status run_on(const LinearParams& p, std::string_view backend, ThreadPool& pool)
 }
 
 }  // namespace
+
+bool linear_pair_fits(const LinearWeight& a, const LinearWeight& b) {
+  if (a.dtype != b.dtype || a.out != b.out || a.in != b.in) return false;
+  return !linear_block_scaled(a.dtype) ||
+         (a.block_rows == b.block_rows && a.block_cols == b.block_cols);
+}
 
 Status validate(const LinearParams& p) {
   return validate_jobs(p.jobs, "linear");

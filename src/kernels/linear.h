@@ -62,12 +62,23 @@ DType linear_preferred_dtype(DType t, int64_t out, int64_t in, std::string_view 
 DType linear_preferred_dtype(const LinearWeight& w, std::string_view backend = "cpu");
 
 // One product of linear_many: y[n, out] = x[n, in] · W_realᵀ.
+// With `up` (a SwiGLU's gate in w and its up product, same dtype, shape and scale grid: see
+// linear_pair_fits): y = silu(x · W_realᵀ) ⊙ (x · Up_realᵀ), each chunk of rows of the two
+// products made and multiplied while it is in cache, the up product kept in up_y [n, out] (the
+// caller's scratch); y is, bit for bit, silu_mul (kernels/activation.h) of the two products as
+// linear() makes them.
 struct LinearJob {
   const LinearWeight* w = nullptr;
   int64_t n = 0;
   const float* x = nullptr;
   float* y = nullptr;
+  const LinearWeight* up = nullptr;
+  float* up_y = nullptr;
 };
+
+// Whether a and b can be one SwiGLU job (w = a, up = b): the same dtype, shape and scale grid,
+// so that every CPU path lays out x once for both and cuts their rows in the same chunks.
+bool linear_pair_fits(const LinearWeight& a, const LinearWeight& b);
 
 // How a CPU variant computes a product (docs/BENCHMARKS.md "Weight products (linear)" has the
 // figures):

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/cpu_features.h"
+#include "kernels/activation.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/mla_decode_cpu.h"
 #include "kernels/cpu/rope.h"
@@ -105,9 +106,15 @@ void ref_linear(const LinearParams& p, ThreadPool&) {
   std::vector<double> acc;
   for (const LinearJob& job : p.jobs) {
     if (job.n == 0) continue;
-    acc.assign(size_t(job.n * job.w->out), 0.0);
+    const size_t size = size_t(job.n * job.w->out);
+    acc.assign(size, 0.0);
     ref::linear(*job.w, job.n, job.x, acc.data());
-    for (size_t i = 0; i < acc.size(); ++i) job.y[i] = float(acc[i]);
+    for (size_t i = 0; i < size; ++i) job.y[i] = float(acc[i]);
+    if (!job.up) continue;
+    acc.assign(size, 0.0);
+    ref::linear(*job.up, job.n, job.x, acc.data());
+    for (size_t i = 0; i < size; ++i) job.up_y[i] = float(acc[i]);
+    silu_mul(job.y, job.up_y, int64_t(size));
   }
 }
 

@@ -30,8 +30,9 @@ size_t run_bytes(const SwigluRun& r, int64_t D) {
 }
 
 // out[t, D] += scale · down(silu(gate(x_t)) ⊙ up(x_t)) for every row of every run. The gate / up
-// products of all runs go through one linear_many pass and the down products through a second:
-// in decode each is a small GEMV, and a pass over the pool each cost more than the work it split.
+// products of all runs go through one linear_many pass (one SwiGLU job a run: kernels/linear.h)
+// and the down products through a second: in decode each is a small GEMV, and a pass over the
+// pool each cost more than the work it split.
 
 // fn(i) for i < n over the pool when the pass moves at least kParallelFloats floats; serially
 // otherwise (a decode step's few rows: waking the pool would cost more than the loop).
@@ -64,6 +65,9 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
   // Local references: a lambda run on a worker would name the worker's own thread_locals.
   std::vector<LinearJob>& jobs = jobs_buf;
   std::vector<size_t>& x_of = x_of_buf;  // where each gathered run's rows start in xe
+  static thread_local std::vector<std::pair<size_t, size_t>> unfused_buf;
+  std::vector<std::pair<size_t, size_t>>& unfused = unfused_buf;  // (start, size) in g and u
+  unfused.clear();
   jobs.clear();
   x_of.assign(runs.size(), 0);
   size_t x_at = 0, h_at = 0;
@@ -75,8 +79,13 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
       xr = xe + x_at;
       x_at += size_t(r.n * D);
     }
-    jobs.push_back({&r.mlp->gate, r.n, xr, g + h_at});
-    jobs.push_back({&r.mlp->up, r.n, xr, u + h_at});
+    if (linear_pair_fits(r.mlp->gate, r.mlp->up)) {  // silu(gate) · up made chunk by chunk
+      jobs.push_back({&r.mlp->gate, r.n, xr, g + h_at, &r.mlp->up, u + h_at});
+    } else {  // a partly repacked load: the two products, then one pass below
+      jobs.push_back({&r.mlp->gate, r.n, xr, g + h_at});
+      jobs.push_back({&r.mlp->up, r.n, xr, u + h_at});
+      unfused.push_back({h_at, size_t(r.n * r.mlp->width)});
+    }
     h_at += size_t(r.n * r.mlp->width);
   }
   for_each_item(pool, int64_t(runs.size()), x_size, [&](int64_t k) {
@@ -87,10 +96,12 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
   });
   MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math));
   constexpr int64_t kSiluSpan = 16384;
-  for_each_item(pool, (int64_t(h_size) + kSiluSpan - 1) / kSiluSpan, h_size, [&](int64_t c) {
-    const size_t b = size_t(c * kSiluSpan), e = std::min(h_size, size_t((c + 1) * kSiluSpan));
-    silu_mul(g + b, u + b, int64_t(e - b));
-  });
+  for (const auto& [at, size] : unfused)
+    for_each_item(pool, (int64_t(size) + kSiluSpan - 1) / kSiluSpan, size, [&](int64_t c) {
+      const size_t b = at + size_t(c * kSiluSpan),
+                   e = std::min(at + size, at + size_t((c + 1) * kSiluSpan));
+      silu_mul(g + b, u + b, int64_t(e - b));
+    });
   jobs.clear();
   h_at = 0;
   size_t y_at = 0;

@@ -1,3 +1,6 @@
+// kernels/activation.h: the entry points, on the best ISA this CPU has (in the CPU kernels'
+// library, whose weight products apply SwiGLU to the chunks they make: kernels/linear.h
+// LinearJob::up).
 #include "kernels/activation.h"
 
 #include <cmath>

@@ -1,0 +1,143 @@
+// SwiGLU jobs of linear_many (LinearJob::up): y = silu(x · Gateᵀ) ⊙ (x · Upᵀ) made chunk by
+// chunk is, bit for bit, silu_mul of the two products as the same variant makes them alone, on
+// every CPU variant and both math paths (decode rows, the tail split of a decode pass, the BF16
+// and int8 GEMMs above 16 rows), for every weight layout the loader makes: BF16, F16, F32,
+// block-FP8 with a ragged scale grid, their 16-row repacks, Q8_0 / Q4_K and their repacks. The
+// "ref" backend makes it from its FP64 products. Mismatched pairs are refused, naming the job.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/ggml_repack.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/activation.h"
+#include "kernels/linear.h"
+#include "kernels/registry.h"
+#include "linear_ggml_bounds.h"
+#include "linear_run.h"
+#include "linear_test_weight.h"
+
+namespace mla {
+namespace {
+
+// A gate / up pair of one layout, each weight with its own bytes.
+struct Pair {
+  std::vector<uint8_t> bytes[2], scales[2];
+  LinearWeight w[2];
+};
+
+Pair float_pair(DType t, int64_t out, int64_t in, bool repack, uint64_t seed) {
+  Rng rng(seed);
+  Pair p;
+  for (int k = 0; k < 2; ++k) {
+    TestWeight tw = make_weight(rng, t, out, in, 0, 128, 96);  // FP8: ragged column blocks
+    p.bytes[k] = std::move(tw.data);
+    p.scales[k] = std::move(tw.scales);
+    p.w[k] = tw.w;
+    p.w[k].data = p.bytes[k].data();
+    if (!p.scales[k].empty()) p.w[k].scale_inv = p.scales[k].data();
+    if (!repack) continue;
+    std::vector<uint8_t> packed(p.bytes[k].size());
+    repack_rows(repacked_dtype(t), p.w[k].data, out, in, packed.data());
+    p.bytes[k] = std::move(packed);
+    p.w[k].dtype = repacked_dtype(t);
+    p.w[k].data = p.bytes[k].data();
+  }
+  return p;
+}
+
+Pair block_pair(DType t, int64_t out, int64_t in, uint64_t seed) {
+  Pair p;
+  for (int k = 0; k < 2; ++k) {
+    test::BlockWeight b = test::make_weight(t, out, in, seed + uint64_t(k));
+    const int64_t offset = b.w.data - b.bytes.data();  // the repacks sit at an odd address
+    p.bytes[k] = std::move(b.bytes);
+    p.w[k] = b.w;
+    p.w[k].data = p.bytes[k].data() + offset;
+  }
+  return p;
+}
+
+std::vector<Pair> pairs() {
+  std::vector<Pair> out;
+  // 144 rows: three 48-row GEMM tiles; 300: ragged chunks and a decode pass's split tail.
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3})
+    out.push_back(float_pair(t, t == DType::kF8E4M3 ? 300 : 144, 256, false, 7));
+  for (DType t : {DType::kBF16, DType::kF8E4M3}) out.push_back(float_pair(t, 144, 256, true, 8));
+  for (DType t : {DType::kQ8_0, DType::kQ4_K, DType::kQ8_0R16, DType::kQ4_KR16})
+    out.push_back(block_pair(t, 48, 512, 9));
+  return out;
+}
+
+TEST(LinearSwiglu, EqualsSiluOfTheTwoProductsOnEveryVariant) {
+  ThreadPool pool(3);
+  for (const Pair& p : pairs()) {
+    const LinearWeight &gate = p.w[0], &up = p.w[1];
+    ASSERT_TRUE(linear_pair_fits(gate, up)) << dtype_name(gate.dtype);
+    const int64_t out = gate.out, in = gate.in;
+    for (int64_t n : {1, 3, 20, 40}) {
+      std::vector<float> x(size_t(n * in));
+      Rng rng{uint64_t(n)};
+      for (float& v : x) v = float(rng.normal());
+      for (const LinearVariant* v : cpu_linear_variants_here())
+        for (LinearPath path : {LinearPath::kAuto, LinearPath::kBf16}) {
+          std::vector<float> g(size_t(n * out)), u(g.size()), y(g.size(), -1.0f),
+              uy(g.size(), -1.0f), other(g.size(), -1.0f), other_alone(g.size());
+          run_product(*v, gate, n, x.data(), g.data(), pool, path);
+          run_product(*v, up, n, x.data(), u.data(), pool, path);
+          run_product(*v, up, n, x.data(), other_alone.data(), pool, path);
+          silu_mul(g.data(), u.data(), n * out);
+          // Beside a plain job on the same x (which shares its layout of x).
+          const LinearJob jobs[] = {{&gate, n, x.data(), y.data(), &up, uy.data()},
+                                    {&up, n, x.data(), other.data()}};
+          v->run(LinearParams{jobs, path}, pool);
+          const std::string at = std::string(v->name) + " " + std::string(dtype_name(gate.dtype)) + " n " +
+                                 std::to_string(n) + (path == LinearPath::kBf16 ? " bf16" : "");
+          ASSERT_EQ(0, std::memcmp(y.data(), g.data(), y.size() * 4)) << at;
+          ASSERT_EQ(0, std::memcmp(uy.data(), u.data(), uy.size() * 4)) << at << " (up_y)";
+          ASSERT_EQ(0, std::memcmp(other.data(), other_alone.data(), other.size() * 4)) << at;
+        }
+      // The reference backend: silu_mul of its own two products.
+      std::vector<float> g(size_t(n * out)), u(g.size()), y(g.size()), uy(g.size());
+      ASSERT_TRUE(linear(gate, n, x.data(), g.data(), pool, "ref").ok());
+      ASSERT_TRUE(linear(up, n, x.data(), u.data(), pool, "ref").ok());
+      silu_mul(g.data(), u.data(), n * out);
+      const LinearJob job{&gate, n, x.data(), y.data(), &up, uy.data()};
+      ASSERT_TRUE(linear_many(std::span<const LinearJob>(&job, 1), pool, "ref").ok());
+      ASSERT_EQ(y, g) << "ref " << dtype_name(gate.dtype) << " n " << n;
+    }
+  }
+}
+
+TEST(LinearSwiglu, RefusesPairsThatDoNotMatch) {
+  ThreadPool pool(1);
+  const Pair bf16 = float_pair(DType::kBF16, 32, 64, false, 1);
+  const Pair fp8 = float_pair(DType::kF8E4M3, 32, 64, false, 2);
+  std::vector<float> x(64), y(32), uy(32);
+  auto error = [&](const LinearWeight& gate, const LinearWeight& up, float* up_y) {
+    const LinearJob jobs[] = {{&gate, 1, x.data(), y.data()},
+                              {&gate, 1, x.data(), y.data(), &up, up_y}};
+    const Status s = linear_many(jobs, pool);
+    EXPECT_FALSE(s.ok());
+    return s.to_string();
+  };
+  EXPECT_NE(error(bf16.w[0], fp8.w[1], uy.data()).find("job 1: the up weight (F8_E4M3"),
+            std::string::npos);
+  LinearWeight narrow = bf16.w[1];
+  narrow.out = 16;
+  EXPECT_NE(error(bf16.w[0], narrow, uy.data()).find("[16, 64]) differs from the gate's"),
+            std::string::npos);
+  LinearWeight grid = fp8.w[1];
+  grid.block_cols = 32;
+  EXPECT_NE(error(fp8.w[0], grid, uy.data()).find("scale grid"), std::string::npos);
+  EXPECT_NE(error(bf16.w[0], bf16.w[1], nullptr).find("job 1: up_y is null"), std::string::npos);
+  LinearWeight broken = bf16.w[1];
+  broken.data = nullptr;
+  EXPECT_NE(error(bf16.w[0], broken, uy.data()).find("data is null"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mla
