@@ -229,7 +229,7 @@ inline void gemm_pack_w16(const uint16_t* src, int64_t ld, int valid, int64_t in
 template <int G, int H>
 inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t ldw,
                            int64_t np, const float* scale, bool first, float* tot, int64_t ldt,
-                           const uint32_t* ahead) {
+                           const uint32_t* ahead, float* out, int64_t ldo) {
   __m512 acc[G][H];
   for (int g = 0; g < G; ++g)
     for (int h = 0; h < H; ++h)
@@ -250,12 +250,12 @@ inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, in
   for (int g = 0; g < G; ++g)
     for (int h = 0; h < H; ++h) {
       __m512 v = acc[g][h];
-      float* t = tot + g * ldt + 16 * h;
       if (scale) {
         const __m512 s = _mm512_load_ps(scale + 16 * h);
-        v = first ? _mm512_mul_ps(v, s) : _mm512_fmadd_ps(v, s, _mm512_load_ps(t));
+        v = first ? _mm512_mul_ps(v, s)
+                  : _mm512_fmadd_ps(v, s, _mm512_load_ps(tot + g * ldt + 16 * h));
       }
-      _mm512_store_ps(t, v);
+      _mm512_storeu_ps(out + g * ldo + 16 * h, v);
     }
 }
 
@@ -265,14 +265,15 @@ inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, in
 template <int G, int H>
 void gemm_bf16_tiles(const uint32_t* x, int64_t ldx, int64_t rows, const uint32_t* w, int64_t ldw,
                      int64_t np, const float* scale, bool first, float* tot, int64_t ldt,
-                     const uint32_t* ahead) {
+                     const uint32_t* ahead, float* out, int64_t ldo) {
   int64_t g = 0;
   for (; g + G <= rows; g += G)
-    gemm_bf16_tile<G, H>(x + g * ldx, ldx, w, ldw, np, scale, first, tot + g * ldt, ldt, ahead);
+    gemm_bf16_tile<G, H>(x + g * ldx, ldx, w, ldw, np, scale, first, tot + g * ldt, ldt, ahead,
+                         out + g * ldo, ldo);
   if constexpr (G > 1)
     if (g < rows)
       gemm_bf16_tiles<G / 2, H>(x + g * ldx, ldx, rows - g, w, ldw, np, scale, first, tot + g * ldt,
-                                ldt, ahead);
+                                ldt, ahead, out + g * ldo, ldo);
 }
 
 // Pairs per column block of BF16 weights: a block of x rows and of the W vectors stay in L1
@@ -286,7 +287,7 @@ constexpr int kGemmXBlock = 48;  // x rows whose sums sit in `tot` across the co
 // pairs row after row, kp words a row). D: kF8E4M3 (scaled column blocks) or kBF16 (unscaled: BF16
 // weights, and F32 ones rounded). The chunk's rows are first laid out as pair-interleaved
 // vectors of 16 rows (gemm_pack_w16; FP8 widened and F32 rounded to BF16 rows before); per block
-// of kGemmXBlock x rows the sums sit in `tot` (L1) across the column blocks, then go to y.
+// of kGemmXBlock x rows the sums sit in `tot` (L1) across the column blocks, the last block's to y.
 template <class L, DType D>
 void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, float* y, int64_t r0,
                      int64_t r1) {
@@ -364,19 +365,28 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
           ahead = b + 1 < blocks          ? wv + block * 16
                   : v + kGemmWVecs < vecs ? wp + (v + kGemmWVecs) * ldw
                                           : nullptr;
+        // The last column block stores its sums in y itself (a copy of `tot` per row of x had
+        // been ~1% of a BF16 prefill in libc's memmove) where its vectors are whole: a ragged
+        // last vector's padding rows would land in the next chunk's columns, so it goes
+        // through tot.
+        const bool last = b + 1 == blocks && 16 * (v + h) <= rows;
+        float* o = last ? y + i0 * w.out + r0 + v * 16 : t;
+        const int64_t ldo = last ? w.out : ldt;
         if (h == 3)
           gemm_bf16_tiles<kGemmXRows, 3>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
-                                         ahead);
+                                         ahead, o, ldo);
         else if (h == 2)
           gemm_bf16_tiles<kGemmXRows, 2>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
-                                         ahead);
+                                         ahead, o, ldo);
         else
           gemm_bf16_tiles<kGemmXRows, 1>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
-                                         ahead);
+                                         ahead, o, ldo);
+        if (b + 1 == blocks && !last)  // a ragged last vector: its live rows from tot
+          for (int64_t i = 0; i < x_rows; ++i)
+            std::memcpy(y + (i0 + i) * w.out + r0 + v * 16, tot + i * ldt + v * 16,
+                        size_t(rows - v * 16) * sizeof(float));
       }
     }
-    for (int64_t i = 0; i < x_rows; ++i)
-      std::memcpy(y + (i0 + i) * w.out + r0, tot + i * ldt, size_t(rows) * sizeof(float));
   }
 }
 

@@ -94,8 +94,9 @@ TEST(LinearSwiglu, EqualsSiluOfTheTwoProductsOnEveryVariant) {
           const LinearJob jobs[] = {{&gate, n, x.data(), y.data(), &up, uy.data()},
                                     {&up, n, x.data(), other.data()}};
           v->run(LinearParams{jobs, path}, pool);
-          const std::string at = std::string(v->name) + " " + std::string(dtype_name(gate.dtype)) + " n " +
-                                 std::to_string(n) + (path == LinearPath::kBf16 ? " bf16" : "");
+          const std::string at = std::string(v->name) + " " + std::string(dtype_name(gate.dtype)) +
+                                 " n " + std::to_string(n) +
+                                 (path == LinearPath::kBf16 ? " bf16" : "");
           ASSERT_EQ(0, std::memcmp(y.data(), g.data(), y.size() * 4)) << at;
           ASSERT_EQ(0, std::memcmp(uy.data(), u.data(), uy.size() * 4)) << at << " (up_y)";
           ASSERT_EQ(0, std::memcmp(other.data(), other_alone.data(), other.size() * 4)) << at;
