@@ -67,6 +67,9 @@ DType linear_preferred_dtype(const LinearWeight& w, std::string_view backend = "
 // products made and multiplied while it is in cache, the up product kept in up_y [n, out] (the
 // caller's scratch); y is, bit for bit, silu_mul (kernels/activation.h) of the two products as
 // linear() makes them.
+// With `x_rows` ([n], each a valid row of x): row i of the product's x is x + x_rows[i] · in (the
+// tokens routed to an expert, read where they are: the GEMMs lay them out or quantise them from
+// there, the other paths take a gathered copy).
 struct LinearJob {
   const LinearWeight* w = nullptr;
   int64_t n = 0;
@@ -74,6 +77,7 @@ struct LinearJob {
   float* y = nullptr;
   const LinearWeight* up = nullptr;
   float* up_y = nullptr;
+  const int64_t* x_rows = nullptr;
 };
 
 // Whether a and b can be one SwiGLU job (w = a, up = b): the same dtype, shape and scale grid,

@@ -1,6 +1,9 @@
 // The variant tables of the MLA ops, the weight products and RoPE, and variant selection.
 #include "kernels/registry.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "core/cpu_features.h"
@@ -104,15 +107,24 @@ bool has_avx2(const LinearParams&) {
 // Each job in FP64 (kernels/ref), rounded to FP32 once.
 void ref_linear(const LinearParams& p, ThreadPool&) {
   std::vector<double> acc;
+  std::vector<float> gathered;
   for (const LinearJob& job : p.jobs) {
     if (job.n == 0) continue;
+    const float* x = job.x;
+    if (job.x_rows) {
+      const int64_t in = job.w->in;
+      gathered.resize(size_t(job.n * in));
+      for (int64_t i = 0; i < job.n; ++i)
+        std::copy_n(job.x + job.x_rows[i] * in, in, gathered.begin() + i * in);
+      x = gathered.data();
+    }
     const size_t size = size_t(job.n * job.w->out);
     acc.assign(size, 0.0);
-    ref::linear(*job.w, job.n, job.x, acc.data());
+    ref::linear(*job.w, job.n, x, acc.data());
     for (size_t i = 0; i < size; ++i) job.y[i] = float(acc[i]);
     if (!job.up) continue;
     acc.assign(size, 0.0);
-    ref::linear(*job.up, job.n, job.x, acc.data());
+    ref::linear(*job.up, job.n, x, acc.data());
     for (size_t i = 0; i < size; ++i) job.up_y[i] = float(acc[i]);
     silu_mul(job.y, job.up_y, int64_t(size));
   }

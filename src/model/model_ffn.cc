@@ -48,52 +48,35 @@ void for_each_item(ThreadPool& pool, int64_t n, size_t floats, Fn&& fn) {
 
 Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float* x, float* out,
                         ThreadPool& pool, const std::string& be, DType math) {
-  size_t x_size = 0, h_size = 0, y_size = 0;
+  size_t h_size = 0, y_size = 0;
   for (const SwigluRun& r : runs) {
-    if (r.toks) x_size += size_t(r.n * D);
     h_size += size_t(r.n * r.mlp->width);
     y_size += size_t(r.n * D);
   }
   // Kept between calls (at most ~kSwigluGroupBytes): see grown().
-  static thread_local AlignedBuffer<float> xe_buf, g_buf, u_buf, y_buf;
-  float* xe = grown(xe_buf, x_size);
+  static thread_local AlignedBuffer<float> g_buf, u_buf, y_buf;
   float* g = grown(g_buf, h_size);
   float* u = grown(u_buf, h_size);
   float* y = grown(y_buf, y_size);
   static thread_local std::vector<LinearJob> jobs_buf;
-  static thread_local std::vector<size_t> x_of_buf;
   // Local references: a lambda run on a worker would name the worker's own thread_locals.
   std::vector<LinearJob>& jobs = jobs_buf;
-  std::vector<size_t>& x_of = x_of_buf;  // where each gathered run's rows start in xe
   static thread_local std::vector<std::pair<size_t, size_t>> unfused_buf;
   std::vector<std::pair<size_t, size_t>>& unfused = unfused_buf;  // (start, size) in g and u
   unfused.clear();
   jobs.clear();
-  x_of.assign(runs.size(), 0);
-  size_t x_at = 0, h_at = 0;
-  for (size_t k = 0; k < runs.size(); ++k) {
-    const SwigluRun& r = runs[k];
-    const float* xr = x;
-    if (r.toks) {
-      x_of[k] = x_at;
-      xr = xe + x_at;
-      x_at += size_t(r.n * D);
-    }
+  size_t h_at = 0;
+  // A routed expert's rows of x are its tokens' (x_rows): the GEMMs read them in place.
+  for (const SwigluRun& r : runs) {
     if (linear_pair_fits(r.mlp->gate, r.mlp->up)) {  // silu(gate) · up made chunk by chunk
-      jobs.push_back({&r.mlp->gate, r.n, xr, g + h_at, &r.mlp->up, u + h_at});
+      jobs.push_back({&r.mlp->gate, r.n, x, g + h_at, &r.mlp->up, u + h_at, r.toks});
     } else {  // a partly repacked load: the two products, then one pass below
-      jobs.push_back({&r.mlp->gate, r.n, xr, g + h_at});
-      jobs.push_back({&r.mlp->up, r.n, xr, u + h_at});
+      jobs.push_back({&r.mlp->gate, r.n, x, g + h_at, nullptr, nullptr, r.toks});
+      jobs.push_back({&r.mlp->up, r.n, x, u + h_at, nullptr, nullptr, r.toks});
       unfused.push_back({h_at, size_t(r.n * r.mlp->width)});
     }
     h_at += size_t(r.n * r.mlp->width);
   }
-  for_each_item(pool, int64_t(runs.size()), x_size, [&](int64_t k) {
-    const SwigluRun& r = runs[size_t(k)];
-    if (r.toks)
-      for (int64_t i = 0; i < r.n; ++i)
-        std::copy_n(x + r.toks[i] * D, D, xe + x_of[size_t(k)] + size_t(i * D));
-  });
   MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math));
   constexpr int64_t kSiluSpan = 16384;
   for (const auto& [at, size] : unfused)

@@ -424,6 +424,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     std::vector<uint8_t> xq_gemm;
     std::vector<std::pair<size_t, int64_t>> rows;
     std::vector<Item> items, pieces;
+    std::vector<const float*> x_of;
+    std::vector<size_t> gathered;
   };
   static thread_local Plan plan_store;
   Plan& plan = plan_store;
@@ -448,7 +450,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         if (job.n == 0 || !L::gemm_takes(*job.w, job.n)) continue;
         for (size_t p = 0; p < owner.size() && panel_of[j] < 0; ++p) {
           const LinearJob& o = jobs[owner[p]];
-          if (o.x == job.x && o.n == job.n && o.w->in == job.w->in) panel_of[j] = int32_t(p);
+          if (o.x == job.x && o.x_rows == job.x_rows && o.n == job.n && o.w->in == job.w->in)
+            panel_of[j] = int32_t(p);
         }
         if (panel_of[j] >= 0) continue;
         panel_of[j] = int32_t(panel_at.size());
@@ -468,7 +471,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       pool.parallel_for(int64_t(tiles.size()), [&](int64_t c, int) {
         const auto [p, t] = tiles[size_t(c)];
         const LinearJob& job = jobs[owner[size_t(p)]];
-        L::gemm_pack_x_tile(job.x, job.n, job.w->in, t, store + panel_at[size_t(p)]);
+        L::gemm_pack_x_tile(job.x, job.x_rows, job.n, job.w->in, t, store + panel_at[size_t(p)]);
       });
     }
   }
@@ -500,8 +503,9 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       xq_gemm[j] = gemm;
       const int layout = L::ggml_x_layout(job.w->dtype, gemm);
       for (size_t p = 0; p < j && xq_at[j] < 0; ++p)
-        if (xq_at[p] >= 0 && jobs[p].x == job.x && jobs[p].n == job.n &&
-            jobs[p].w->in == job.w->in && L::ggml_x_layout(jobs[p].w->dtype, xq_gemm[p]) == layout)
+        if (xq_at[p] >= 0 && jobs[p].x == job.x && jobs[p].x_rows == job.x_rows &&
+            jobs[p].n == job.n && jobs[p].w->in == job.w->in &&
+            L::ggml_x_layout(jobs[p].w->dtype, xq_gemm[p]) == layout)
           xq_at[j] = xq_at[p];
       if (xq_at[j] >= 0) continue;
       xq_at[j] = end;
@@ -514,9 +518,45 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         const auto [j, r] = rows[size_t(c)];
         const LinearJob& job = jobs[j];
         L::ggml_quantize_x(
-            job.w->dtype, job.x + r * job.w->in, job.w->in, xq_gemm[j],
-            xq + xq_at[j] + r * L::ggml_x_bytes(job.w->dtype, job.w->in, xq_gemm[j]));
+            job.w->dtype, job.x + (job.x_rows ? job.x_rows[r] : r) * job.w->in, job.w->in,
+            xq_gemm[j], xq + xq_at[j] + r * L::ggml_x_bytes(job.w->dtype, job.w->in, xq_gemm[j]));
       });
+    }
+  }
+  // x of each job as the FP32 paths read it: a gathered copy for a job with x_rows that neither
+  // GEMM above laid out (a decode-sized expert, FP32 math), else its own x.
+  std::vector<const float*>& x_of = plan.x_of;
+  std::vector<size_t>& gathered = plan.gathered;  // jobs to gather
+  x_of.resize(jobs.size());
+  gathered.clear();
+  size_t gather_floats = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const LinearJob& job = jobs[j];
+    x_of[j] = job.x;
+    if (!job.x_rows || job.n == 0 || (!panel_of.empty() && panel_of[j] >= 0) ||
+        (!xq_at.empty() && xq_at[j] >= 0))
+      continue;
+    gathered.push_back(j);
+    gather_floats += size_t(job.n * job.w->in);
+  }
+  if (!gathered.empty()) {
+    static thread_local AlignedBuffer<float> gather_store;
+    float* at = ensure_scratch(gather_store, gather_floats);
+    for (size_t j : gathered) {
+      x_of[j] = at;
+      at += jobs[j].n * jobs[j].w->in;
+    }
+    auto gather = [&](int64_t c) {
+      const LinearJob& job = jobs[gathered[size_t(c)]];
+      float* dst = const_cast<float*>(x_of[gathered[size_t(c)]]);
+      for (int64_t i = 0; i < job.n; ++i)
+        std::memcpy(dst + i * job.w->in, job.x + job.x_rows[i] * job.w->in,
+                    size_t(job.w->in) * sizeof(float));
+    };
+    if (gather_floats < (size_t(1) << 18)) {  // a decode step's experts: cheaper than waking
+      for (size_t c = 0; c < gathered.size(); ++c) gather(int64_t(c));
+    } else {
+      pool.parallel_for(int64_t(gathered.size()), [&](int64_t c, int) { gather(c); });
     }
   }
   std::vector<Item>& items = plan.items;
@@ -570,25 +610,25 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         return L::ggml_chunk(w, job.n, xq_gemm[j], xq + xq_at[j], y, r0, r1);
     switch (w.dtype) {
       case DType::kBF16:
-        return lin_dot_chunk<L, DType::kBF16>(w, job.n, job.x, y, r0, r1);
+        return lin_dot_chunk<L, DType::kBF16>(w, job.n, x_of[j], y, r0, r1);
       case DType::kF16:
-        return lin_dot_chunk<L, DType::kF16>(w, job.n, job.x, y, r0, r1);
+        return lin_dot_chunk<L, DType::kF16>(w, job.n, x_of[j], y, r0, r1);
       case DType::kF32:
-        return lin_dot_chunk<L, DType::kF32>(w, job.n, job.x, y, r0, r1);
+        return lin_dot_chunk<L, DType::kF32>(w, job.n, x_of[j], y, r0, r1);
       case DType::kF8E4M3:
-        return lin_dot_chunk<L, DType::kF8E4M3>(w, job.n, job.x, y, r0, r1);
+        return lin_dot_chunk<L, DType::kF8E4M3>(w, job.n, x_of[j], y, r0, r1);
       case DType::kI8:
-        return lin_dot_chunk<L, DType::kI8>(w, job.n, job.x, y, r0, r1);
+        return lin_dot_chunk<L, DType::kI8>(w, job.n, x_of[j], y, r0, r1);
       case DType::kBF16R16:  // the variant that asks for the layout has its kernel
         if constexpr (requires { &L::bf16_r16_chunk; })
-          return L::bf16_r16_chunk(w, job.n, job.x, y, r0, r1);
-        return lin_ggml_chunk<L>(w, job.n, job.x, y, r0, r1);
+          return L::bf16_r16_chunk(w, job.n, x_of[j], y, r0, r1);
+        return lin_ggml_chunk<L>(w, job.n, x_of[j], y, r0, r1);
       case DType::kF8E4M3R16:
         if constexpr (requires { &L::f8_r16_chunk; })
-          return L::f8_r16_chunk(w, job.n, job.x, y, r0, r1);
-        return lin_ggml_chunk<L>(w, job.n, job.x, y, r0, r1);
+          return L::f8_r16_chunk(w, job.n, x_of[j], y, r0, r1);
+        return lin_ggml_chunk<L>(w, job.n, x_of[j], y, r0, r1);
       default:  // validate() admits the dtypes above, the GGUF block formats and their repacks
-        return lin_ggml_chunk<L>(w, job.n, job.x, y, r0, r1);
+        return lin_ggml_chunk<L>(w, job.n, x_of[j], y, r0, r1);
     }
   };
   pool.parallel_for(int64_t(items.size()), [&](int64_t c, int) {

@@ -66,13 +66,15 @@ inline int64_t gemm_panel_words(int64_t n, int64_t in) {
 }
 
 // Rows [32t, 32t + 32) of x (those below n) as BF16 pairs: see the layout above; the rows past n
-// of the last tile are zero (the AMX tiles read whole blocks of 16 rows).
-inline void gemm_pack_x_tile(const float* x, int64_t n, int64_t in, int64_t t, uint32_t* panel) {
+// of the last tile are zero (the AMX tiles read whole blocks of 16 rows). Row i is read at
+// x + (rows ? rows[i] : i) · in.
+inline void gemm_pack_x_tile(const float* x, const int64_t* rows, int64_t n, int64_t in, int64_t t,
+                             uint32_t* panel) {
   const int64_t kp = gemm_pairs(in);
   if (n < (t + 1) * kGemmTileRows)
     std::memset(panel + n * kp, 0, size_t(((t + 1) * kGemmTileRows - n) * kp) * 4);
   for (int64_t i = t * kGemmTileRows; i < std::min<int64_t>(n, (t + 1) * kGemmTileRows); ++i) {
-    const float* xi = x + i * in;
+    const float* xi = x + (rows ? rows[i] : i) * in;
     uint32_t* dst = panel + i * kp;
     for (int64_t k = 0; k < in; k += 32) {
       const int64_t left = std::min<int64_t>(32, in - k);

@@ -1,9 +1,11 @@
-// SwiGLU jobs of linear_many (LinearJob::up): y = silu(x · Gateᵀ) ⊙ (x · Upᵀ) made chunk by
-// chunk is, bit for bit, silu_mul of the two products as the same variant makes them alone, on
-// every CPU variant and both math paths (decode rows, the tail split of a decode pass, the BF16
-// and int8 GEMMs above 16 rows), for every weight layout the loader makes: BF16, F16, F32,
-// block-FP8 with a ragged scale grid, their 16-row repacks, Q8_0 / Q4_K and their repacks. The
-// "ref" backend makes it from its FP64 products. Mismatched pairs are refused, naming the job.
+// The jobs of an MoE layer in linear_many. SwiGLU jobs (LinearJob::up): y = silu(x · Gateᵀ) ⊙
+// (x · Upᵀ) made chunk by chunk is, bit for bit, silu_mul of the two products as the same variant
+// makes them alone, on every CPU variant and both math paths (decode rows, the tail split of a
+// decode pass, the BF16 and int8 GEMMs above 16 rows), for every weight layout the loader makes:
+// BF16, F16, F32, block-FP8 with a ragged scale grid, their 16-row repacks, Q8_0 / Q4_K and their
+// repacks; the "ref" backend makes it from its FP64 products; mismatched pairs are refused,
+// naming the job. Gathered jobs (LinearJob::x_rows: an expert's tokens read where they are) give
+// what the same job gives on a gathered copy of x, beside a plain job on the same x.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -109,6 +111,54 @@ TEST(LinearSwiglu, EqualsSiluOfTheTwoProductsOnEveryVariant) {
       const LinearJob job{&gate, n, x.data(), y.data(), &up, uy.data()};
       ASSERT_TRUE(linear_many(std::span<const LinearJob>(&job, 1), pool, "ref").ok());
       ASSERT_EQ(y, g) << "ref " << dtype_name(gate.dtype) << " n " << n;
+    }
+  }
+}
+
+TEST(LinearGather, RowsReadInPlaceEqualAGatheredCopy) {
+  ThreadPool pool(3);
+  for (const Pair& p : pairs()) {
+    const LinearWeight &gate = p.w[0], &up = p.w[1];
+    const int64_t out = gate.out, in = gate.in, tokens = 45;
+    std::vector<float> x(size_t(tokens * in));
+    Rng rng{11};
+    for (float& v : x) v = float(rng.normal());
+    for (int64_t n : {1, 3, 20, 40}) {
+      std::vector<int64_t> rows(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) rows[size_t(i)] = (i * 7 + 3) % tokens;  // out of order
+      std::vector<float> copy(size_t(n * in));
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(&copy[size_t(i * in)], &x[size_t(rows[size_t(i)] * in)], size_t(in) * 4);
+      auto check = [&](const LinearVariant* v, LinearPath path, std::string_view backend) {
+        const size_t size = size_t(n * out);
+        std::vector<float> want(size), want_u(size), got(size), got_u(size), plain(size, -1.0f),
+            plain_want(size), up_got(size), up_want(size);
+        // A SwiGLU job and a plain one, each gathered, beside a plain job on the same x's first n
+        // rows (the same x pointer, so no layout of x may be shared with the gathered ones).
+        const LinearJob gathered[] = {
+            {&gate, n, x.data(), got.data(), &up, got_u.data(), rows.data()},
+            {&up, n, x.data(), up_got.data(), nullptr, nullptr, rows.data()},
+            {&gate, n, x.data(), plain.data()}};
+        const LinearJob copied[] = {{&gate, n, copy.data(), want.data(), &up, want_u.data()},
+                                    {&up, n, copy.data(), up_want.data()},
+                                    {&gate, n, x.data(), plain_want.data()}};
+        if (v) {
+          v->run(LinearParams{gathered, path}, pool);
+          v->run(LinearParams{copied, path}, pool);
+        } else {
+          ASSERT_TRUE(linear_many(gathered, pool, backend).ok());
+          ASSERT_TRUE(linear_many(copied, pool, backend).ok());
+        }
+        const std::string at = std::string(v ? v->name : backend) + " " +
+                               std::string(dtype_name(gate.dtype)) + " n " + std::to_string(n) +
+                               (path == LinearPath::kBf16 ? " bf16" : "");
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), size * 4)) << at;
+        ASSERT_EQ(0, std::memcmp(up_got.data(), up_want.data(), size * 4)) << at;
+        ASSERT_EQ(0, std::memcmp(plain.data(), plain_want.data(), size * 4)) << at;
+      };
+      for (const LinearVariant* v : cpu_linear_variants_here())
+        for (LinearPath path : {LinearPath::kAuto, LinearPath::kBf16}) check(v, path, "cpu");
+      check(nullptr, LinearPath::kAuto, "ref");
     }
   }
 }
