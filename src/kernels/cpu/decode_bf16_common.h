@@ -128,7 +128,9 @@ inline void score_block_rows_bf16(const uint32_t* qT, int ld, int c2a, int c2b,
 }
 
 // ST [kTile][ld] (op)= the products of channel pairs [c2a, c2b) of rows[0 .. kTile) with qT.
-// Fewer row vectors take more keys per block: vdpbf16ps needs ~10 independent accumulators.
+// Fewer row vectors take more keys per block: vdpbf16ps needs ~10 independent accumulators. One
+// row vector (16 heads or fewer: V2-Lite) takes 16 keys: 3-6% faster than 8 at b 1-4, s_kv
+// 1,024-4,096 (`mla bench decode --h-q 16`, alternated 4 times).
 inline void score_tile_bf16(const uint32_t* qT, int ld, int c2a, int c2b,
                             const uint8_t* const* rows, const ScoreRangeOp& op, float* ST) {
   auto keys = [&]<int NV, int NK>(int v) {
@@ -150,7 +152,7 @@ inline void score_tile_bf16(const uint32_t* qT, int ld, int c2a, int c2b,
         keys.template operator()<2, 4>(v);
         break;
       default:
-        keys.template operator()<1, 8>(v);
+        keys.template operator()<1, 16>(v);
         break;
     }
     v += nv * 16;
