@@ -133,8 +133,10 @@ inline BlockWeight make_weight(DType t, int64_t out, int64_t in, uint64_t seed) 
 //    γ_(in+2)·Σ|x·w| (as linear_test.cc's bound).
 //  - Q8_0 / Q4_0 on VNNI: x is quantised per 32 values, q = round(x / dx), dx = amax/127, each
 //    within dx/2 (plus the rounding of dx and 1/dx: 2^-22·|x| more); the int32 block sums are
-//    exact and each block's d_w·dx·sum rounds twice before the FP32 accumulation:
-//    Σ_blocks (dx/2 + 2^-22·amax)·Σ|w| + γ_(in/32+4)·Σ|x·w|·(1 + 1/127).
+//    exact and each block's d_w·dx·sum rounds twice before the FP32 accumulation; that term is
+//    at most Σ|w|·|q·dx| ≤ Σ|w|·(|x| + dx/2) (not |x·w|·(1 + 1/127): a small x beside a large
+//    one in its block rounds to a q·dx far above it):
+//    Σ_blocks (dx/2 + 2^-22·amax)·Σ|w| + γ_(in/32+4)·Σ|w|·(|x| + dx/2 + 2^-22·amax).
 //  - The K formats on VNNI: x is quantised per 256-value super-block the same way, so its
 //    rounding adds Σ_superblocks (dx/2 + 2^-22·amax)·Σ|w|. Per super-block the kernel forms
 //    exact int32 dot products per 4 values, scales them by the exact d·s in 4 fused adds per
@@ -149,18 +151,27 @@ inline double fp32_bound(int64_t in, double abs_sum) {
   return k * u / (1 - k * u) * abs_sum;
 }
 
-inline double vnni_bound(const std::vector<float>& x, const std::vector<float>& w, double abs_sum) {
-  double b = 0;
+// x quantised per 32 values (Q8_0 / Q4_0 and their repacks, on the GEMV and the int8 GEMM):
+// Σ_blocks half·Σ|w| + γ_k·Σ|w|·(|x| + half), half = dx/2 + 2^-22·amax, k = in/32 + `extra`
+// roundings.
+inline double x32_bound(const std::vector<float>& x, const std::vector<float>& w, int extra) {
+  double b = 0, terms = 0;
   for (size_t j0 = 0; j0 < x.size(); j0 += 32) {
     double amax = 0, wsum = 0;
+    for (size_t j = j0; j < j0 + 32; ++j) amax = std::max(amax, std::fabs(double(x[j])));
+    const double half = amax / 127 / 2 + std::ldexp(amax, -22);
     for (size_t j = j0; j < j0 + 32; ++j) {
-      amax = std::max(amax, std::fabs(double(x[j])));
       wsum += std::fabs(double(w[j]));
+      terms += std::fabs(double(w[j])) * (std::fabs(double(x[j])) + half);
     }
-    b += (amax / 127 / 2 + std::ldexp(amax, -22)) * wsum;
+    b += half * wsum;
   }
-  const double u = std::ldexp(1.0, -24), k = double(x.size() / 32 + 4);
-  return b + k * u / (1 - k * u) * abs_sum * (1 + 1.0 / 127);
+  const double u = std::ldexp(1.0, -24), k = double(x.size() / 32 + extra);
+  return b + k * u / (1 - k * u) * terms;
+}
+
+inline double vnni_bound(const std::vector<float>& x, const std::vector<float>& w) {
+  return x32_bound(x, w, 4);
 }
 
 inline double vnni_k_bound(const std::vector<float>& x, const std::vector<float>& w,
@@ -213,19 +224,7 @@ inline double i8_gemm_bound(const std::vector<float>& x, const std::vector<float
 // the run's term a·Σ c·q_x·dx, at most Σ|w|·(|x| + dx/2), rounds there and in the fused add of
 // dx into the output, which then adds one term a run: k = in/32 + 2 roundings at most.
 inline double i8_gemm32_bound(const std::vector<float>& x, const std::vector<float>& w) {
-  double b = 0, terms = 0;
-  for (size_t j0 = 0; j0 < x.size(); j0 += 32) {
-    double amax = 0, wsum = 0;
-    for (size_t j = j0; j < j0 + 32; ++j) amax = std::max(amax, std::fabs(double(x[j])));
-    const double half = amax / 127 / 2 + std::ldexp(amax, -22);
-    for (size_t j = j0; j < j0 + 32; ++j) {
-      wsum += std::fabs(double(w[j]));
-      terms += std::fabs(double(w[j])) * (std::fabs(double(x[j])) + half);
-    }
-    b += half * wsum;
-  }
-  const double u = std::ldexp(1.0, -24), k = double(x.size() / 32 + 2);
-  return b + k * u / (1 - k * u) * terms;
+  return x32_bound(x, w, 2);
 }
 
 inline bool gemm_path(std::string_view v, LinearPath path, int64_t n) {
@@ -260,7 +259,7 @@ inline double block_bound(std::string_view variant, LinearPath path, int64_t n, 
   if (gemm_path(variant, path, n))
     return dtype_block(t).elems == 32 || t == DType::kQ8_0R16 ? i8_gemm32_bound(xi, w)
                                                               : i8_gemm_bound(xi, w, mag);
-  return dtype_block(t).elems == 32 ? vnni_bound(xi, w, abs_sum) : vnni_k_bound(xi, w, mag);
+  return dtype_block(t).elems == 32 ? vnni_bound(xi, w) : vnni_k_bound(xi, w, mag);
 }
 
 }  // namespace mla::test
