@@ -65,8 +65,8 @@ DType linear_preferred_dtype(const LinearWeight& w, std::string_view backend = "
 // With `up` (a SwiGLU's gate in w and its up product, same dtype, shape and scale grid: see
 // linear_pair_fits): y = silu(x · W_realᵀ) ⊙ (x · Up_realᵀ), each chunk of rows of the two
 // products made and multiplied while it is in cache, the up product kept in up_y [n, out] (the
-// caller's scratch); y is, bit for bit, silu_mul (kernels/activation.h) of the two products as
-// linear() makes them.
+// caller's scratch, overlapping no job's y); y is, bit for bit, silu_mul (kernels/activation.h)
+// of the two products as linear() makes them.
 // With `x_rows` ([n], each a valid row of x): row i of the product's x is x + x_rows[i] · in (the
 // tokens routed to an expert, read where they are: the GEMMs lay them out or quantise them from
 // there, the other paths take a gathered copy).

@@ -20,9 +20,9 @@ struct SwigluRun {
   const float* scale;   // [n] routing weights; null: 1
 };
 
-// Gathered inputs, hidden activations and outputs one group of runs may hold. Every expert of a
-// decode step fits in one group; a 2,048-token prefill chunk of V3 (K = 8, D = 7,168) would hold
-// ~1.2 GB at once.
+// Inputs (gathered inside linear_many on the FP32 paths), hidden activations and outputs one
+// group of runs may hold. Every expert of a decode step fits in one group; a 2,048-token prefill
+// chunk of V3 (K = 8, D = 7,168) would hold ~1.2 GB at once.
 constexpr size_t kSwigluGroupBytes = size_t(64) << 20;
 
 size_t run_bytes(const SwigluRun& r, int64_t D) {

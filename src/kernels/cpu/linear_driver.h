@@ -425,7 +425,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     std::vector<std::pair<size_t, int64_t>> rows;
     std::vector<Item> items, pieces;
     std::vector<const float*> x_of;
-    std::vector<size_t> gathered;
+    std::vector<std::pair<size_t, float*>> gathered;
   };
   static thread_local Plan plan_store;
   Plan& plan = plan_store;
@@ -526,7 +526,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   // x of each job as the FP32 paths read it: a gathered copy for a job with x_rows that neither
   // GEMM above laid out (a decode-sized expert, FP32 math), else its own x.
   std::vector<const float*>& x_of = plan.x_of;
-  std::vector<size_t>& gathered = plan.gathered;  // jobs to gather
+  std::vector<std::pair<size_t, float*>>& gathered = plan.gathered;  // (job, its copy)
   x_of.resize(jobs.size());
   gathered.clear();
   size_t gather_floats = 0;
@@ -536,19 +536,19 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     if (!job.x_rows || job.n == 0 || (!panel_of.empty() && panel_of[j] >= 0) ||
         (!xq_at.empty() && xq_at[j] >= 0))
       continue;
-    gathered.push_back(j);
+    gathered.push_back({j, nullptr});
     gather_floats += size_t(job.n * job.w->in);
   }
   if (!gathered.empty()) {
     static thread_local AlignedBuffer<float> gather_store;
     float* at = ensure_scratch(gather_store, gather_floats);
-    for (size_t j : gathered) {
-      x_of[j] = at;
+    for (auto& [j, copy] : gathered) {
+      x_of[j] = copy = at;
       at += jobs[j].n * jobs[j].w->in;
     }
     auto gather = [&](int64_t c) {
-      const LinearJob& job = jobs[gathered[size_t(c)]];
-      float* dst = const_cast<float*>(x_of[gathered[size_t(c)]]);
+      const auto [j, dst] = gathered[size_t(c)];
+      const LinearJob& job = jobs[j];
       for (int64_t i = 0; i < job.n; ++i)
         std::memcpy(dst + i * job.w->in, job.x + job.x_rows[i] * job.w->in,
                     size_t(job.w->in) * sizeof(float));
