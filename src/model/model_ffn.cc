@@ -70,7 +70,7 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
   for (const SwigluRun& r : runs) {
     if (linear_pair_fits(r.mlp->gate, r.mlp->up)) {  // silu(gate) · up made chunk by chunk
       jobs.push_back({&r.mlp->gate, r.n, x, g + h_at, &r.mlp->up, u + h_at, r.toks});
-    } else {  // a partly repacked load: the two products, then one pass below
+    } else {  // gate and up of different dtypes (a file's own mix): two jobs, one SiLU pass
       jobs.push_back({&r.mlp->gate, r.n, x, g + h_at, nullptr, nullptr, r.toks});
       jobs.push_back({&r.mlp->up, r.n, x, u + h_at, nullptr, nullptr, r.toks});
       unfused.push_back({h_at, size_t(r.n * r.mlp->width)});

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 
+#include "core/ggml_repack.h"
 #include "exact_runtime.h"
 #include "io/gguf.h"
 #include "kernels/linear.h"
@@ -202,9 +204,12 @@ TEST_P(GgufModelTest, EmbeddedTokenizerGivesTheSameIds) {
 
 // A copy of `src` with its metadata and tensor list edited (the tensors' bytes copied as they are,
 // or zero-filled when `edit` changed a tensor's size).
+// `bytes_of` (or null) may then edit a tensor's bytes before they are written.
 Status rewrite(const std::string& src, const std::string& dst,
                const std::function<void(std::map<std::string, GgufValue, std::less<>>&,
-                                        std::vector<GgufWriter::Tensor>&)>& edit) {
+                                        std::vector<GgufWriter::Tensor>&)>& edit,
+               const std::function<void(const GgufWriter::Tensor&, std::vector<uint8_t>&)>&
+                   bytes_of = nullptr) {
   MLA_ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(src));
   std::map<std::string, GgufValue, std::less<>> meta(f.metadata().begin(), f.metadata().end());
   meta.erase("general.alignment");
@@ -219,6 +224,7 @@ Status rewrite(const std::string& src, const std::string& dst,
     const DTypeBlock b = dtype_block(t.dtype);
     std::vector<uint8_t> bytes(size_t(numel / b.elems * b.bytes));
     if (old && old->byte_size == bytes.size()) std::memcpy(bytes.data(), old->data, bytes.size());
+    if (bytes_of) bytes_of(t, bytes);
     MLA_RETURN_IF_ERROR(w->write_tensor(t.name, bytes));
   }
   return w->finish();
@@ -273,6 +279,65 @@ TEST_P(GgufModelTest, BrokenFilesNameWhatIsWrong) {
     EXPECT_NE(m.status().message().find(c.expect), std::string::npos)
         << c.what << ": " << m.status().message();
   }
+}
+
+// A file whose gate and up products differ in dtype (another tool's mix may do that) runs each
+// MLP's SwiGLU as two products and a SiLU pass (model_ffn.cc: a SwiGLU job needs a matching
+// pair), every other file as one job. On the reference kernels (FP64 products of the stored
+// values) the two must give the same logits bit for bit: F32 gates with Q8_0 ups, against F32
+// gates with those Q8_0 values as F32.
+TEST_P(GgufModelTest, GateAndUpOfDifferentDtypesGiveTheFusedLogits) {
+  const std::string f32 = quantize("f32"), q8 = quantize("q8_0");
+  auto q8_file = GgufFile::open(q8);
+  ASSERT_TRUE(q8_file.ok()) << q8_file.status().message();
+  auto with_ups = [&](const std::string& dst, bool as_f32) {
+    std::map<std::string, const TensorInfo*> ups;
+    return rewrite(
+        f32, dst,
+        [&](auto&, std::vector<GgufWriter::Tensor>& tensors) {
+          for (GgufWriter::Tensor& t : tensors) {
+            const TensorInfo* u = q8_file->find(t.name);
+            if (t.name.find("ffn_up") == std::string::npos || !u || u->dtype != DType::kQ8_0)
+              continue;
+            ups[t.name] = u;
+            if (!as_f32) t.dtype = u->dtype;
+          }
+        },
+        [&](const GgufWriter::Tensor& t, std::vector<uint8_t>& bytes) {
+          const auto it = ups.find(t.name);
+          if (it == ups.end()) return;
+          const TensorInfo& u = *it->second;
+          if (!as_f32) {
+            std::memcpy(bytes.data(), u.data, bytes.size());
+            return;
+          }
+          const int64_t in = t.shape.back(), rows = int64_t(bytes.size() / 4) / in;
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_TRUE(dequantize_weight_row(DType::kQ8_0, u.data, in, r,
+                                              reinterpret_cast<float*>(bytes.data()) + r * in)
+                            .ok());
+        });
+  };
+  const std::string mixed = dir_.path() + "/mixed.gguf", same = dir_.path() + "/same.gguf";
+  ASSERT_TRUE(with_ups(mixed, false).ok());
+  ASSERT_TRUE(with_ups(same, true).ok());
+  RuntimeOptions ro = exact();
+  ro.backend = "ref";
+  std::vector<std::vector<float>> out;
+  for (const std::string& path : {mixed, same}) {
+    auto m = Model::load(path, ro);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    GenerateOptions go;
+    go.max_new_tokens = 2;
+    go.ignore_eos = true;
+    go.keep_decode_logits = go.keep_prompt_activations = true;
+    auto g = generate(**m, prompt(9), go, pool_);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    out.push_back(g->prompt_logits);
+    out.back().insert(out.back().end(), g->decode_logits.begin(), g->decode_logits.end());
+  }
+  ASSERT_FALSE(out[0].empty());
+  EXPECT_EQ(out[0], out[1]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GgufModelTest,
