@@ -32,7 +32,14 @@ TEST_P(LinearGgmlTest, EveryCpuVariantMatchesTheReference) {
   const int64_t be = dtype_block(t).elems;
   ThreadPool pool(2);
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, be}, {7, 3 * be}, {19, 2 * be}, {64, be == 32 ? 576 : 512}, {21, 512}};
+      {1, be},
+      {7, 3 * be},
+      {19, 2 * be},
+      {64, be == 32 ? 576 : 512},
+      {21, 512},
+      // 150 rows: chunks of 32 (two strips, the int8 GEMM's two-strip tile) and a last chunk
+      // of 22 whose second strip is 6 rows wide.
+      {150, 2 * be}};
   for (const auto& [out, in] : shapes) {
     BlockWeight bw = make_weight(t, out, in, uint64_t(out * 131 + in));
     for (int64_t n : {1, 2, 3, 4, 5, 17, 40}) {
