@@ -218,11 +218,11 @@ inline double i8_gemm_bound(const std::vector<float>& x, const std::vector<float
   return b + k * u / (1 - k * u) * terms;
 }
 
-// The int8 GEMM of Q8_0 / Q4_0 (and Q8_0_R16): x quantised per 32 values as on the GEMV,
-// Σ_blocks (dx/2 + 2^-22·amax)·Σ|w|. Per run the kernel forms a·Σ c·u − 128·a·Σ c in one fused
-// operation whose exact value is a·Σ c·q_x (the int32 sum and 128·a·Σ c are exact in FP32), so
-// the run's term a·Σ c·q_x·dx, at most Σ|w|·(|x| + dx/2), rounds there and in the fused add of
-// dx into the output, which then adds one term a run: k = in/32 + 2 roundings at most.
+// The int8 GEMM of Q8_0 / Q4_0 (and Q8_0_R16, linear_gemm_int8_x32.h): x quantised per 32
+// values as on the GEMV, Σ_blocks (dx/2 + 2^-22·amax)·Σ|w|. Per run the kernel's int32 sum
+// starts at −128·Σ q_x and ends at Σ c·q_x (exact, and exact in FP32), so the run's term
+// a·Σ c·q_x·dx, at most Σ|w|·(|x| + dx/2), rounds in its product with a and in the fused add
+// of dx into the output, which then adds one term a run: k = in/32 + 2 roundings at most.
 inline double i8_gemm32_bound(const std::vector<float>& x, const std::vector<float>& w) {
   return x32_bound(x, w, 2);
 }

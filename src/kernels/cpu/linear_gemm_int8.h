@@ -13,7 +13,8 @@
 // product is
 //   dx · ( Σ_t a_t · Σ c·u  −  K  −  Σ_t m_t · Σ_t q_x ),   K = 128 · Σ_t a_t · Σ_t c
 // K depends on the weights alone and is made with the panel; the integer sums are exact in int32.
-// Q8_0 and Q4_0 take x per 32 values instead, each run with its own dx (kI8X32 below).
+// Q8_0 and Q4_0 (and Q8_0_R16) take x per 32 values instead, on the kernel of
+// linear_gemm_int8_x32.h; this file's decoders and transpose serve it too.
 //
 // Layout:
 //   W: a chunk of rows is decoded once into strips of 16 rows (the lanes of a vector). Per
@@ -22,8 +23,8 @@
 //     A register tile so accumulates 16 outputs of one row of x per vector, no horizontal sums.
 //   x: per row, the codes u in order (4 broadcast to all lanes at a time), dx per 256, and
 //     Σ q_x per run (FP32, exact).
-// A register tile is S strips × C rows of x (kI8TileStrips, kI8TileRows): per strip and row of x
-// an int32 accumulator (a run), an FP32 one (the super-block; not for x per 32) and the output's.
+// A register tile is one strip × C ≤ kI8Tile rows of x: per row of x an int32 accumulator (a
+// run), an FP32 one (the super-block) and the output's.
 // Error against the exact product: x's rounding, at most dx/2 per value, times Σ|w|, plus FP32
 // roundings: −K (in/256 · 2·(runs + 1) roundings at most, on terms 128·|a·c|), then per run one
 // fused add (two with mins), and per super-block one for dx: the tests derive the bound.
@@ -38,50 +39,32 @@ namespace mla::cpu {
 namespace {
 
 constexpr int kI8Strip = 16;  // weight rows per strip: the lanes of a vector
+constexpr int kI8Tile = 8;    // rows of x per register tile
 // W rows per chunk (a multiple of kI8Strip): the chunk's strips (~in + in/4 bytes a row) stay
 // in L2 while every tile of x passes over them.
 constexpr int64_t kI8ChunkBytes = 384 << 10;
 constexpr int64_t kI8MaxChunkRows = 128;
-// How far ahead ggml_i8_pack_r16 requests the Q8_0_R16 rows it reads (see gemm_widen_fp8_run:
-// the hardware prefetcher stops at each 4 KiB page).
-constexpr int64_t kI8PackAheadBytes = 8192;
 
 inline bool ggml_gemm_i8_takes(const LinearWeight& w) {
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
   return vnni && (dtype_is_ggml_block(w.dtype) || dtype_is_ggml_repack(w.dtype));
 }
 
-// Rows are laid out in whole super-blocks of 256: a Q8_0 / Q4_0 row whose length is not a
-// multiple of 256 (V2-Lite's experts: 1408) is padded with zero codes and scales, and x with
-// zero codes, which add nothing.
+// Rows are laid out in whole super-blocks of 256 (what a K-format row is made of).
 constexpr int64_t ggml_i8_padded(int64_t in) {
   return (in + 255) / 256 * 256;
 }
 
 // Runs of 32 values (one scale per 32) or of 16, and whether the format has mins.
 template <DType D>
-constexpr bool kI8Run32 = D == DType::kQ8_0 || D == DType::kQ8_0R16 || D == DType::kQ4_0 ||
-                          D == DType::kQ4_K || D == DType::kQ5_K;
+constexpr bool kI8Run32 = D == DType::kQ4_K || D == DType::kQ5_K;
 template <DType D>
 constexpr bool kI8Mins = D == DType::kQ4_K || D == DType::kQ5_K || D == DType::kQ2_K;
-// The formats of one scale per 32 values and no mins take x quantised per 32 values too, as the
-// GEMV (and llama.cpp's Q8_0 products) do: each run's sum is then scaled by its own dx,
-//   Σ_t dx_t · a_t · (Σ c·u − 128 · Σ c),
-// with k_t = 128 · a_t · Σ c (exact in FP32: an f16 a_t times at most 32 · 127) made with the
-// panel in the run's m_t slot: the fused a_t · Σ c·u − k_t is exact before its one rounding. Per
-// 256 values (dx set by the largest of 256) x's rounding had been the larger part of the logit
-// error of `--weight-dtype q8_0`; per 32 it is a third smaller, for one more FP operation a run
-// (4% of the prefill rate: docs/BENCHMARKS.md "FP8 checkpoints as Q8_0 at load").
-constexpr bool ggml_gemm_i8_x32(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ8_0R16 || t == DType::kQ4_0;
-}
+// Bytes after a run's quads and a_t: m_t (mins).
 template <DType D>
-constexpr bool kI8X32 = ggml_gemm_i8_x32(D);
-// Bytes after a run's quads and a_t: m_t (mins) or k_t (x per 32).
-template <DType D>
-constexpr int64_t kI8RunExtra = kI8Mins<D> || kI8X32<D> ? 64 : 0;
+constexpr int64_t kI8RunExtra = kI8Mins<D> ? 64 : 0;
 
-// Bytes of one strip's super-block: −K (x per 256), then per run its quads, a_t and m_t / k_t.
+// Bytes of one strip's super-block: −K, then per run its quads, a_t and (mins) m_t.
 template <DType D>
 constexpr int64_t kI8SbBytes = 64 + (kI8Run32<D> ? 8 : 16) *
                                         ((kI8Run32<D> ? 8 : 4) * 64 + 64 + kI8RunExtra<D>);
@@ -102,41 +85,10 @@ constexpr int64_t ggml_i8_x_row_bytes(int64_t in) {
 
 struct GgmlI8XRow {
   const uint8_t* u;
-  const float* dx;  // per 256 values, or per 32 (kI8X32 formats: ggml_i8_x32_row)
+  const float* dx;  // per 256 values
   const float* sums16;
   const float* sums32;
 };
-
-// x row layout for the kI8X32 formats (64-byte aligned), p = ggml_i8_padded(in): u [p]
-// (q_x + 128), dx [p / 32].
-constexpr int64_t ggml_i8_x32_row_bytes(int64_t in) {
-  const int64_t p = ggml_i8_padded(in);
-  return p + (p / 32 * 4 + 63) / 64 * 64;
-}
-
-inline GgmlI8XRow ggml_i8_x32_row(const uint8_t* base, int64_t in) {
-  return {base, reinterpret_cast<const float*>(base + ggml_i8_padded(in)), nullptr, nullptr};
-}
-
-// x [n] (n a multiple of 16) quantised per 32 values, dx = amax / 127, q = round(x / dx) to
-// nearest even; past n zero codes and dx 0.
-inline void ggml_i8_quantize_x32_row(const float* x, int64_t n, uint8_t* dst) {
-  const int64_t in = ggml_i8_padded(n);
-  float* dxs = reinterpret_cast<float*>(dst + in);
-  for (int64_t b = 0; b < in / 32; ++b) {
-    const __m512 v0 = 32 * b < n ? _mm512_loadu_ps(x + 32 * b) : _mm512_setzero_ps();
-    const __m512 v1 = 32 * b + 16 < n ? _mm512_loadu_ps(x + 32 * b + 16) : _mm512_setzero_ps();
-    const float dx =
-        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0f;
-    const __m512 inv = _mm512_set1_ps(dx > 0.0f ? 1.0f / dx : 0.0f);
-    dxs[b] = dx;
-    for (int h = 0; h < 2; ++h) {
-      const __m128i q8 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(h ? v1 : v0, inv)));
-      _mm_store_si128(reinterpret_cast<__m128i*>(dst + 32 * b + 16 * h),
-                      _mm_xor_si128(q8, _mm_set1_epi8(char(0x80))));
-    }
-  }
-}
 
 inline GgmlI8XRow ggml_i8_x_row(const uint8_t* base, int64_t in) {
   in = ggml_i8_padded(in);
@@ -272,64 +224,6 @@ inline void ggml_i8_store_neg_k(uint8_t* out) {
   _mm512_store_ps(out, _mm512_mul_ps(k, _mm512_set1_ps(-128.0f)));
 }
 
-// k_t = 128 · a_t · Σ c of every run of one strip's super-block (kI8X32 formats), in the run's
-// m_t slot.
-template <DType D>
-inline void ggml_i8_store_run_k(uint8_t* out) {
-  static_assert(kI8X32<D> && kI8Run32<D>, "runs of 32 values, 8 quads each");
-  constexpr int64_t kRunBytes = 8 * 64 + 64 + kI8RunExtra<D>;
-  for (int t = 0; t < 8; ++t) {
-    uint8_t* o = out + 64 + t * kRunBytes;
-    __m512i csum = _mm512_setzero_si512();
-    for (int q = 0; q < 8; ++q)
-      csum = _mm512_dpbusd_epi32(csum, _mm512_set1_epi8(1), _mm512_load_si512(o + 64 * q));
-    _mm512_store_ps(o + 8 * 64 + 64, _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(o + 8 * 64),
-                                                                 _mm512_cvtepi32_ps(csum)),
-                                                   _mm512_set1_ps(128.0f)));
-  }
-}
-
-// The strips of rows [o0, o0 + rows) of a kQ8_0R16 weight (o0 a multiple of 16): its quads are
-// the strips' already, as unsigned codes (c + 128), and its f16 scales their a_t.
-inline void ggml_i8_pack_r16(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
-  constexpr DType D = DType::kQ8_0R16;
-  constexpr int64_t kRunBytes = 8 * 64 + 64 + kI8RunExtra<D>;
-  const int64_t sbs = ggml_i8_padded(w.in) / 256, blocks = w.in / 32;
-  const int64_t group_bytes = kR16Rows * dtype_bytes(DType::kQ8_0, w.in);
-  for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
-    const int64_t g = (o0 + s0) / kR16Rows;
-    const uint8_t* group = w.data + g * group_bytes;
-    uint8_t* strip = panel + (s0 / kI8Strip) * sbs * kI8SbBytes<D>;
-    const __mmask16 live = __mmask16(rows - s0 >= 16 ? 0xFFFF : (1u << (rows - s0)) - 1);
-    for (int64_t sb = 0; sb < sbs; ++sb) {
-      uint8_t* out = strip + sb * kI8SbBytes<D>;
-      for (int t = 0; t < 8; ++t) {
-        const int64_t b = 8 * sb + t;  // the Q8_0 block
-        uint8_t* run = out + 64 + t * kRunBytes;
-        if (b >= blocks) {  // padding to whole super-blocks: zero codes and scales
-          std::memset(run, 0, size_t(kRunBytes));
-          continue;
-        }
-        const uint8_t* unit = group + (b / 2) * kR16UnitBytes;
-        const uint8_t* quads = unit + 64 + 512 * (b % 2);
-        if (b % 2 == 0)  // the groups are one run of bytes: request it kI8PackAheadBytes ahead
-          for (int64_t l = 0; l < kR16UnitBytes; l += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(unit + kI8PackAheadBytes + l), _MM_HINT_T0);
-        for (int q = 0; q < 8; ++q)
-          _mm512_store_si512(
-              run + 64 * q,
-              _mm512_maskz_mov_epi32(live, _mm512_xor_si512(_mm512_loadu_si512(quads + 64 * q),
-                                                            _mm512_set1_epi8(char(0x80)))));
-        _mm512_store_ps(
-            run + 8 * 64,
-            _mm512_maskz_mov_ps(live, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                          reinterpret_cast<const __m256i*>(unit + 32 * (b % 2))))));
-      }
-      ggml_i8_store_run_k<D>(out);
-    }
-  }
-}
-
 // The strips of rows [o0, o0 + rows) of w into `panel` (rows past the end: zero codes and
 // scales). Strip s at panel + s · (in / 256) · kI8SbBytes<D>.
 template <DType D>
@@ -381,107 +275,63 @@ void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
         if constexpr (kI8Mins<D>)
           _mm512_store_ps(o + kQuads * 64 + 64, _mm512_i32gather_ps(runs_idx, m + run, 4));
       }
-      if constexpr (kI8X32<D>)
-        ggml_i8_store_run_k<D>(out);
-      else
-        ggml_i8_store_neg_k<D>(out);
+      ggml_i8_store_neg_k<D>(out);
     }
   }
 }
 
-// y rows [0, C) (ldy apart) of S adjacent strips' outputs (strip j's at y + 16·j, the last
-// strip `lanes` wide) against C rows of x: the register tile. Each x quad broadcast feeds S
-// strips.
-template <DType D, int C, int S>
-inline void ggml_i8_tile(const uint8_t* strip0, int64_t strip_bytes, int64_t in,
-                         const GgmlI8XRow* xs, float* y, int64_t ldy, int lanes) {
+// y rows [0, C) (ldy apart) of the strip's `lanes` outputs against C rows of x: the register
+// tile.
+template <DType D, int C>
+inline void ggml_i8_tile(const uint8_t* strip, int64_t in, const GgmlI8XRow* xs, float* y,
+                         int64_t ldy, int lanes) {
   constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
   constexpr int64_t kRunBytes = kQuads * 64 + 64 + kI8RunExtra<D>;
-  __m512 f[S][C];
-  for (int j = 0; j < S; ++j)
-    for (int c = 0; c < C; ++c) f[j][c] = _mm512_setzero_ps();
+  __m512 f[C];
+  for (int c = 0; c < C; ++c) f[c] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < in / 256; ++sb) {
-    const uint8_t* blk = strip0 + sb * kI8SbBytes<D>;
-    __m512 g[S][C];  // x per 256: the super-block's sum, scaled by its dx at the end
-    if constexpr (!kI8X32<D>)
-      for (int j = 0; j < S; ++j)
-        for (int c = 0; c < C; ++c) g[j][c] = _mm512_load_ps(blk + j * strip_bytes);  // −K
+    const uint8_t* blk = strip + sb * kI8SbBytes<D>;
+    __m512 g[C];  // x per 256: the super-block's sum, scaled by its dx at the end
+    for (int c = 0; c < C; ++c) g[c] = _mm512_load_ps(blk);  // −K
     for (int t = 0; t < kRuns; ++t) {
       const uint8_t* run = blk + 64 + t * kRunBytes;
       const int64_t at = 256 * sb + kRun * t;
-      __m512i acc[S][C];
-      for (int j = 0; j < S; ++j)
-        for (int c = 0; c < C; ++c) acc[j][c] = _mm512_setzero_si512();
+      __m512i acc[C];
+      for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_si512();
       for (int q = 0; q < kQuads; ++q) {
-        __m512i wv[S];
-        for (int j = 0; j < S; ++j) wv[j] = _mm512_load_si512(run + j * strip_bytes + 64 * q);
+        const __m512i wv = _mm512_load_si512(run + 64 * q);
         for (int c = 0; c < C; ++c) {
           int32_t quad;
           std::memcpy(&quad, xs[c].u + at + 4 * q, 4);
-          const __m512i xq = _mm512_set1_epi32(quad);
-          for (int j = 0; j < S; ++j) acc[j][c] = _mm512_dpbusd_epi32(acc[j][c], xq, wv[j]);
+          acc[c] = _mm512_dpbusd_epi32(acc[c], _mm512_set1_epi32(quad), wv);
         }
       }
-      for (int j = 0; j < S; ++j) {
-        const uint8_t* rj = run + j * strip_bytes;
-        const __m512 a = _mm512_load_ps(rj + kQuads * 64);
-        if constexpr (kI8X32<D>) {  // each run scaled by its own dx, straight into the output
-          const __m512 k = _mm512_load_ps(rj + kQuads * 64 + 64);
-          for (int c = 0; c < C; ++c)
-            f[j][c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_cvtepi32_ps(acc[j][c]), a, k),
-                                      _mm512_set1_ps(xs[c].dx[at / 32]), f[j][c]);
-          continue;
-        }
+      const __m512 a = _mm512_load_ps(run + kQuads * 64);
+      for (int c = 0; c < C; ++c) g[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[c]), a, g[c]);
+      if constexpr (kI8Mins<D>) {
+        const __m512 m = _mm512_load_ps(run + kQuads * 64 + 64);
+        const int64_t ri = at / kRun;
         for (int c = 0; c < C; ++c)
-          g[j][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j][c]), a, g[j][c]);
-        if constexpr (kI8Mins<D>) {
-          const __m512 m = _mm512_load_ps(rj + kQuads * 64 + 64);
-          const int64_t ri = at / kRun;
-          for (int c = 0; c < C; ++c)
-            g[j][c] = _mm512_fnmadd_ps(
-                m, _mm512_set1_ps(kI8Run32<D> ? xs[c].sums32[ri] : xs[c].sums16[ri]), g[j][c]);
-        }
+          g[c] = _mm512_fnmadd_ps(
+              m, _mm512_set1_ps(kI8Run32<D> ? xs[c].sums32[ri] : xs[c].sums16[ri]), g[c]);
       }
     }
-    if constexpr (!kI8X32<D>)
-      for (int j = 0; j < S; ++j)
-        for (int c = 0; c < C; ++c)
-          f[j][c] = _mm512_fmadd_ps(g[j][c], _mm512_set1_ps(xs[c].dx[sb]), f[j][c]);
+    for (int c = 0; c < C; ++c) f[c] = _mm512_fmadd_ps(g[c], _mm512_set1_ps(xs[c].dx[sb]), f[c]);
   }
-  for (int j = 0; j < S; ++j) {
-    const int l = j == S - 1 ? lanes : 16;
-    const __mmask16 mask = __mmask16(l >= 16 ? 0xFFFF : (1u << l) - 1);
-    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy + 16 * j, mask, f[j][c]);
-  }
+  const __mmask16 mask = __mmask16(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1);
+  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, mask, f[c]);
 }
-
-// Strips and rows of x per register tile: S · C int32 accumulators, S · C FP32 outputs (and S · C
-// super-block sums for x per 256) and S weight vectors in 32 registers. For x per 32, 2 × 6
-// measured 7% faster than 1 × 8 (Q8_0_R16 2048 x 2048, 512 rows, one thread: a broadcast x quad
-// feeds two strips, one load per 2 vpdpbusd; it then runs at ~0.71 of the vpdpbusd peak, near
-// the 8 / 11 that a run's 3 FP operations leave); the K formats measured alike at 1 × 8 and 2 × 4
-// (3 × 3 spills, 30% slower).
-template <DType D>
-constexpr int kI8TileStrips = kI8X32<D> ? 2 : 1;
-template <DType D>
-constexpr int kI8TileRows = kI8X32<D> ? 6 : 8;
 
 template <DType D, int C>
 void ggml_i8_tiles(const uint8_t* panel, int64_t strips, int64_t in, const GgmlI8XRow* xs, float* y,
                    int64_t ldy, int64_t rows) {
-  constexpr int S = kI8TileStrips<D>;
-  const int64_t strip_bytes = (in / 256) * kI8SbBytes<D>;
-  int64_t s = 0;
-  for (; s + S <= strips; s += S)
-    ggml_i8_tile<D, C, S>(panel + s * strip_bytes, strip_bytes, in, xs, y + s * kI8Strip, ldy,
-                          int(std::min<int64_t>(kI8Strip, rows - (s + S - 1) * kI8Strip)));
-  for (; s < strips; ++s)
-    ggml_i8_tile<D, C, 1>(panel + s * strip_bytes, strip_bytes, in, xs, y + s * kI8Strip, ldy,
-                          int(std::min<int64_t>(kI8Strip, rows - s * kI8Strip)));
+  for (int64_t s = 0; s < strips; ++s)
+    ggml_i8_tile<D, C>(panel + s * (in / 256) * kI8SbBytes<D>, in, xs, y + s * kI8Strip, ldy,
+                       int(std::min<int64_t>(kI8Strip, rows - s * kI8Strip)));
 }
 
-// Rows [r0, r1) of w against all n quantised rows of x (ggml_i8_x_row_bytes(in) bytes apart,
-// ggml_i8_x32_row_bytes(in) for the kI8X32 formats).
+// Rows [r0, r1) of w (a K format) against all n quantised rows of x (ggml_i8_x_row_bytes(in)
+// bytes apart).
 template <DType D>
 void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
                               int64_t r0, int64_t r1) {
@@ -489,38 +339,26 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
   const int64_t rows = r1 - r0, strips = (rows + kI8Strip - 1) / kI8Strip;
   const int64_t in = ggml_i8_padded(w.in);
   uint8_t* panel = ensure_scratch(scratch, size_t(strips * (in / 256) * kI8SbBytes<D>));
-  if constexpr (D == DType::kQ8_0R16)
-    ggml_i8_pack_r16(w, r0, rows, panel);
-  else
-    ggml_i8_pack_rows<D>(w, r0, rows, panel);
-  const int64_t stride = kI8X32<D> ? ggml_i8_x32_row_bytes(w.in) : ggml_i8_x_row_bytes(w.in);
-  constexpr int kTile = kI8TileRows<D>;
-  for (int64_t i0 = 0; i0 < n; i0 += kTile) {
-    GgmlI8XRow xs[kTile];
-    const int64_t nx = std::min<int64_t>(kTile, n - i0);
-    for (int64_t i = 0; i < nx; ++i)
-      xs[i] = kI8X32<D> ? ggml_i8_x32_row(xq + (i0 + i) * stride, w.in)
-                        : ggml_i8_x_row(xq + (i0 + i) * stride, w.in);
+  ggml_i8_pack_rows<D>(w, r0, rows, panel);
+  const int64_t stride = ggml_i8_x_row_bytes(w.in);
+  for (int64_t i0 = 0; i0 < n; i0 += kI8Tile) {
+    GgmlI8XRow xs[kI8Tile];
+    const int64_t nx = std::min<int64_t>(kI8Tile, n - i0);
+    for (int64_t i = 0; i < nx; ++i) xs[i] = ggml_i8_x_row(xq + (i0 + i) * stride, w.in);
     float* yg = y + i0 * w.out + r0;
     [&]<int... I>(std::integer_sequence<int, I...>) {
       ((nx == I + 1 ? ggml_i8_tiles<D, I + 1>(panel, strips, in, xs, yg, w.out, rows) : void()),
        ...);
     }
-    (std::make_integer_sequence<int, kTile>{});
+    (std::make_integer_sequence<int, kI8Tile>{});
   }
 }
 
 inline void ggml_gemm_i8_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
                                int64_t r0, int64_t r1) {
   switch (w.dtype) {
-    case DType::kQ8_0:
-      return ggml_gemm_i8_chunk_typed<DType::kQ8_0>(w, n, xq, y, r0, r1);
-    case DType::kQ8_0R16:
-      return ggml_gemm_i8_chunk_typed<DType::kQ8_0R16>(w, n, xq, y, r0, r1);
     case DType::kQ4_KR16:  // packed from its rows put back as Q4_K
       return ggml_gemm_i8_chunk_typed<DType::kQ4_K>(w, n, xq, y, r0, r1);
-    case DType::kQ4_0:
-      return ggml_gemm_i8_chunk_typed<DType::kQ4_0>(w, n, xq, y, r0, r1);
     case DType::kQ2_K:
       return ggml_gemm_i8_chunk_typed<DType::kQ2_K>(w, n, xq, y, r0, r1);
     case DType::kQ3_K:

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "kernels/cpu/linear_gemm_int8.h"
+#include "kernels/cpu/linear_gemm_int8_x32.h"
 #include "kernels/cpu/linear_ggml_avx2.h"
 #include "kernels/cpu/linear_ggml_r16.h"
 #include "kernels/cpu/linear_ggml_r16_k.h"
@@ -24,7 +25,7 @@ struct GgmlVnniHooks {
   }
   static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_i8_takes(w); }
   static int ggml_x_layout(DType t, bool gemm) {
-    return gemm                   ? (ggml_gemm_i8_x32(t) ? 5 : 2)
+    return gemm                   ? (ggml_gemm_i8x32(t) ? 5 : 2)
            : t == DType::kQ8_0R16 ? 3
            : t == DType::kQ4_KR16 ? 4
            : ggml_k_format(t)     ? 1
@@ -34,7 +35,7 @@ struct GgmlVnniHooks {
     return ggml_gemm_i8_chunk_rows(w, threads);
   }
   static int64_t ggml_x_bytes(DType t, int64_t in, bool gemm) {
-    return gemm ? (ggml_gemm_i8_x32(t) ? ggml_i8_x32_row_bytes(in) : ggml_i8_x_row_bytes(in))
+    return gemm ? (ggml_gemm_i8x32(t) ? ggml_i8x32_row_bytes(in) : ggml_i8_x_row_bytes(in))
            : t == DType::kQ8_0R16 ? ggml_r16_x_row_bytes(in)
            : t == DType::kQ4_KR16 ? ggml_r16k_x_row_bytes(in)
            : ggml_k_format(t)     ? ggml_k_x_row_bytes(in)
@@ -42,8 +43,8 @@ struct GgmlVnniHooks {
   }
   static void ggml_quantize_x(DType t, const float* x, int64_t in, bool gemm, uint8_t* dst) {
     if (gemm)
-      return ggml_gemm_i8_x32(t) ? ggml_i8_quantize_x32_row(x, in, dst)
-                                 : ggml_i8_quantize_x_row(x, in, dst);
+      return ggml_gemm_i8x32(t) ? ggml_i8x32_quantize_row(x, in, dst)
+                                : ggml_i8_quantize_x_row(x, in, dst);
     if (t == DType::kQ8_0R16) return ggml_r16_quantize_x_row(x, in, dst);
     if (t == DType::kQ4_KR16) return ggml_r16k_quantize_x_row(x, in, dst);
     if (ggml_k_format(t)) return ggml_k_quantize_x_row(x, in, dst);
@@ -51,7 +52,9 @@ struct GgmlVnniHooks {
   }
   static void ggml_chunk(const LinearWeight& w, int64_t n, bool gemm, const uint8_t* xq, float* y,
                          int64_t r0, int64_t r1) {
-    if (gemm) return ggml_gemm_i8_chunk(w, n, xq, y, r0, r1);
+    if (gemm)
+      return ggml_gemm_i8x32(w.dtype) ? ggml_gemm_i8x32_chunk(w, n, xq, y, r0, r1)
+                                      : ggml_gemm_i8_chunk(w, n, xq, y, r0, r1);
     if (w.dtype == DType::kQ8_0R16) return ggml_r16_chunk(w, n, xq, y, r0, r1);
     if (w.dtype == DType::kQ4_KR16) return ggml_r16k_chunk(w, n, xq, y, r0, r1);
     if (ggml_k_format(w.dtype)) return ggml_k_vnni_chunk(w, n, xq, y, r0, r1);
