@@ -34,6 +34,7 @@
 
 #include "core/ggml_repack.h"
 #include "kernels/cpu/linear_ggml_vnni_k.h"
+#include "kernels/cpu/weight_ahead.h"
 
 namespace mla::cpu {
 namespace {
@@ -281,16 +282,17 @@ void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
 }
 
 // y rows [0, C) (ldy apart) of the strip's `lanes` outputs against C rows of x: the register
-// tile.
+// tile. `next` (or null): the next chunk's weight, `per` lines of it requested per super-block.
 template <DType D, int C>
 inline void ggml_i8_tile(const uint8_t* strip, int64_t in, const GgmlI8XRow* xs, float* y,
-                         int64_t ldy, int lanes) {
+                         int64_t ldy, int lanes, WeightAhead* next, int64_t per) {
   constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
   constexpr int64_t kRunBytes = kQuads * 64 + 64 + kI8RunExtra<D>;
   __m512 f[C];
   for (int c = 0; c < C; ++c) f[c] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < in / 256; ++sb) {
     const uint8_t* blk = strip + sb * kI8SbBytes<D>;
+    if (next) next->request(per);
     __m512 g[C];  // x per 256: the super-block's sum, scaled by its dx at the end
     for (int c = 0; c < C; ++c) g[c] = _mm512_load_ps(blk);  // −K
     for (int t = 0; t < kRuns; ++t) {
@@ -324,30 +326,33 @@ inline void ggml_i8_tile(const uint8_t* strip, int64_t in, const GgmlI8XRow* xs,
 
 template <DType D, int C>
 void ggml_i8_tiles(const uint8_t* panel, int64_t strips, int64_t in, const GgmlI8XRow* xs, float* y,
-                   int64_t ldy, int64_t rows) {
+                   int64_t ldy, int64_t rows, WeightAhead* next, int64_t per) {
   for (int64_t s = 0; s < strips; ++s)
     ggml_i8_tile<D, C>(panel + s * (in / 256) * kI8SbBytes<D>, in, xs, y + s * kI8Strip, ldy,
-                       int(std::min<int64_t>(kI8Strip, rows - s * kI8Strip)));
+                       int(std::min<int64_t>(kI8Strip, rows - s * kI8Strip)), next, per);
 }
 
 // Rows [r0, r1) of w (a K format) against all n quantised rows of x (ggml_i8_x_row_bytes(in)
-// bytes apart).
+// bytes apart). The tiles after the first row tile of x request `next`.
 template <DType D>
 void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
-                              int64_t r0, int64_t r1) {
+                              int64_t r0, int64_t r1, WeightAhead next) {
   static thread_local AlignedBuffer<uint8_t> scratch;
   const int64_t rows = r1 - r0, strips = (rows + kI8Strip - 1) / kI8Strip;
   const int64_t in = ggml_i8_padded(w.in);
   uint8_t* panel = ensure_scratch(scratch, size_t(strips * (in / 256) * kI8SbBytes<D>));
   ggml_i8_pack_rows<D>(w, r0, rows, panel);
   const int64_t stride = ggml_i8_x_row_bytes(w.in);
+  const int64_t per = next.per_step(((n + kI8Tile - 1) / kI8Tile - 1) * strips * (in / 256));
   for (int64_t i0 = 0; i0 < n; i0 += kI8Tile) {
     GgmlI8XRow xs[kI8Tile];
     const int64_t nx = std::min<int64_t>(kI8Tile, n - i0);
     for (int64_t i = 0; i < nx; ++i) xs[i] = ggml_i8_x_row(xq + (i0 + i) * stride, w.in);
     float* yg = y + i0 * w.out + r0;
     [&]<int... I>(std::integer_sequence<int, I...>) {
-      ((nx == I + 1 ? ggml_i8_tiles<D, I + 1>(panel, strips, in, xs, yg, w.out, rows) : void()),
+      ((nx == I + 1 ? ggml_i8_tiles<D, I + 1>(panel, strips, in, xs, yg, w.out, rows,
+                                              i0 > 0 ? &next : nullptr, per)
+                    : void()),
        ...);
     }
     (std::make_integer_sequence<int, kI8Tile>{});
@@ -355,20 +360,20 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
 }
 
 inline void ggml_gemm_i8_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
-                               int64_t r0, int64_t r1) {
+                               int64_t r0, int64_t r1, WeightAhead next) {
   switch (w.dtype) {
     case DType::kQ4_KR16:  // packed from its rows put back as Q4_K
-      return ggml_gemm_i8_chunk_typed<DType::kQ4_K>(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8_chunk_typed<DType::kQ4_K>(w, n, xq, y, r0, r1, next);
     case DType::kQ2_K:
-      return ggml_gemm_i8_chunk_typed<DType::kQ2_K>(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8_chunk_typed<DType::kQ2_K>(w, n, xq, y, r0, r1, next);
     case DType::kQ3_K:
-      return ggml_gemm_i8_chunk_typed<DType::kQ3_K>(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8_chunk_typed<DType::kQ3_K>(w, n, xq, y, r0, r1, next);
     case DType::kQ4_K:
-      return ggml_gemm_i8_chunk_typed<DType::kQ4_K>(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8_chunk_typed<DType::kQ4_K>(w, n, xq, y, r0, r1, next);
     case DType::kQ5_K:
-      return ggml_gemm_i8_chunk_typed<DType::kQ5_K>(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8_chunk_typed<DType::kQ5_K>(w, n, xq, y, r0, r1, next);
     default:
-      return ggml_gemm_i8_chunk_typed<DType::kQ6_K>(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8_chunk_typed<DType::kQ6_K>(w, n, xq, y, r0, r1, next);
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "core/ggml_repack.h"
 #include "kernels/cpu/linear_gemm_int8.h"
+#include "kernels/cpu/weight_ahead.h"
 
 namespace mla::cpu {
 namespace {
@@ -52,8 +53,7 @@ struct I8x32Row {
 inline I8x32Row ggml_i8x32_row(const uint8_t* base, int64_t in) {
   const int64_t p = ggml_i8x32_padded(in);
   const float* dx = reinterpret_cast<const float*>(base + p);
-  return {reinterpret_cast<const int8_t*>(base), dx,
-          reinterpret_cast<const int32_t*>(dx + p / 32)};
+  return {reinterpret_cast<const int8_t*>(base), dx, reinterpret_cast<const int32_t*>(dx + p / 32)};
 }
 
 // x [n] (n a multiple of 16) quantised per 32 values: dx = amax / 127, q = round(x / dx) to
@@ -128,10 +128,12 @@ constexpr int64_t kI8x32AheadBytes = 8192;
 // outputs at y + 16·j, the last group's `lanes` wide) against C rows of x: the register tile.
 // Each broadcast x quad feeds S groups (2 × 6 measured 7% faster than one group × 8 rows: the
 // loads of x, not the multiply pipes, had bound it). `ahead`: request the groups' bytes
-// kI8x32AheadBytes on (the first tile over a weight read in place).
+// kI8x32AheadBytes on (the first tile over a weight read in place). `next` (or null): the next
+// chunk's weight, `per` lines of it requested per unit.
 template <int C, int S>
 inline void ggml_i8x32_tile(const uint8_t* g0, int64_t gstride, int64_t units, const I8x32Row* xs,
-                            float* y, int64_t ldy, int lanes, bool ahead) {
+                            float* y, int64_t ldy, int lanes, bool ahead, WeightAhead* next,
+                            int64_t per) {
   __m512 f[S][C];
   for (int j = 0; j < S; ++j)
     for (int c = 0; c < C; ++c) f[j][c] = _mm512_setzero_ps();
@@ -142,6 +144,7 @@ inline void ggml_i8x32_tile(const uint8_t* g0, int64_t gstride, int64_t units, c
         for (int l = 0; l < kR16UnitBytes; l += 64)
           _mm_prefetch(reinterpret_cast<const char*>(unit + j * gstride + kI8x32AheadBytes + l),
                        _MM_HINT_T0);
+    if (next) next->request(per);
     for (int h = 0; h < 2; ++h) {
       const int64_t b = 2 * u + h;  // the run
       __m512i acc[S][C];
@@ -181,22 +184,25 @@ constexpr int kI8x32Groups = 2;  // groups of 16 W rows per register tile
 
 template <int C>
 void ggml_i8x32_tiles(const uint8_t* g0, int64_t gstride, int64_t groups, int64_t units,
-                      const I8x32Row* xs, float* y, int64_t ldy, int64_t rows, bool ahead) {
+                      const I8x32Row* xs, float* y, int64_t ldy, int64_t rows, bool ahead,
+                      WeightAhead* next, int64_t per) {
   constexpr int S = kI8x32Groups;
   int64_t s = 0;
   for (; s + S <= groups; s += S)
     ggml_i8x32_tile<C, S>(g0 + s * gstride, gstride, units, xs, y + s * kR16Rows, ldy,
-                          int(std::min<int64_t>(kR16Rows, rows - (s + S - 1) * kR16Rows)), ahead);
+                          int(std::min<int64_t>(kR16Rows, rows - (s + S - 1) * kR16Rows)), ahead,
+                          next, per);
   for (; s < groups; ++s)
     ggml_i8x32_tile<C, 1>(g0 + s * gstride, gstride, units, xs, y + s * kR16Rows, ldy,
-                          int(std::min<int64_t>(kR16Rows, rows - s * kR16Rows)), ahead);
+                          int(std::min<int64_t>(kR16Rows, rows - s * kR16Rows)), ahead, next, per);
 }
 
 // Rows [r0, r1) of w (Q8_0, Q4_0, or Q8_0_R16 with r0 a multiple of 16) against all n quantised
-// rows of x (ggml_i8x32_row_bytes(in) bytes apart).
+// rows of x (ggml_i8x32_row_bytes(in) bytes apart). The tiles after the first row tile of x
+// request `next`.
 template <DType D>
 void ggml_gemm_i8x32_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
-                                 int64_t r0, int64_t r1) {
+                                 int64_t r0, int64_t r1, WeightAhead next) {
   static thread_local AlignedBuffer<uint8_t> scratch;
   const int64_t rows = r1 - r0, groups = (rows + kR16Rows - 1) / kR16Rows;
   const int64_t units = ggml_i8x32_padded(w.in) / 64;
@@ -213,6 +219,9 @@ void ggml_gemm_i8x32_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t
     g0 = panel;
   }
   const int64_t stride = ggml_i8x32_row_bytes(w.in);
+  const int64_t tiles = (n + kI8x32Rows - 1) / kI8x32Rows;
+  const int64_t per =
+      next.per_step((tiles - 1) * ((groups + kI8x32Groups - 1) / kI8x32Groups) * units);
   for (int64_t i0 = 0; i0 < n; i0 += kI8x32Rows) {
     I8x32Row xs[kI8x32Rows];
     const int64_t nx = std::min<int64_t>(kI8x32Rows, n - i0);
@@ -220,9 +229,9 @@ void ggml_gemm_i8x32_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t
     float* yg = y + i0 * w.out + r0;
     const bool ahead = in_place && i0 == 0;
     [&]<int... I>(std::integer_sequence<int, I...>) {
-      ((nx == I + 1
-            ? ggml_i8x32_tiles<I + 1>(g0, gstride, groups, units, xs, yg, w.out, rows, ahead)
-            : void()),
+      ((nx == I + 1 ? ggml_i8x32_tiles<I + 1>(g0, gstride, groups, units, xs, yg, w.out, rows,
+                                              ahead, i0 > 0 ? &next : nullptr, per)
+                    : void()),
        ...);
     }
     (std::make_integer_sequence<int, kI8x32Rows>{});
@@ -230,14 +239,14 @@ void ggml_gemm_i8x32_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t
 }
 
 inline void ggml_gemm_i8x32_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
-                                  int64_t r0, int64_t r1) {
+                                  int64_t r0, int64_t r1, WeightAhead next) {
   switch (w.dtype) {
     case DType::kQ8_0R16:
-      return ggml_gemm_i8x32_chunk_typed<DType::kQ8_0R16>(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8x32_chunk_typed<DType::kQ8_0R16>(w, n, xq, y, r0, r1, next);
     case DType::kQ4_0:
-      return ggml_gemm_i8x32_chunk_typed<DType::kQ4_0>(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8x32_chunk_typed<DType::kQ4_0>(w, n, xq, y, r0, r1, next);
     default:
-      return ggml_gemm_i8x32_chunk_typed<DType::kQ8_0>(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8x32_chunk_typed<DType::kQ8_0>(w, n, xq, y, r0, r1, next);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "core/ggml_blocks.h"
 #include "kernels/cpu/linear_ggml_avx2.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/weight_ahead.h"
 
 namespace mla::cpu {
 namespace {
@@ -232,7 +233,7 @@ struct GgmlAvx2Hooks {
     ggml_avx2_quantize_x_row(x, in, dst);
   }
   static void ggml_chunk(const LinearWeight& w, int64_t n, bool, const uint8_t* xq, float* y,
-                         int64_t r0, int64_t r1) {
+                         int64_t r0, int64_t r1, WeightAhead) {
     if (ggml_avx2_k_takes(w.dtype)) return ggml_avx2_k_chunk(w, n, xq, y, r0, r1);
     ggml_avx2_chunk(w, n, xq, y, r0, r1);
   }

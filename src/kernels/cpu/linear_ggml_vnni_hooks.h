@@ -50,11 +50,12 @@ struct GgmlVnniHooks {
     if (ggml_k_format(t)) return ggml_k_quantize_x_row(x, in, dst);
     ggml_avx2_quantize_x_row(x, in, dst);
   }
+  // `next`: the weight bytes this thread reads next, requested by the int8 GEMM.
   static void ggml_chunk(const LinearWeight& w, int64_t n, bool gemm, const uint8_t* xq, float* y,
-                         int64_t r0, int64_t r1) {
+                         int64_t r0, int64_t r1, WeightAhead next) {
     if (gemm)
-      return ggml_gemm_i8x32(w.dtype) ? ggml_gemm_i8x32_chunk(w, n, xq, y, r0, r1)
-                                      : ggml_gemm_i8_chunk(w, n, xq, y, r0, r1);
+      return ggml_gemm_i8x32(w.dtype) ? ggml_gemm_i8x32_chunk(w, n, xq, y, r0, r1, next)
+                                      : ggml_gemm_i8_chunk(w, n, xq, y, r0, r1, next);
     if (w.dtype == DType::kQ8_0R16) return ggml_r16_chunk(w, n, xq, y, r0, r1);
     if (w.dtype == DType::kQ4_KR16) return ggml_r16k_chunk(w, n, xq, y, r0, r1);
     if (ggml_k_format(w.dtype)) return ggml_k_vnni_chunk(w, n, xq, y, r0, r1);
