@@ -41,10 +41,16 @@ namespace {
 
 constexpr int kI8Strip = 16;  // weight rows per strip: the lanes of a vector
 constexpr int kI8Tile = 8;    // rows of x per register tile
-// W rows per chunk (a multiple of kI8Strip): the chunk's strips (~in + in/4 bytes a row) stay
-// in L2 while every tile of x passes over them.
+// W rows per chunk (a multiple of kI8Strip): the chunk's strips (~in + in/4 bytes a row; in ·
+// 34/32 for the x-per-32 formats, linear_gemm_int8_x32.h) stay in L2 while every tile of x passes
+// over them.
 constexpr int64_t kI8ChunkBytes = 384 << 10;
 constexpr int64_t kI8MaxChunkRows = 128;
+
+// The formats with one scale per 32 values and no mins, on the kernel of linear_gemm_int8_x32.h.
+constexpr bool ggml_gemm_i8x32(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ8_0R16 || t == DType::kQ4_0;
+}
 
 inline bool ggml_gemm_i8_takes(const LinearWeight& w) {
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
@@ -73,7 +79,8 @@ constexpr int64_t kI8SbBytes = 64 + (kI8Run32<D> ? 8 : 16) *
 inline int64_t ggml_gemm_i8_chunk_rows(const LinearWeight& w, int threads) {
   const int64_t s = kI8Strip;
   const int64_t by_threads = ((w.out + 4 * threads - 1) / (4 * threads) + s - 1) / s * s;
-  const int64_t by_cache = std::max<int64_t>(s, kI8ChunkBytes / (w.in + w.in / 4) / s * s);
+  const int64_t row_bytes = ggml_gemm_i8x32(w.dtype) ? w.in / 32 * 34 : w.in + w.in / 4;
+  const int64_t by_cache = std::max<int64_t>(s, kI8ChunkBytes / row_bytes / s * s);
   return std::max<int64_t>(s, std::min({by_threads, by_cache, kI8MaxChunkRows}));
 }
 

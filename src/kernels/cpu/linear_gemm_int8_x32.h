@@ -27,11 +27,6 @@
 namespace mla::cpu {
 namespace {
 
-// The formats this kernel takes (the others: linear_gemm_int8.h).
-constexpr bool ggml_gemm_i8x32(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ8_0R16 || t == DType::kQ4_0;
-}
-
 // Values of a row as the kernel reads it: whole units of 64 (zero codes and scales past `in`).
 constexpr int64_t ggml_i8x32_padded(int64_t in) {
   return (in + 63) / 64 * 64;
