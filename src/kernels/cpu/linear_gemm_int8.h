@@ -33,6 +33,7 @@
 #pragma once
 
 #include "core/ggml_repack.h"
+#include "kernels/cpu/linear_ggml_r16_k.h"  // ggml_r16k_scales
 #include "kernels/cpu/linear_ggml_vnni_k.h"
 #include "kernels/cpu/weight_ahead.h"
 
@@ -232,17 +233,53 @@ inline void ggml_i8_store_neg_k(uint8_t* out) {
   _mm512_store_ps(out, _mm512_mul_ps(k, _mm512_set1_ps(-128.0f)));
 }
 
+// The strips of rows [o0, o0 + rows) (o0 and rows multiples of 16) of a kQ4_KR16 weight, as
+// ggml_i8_pack_rows<kQ4_K> lays out the Q4_K rows it was made from: its groups are the strips,
+// and each code vector already holds a quad of 16 rows for two runs (low nibbles: run 2ch, high:
+// run 2ch + 1), so only the nibbles are split and the scales unpacked (putting the rows back
+// together and transposing them had been ~15% of a Q4_K_M prefill).
+inline void ggml_i8_pack_q4k_r16(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
+  constexpr DType D = DType::kQ4_K;
+  constexpr int64_t kRunBytes = 8 * 64 + 64 + kI8RunExtra<D>;
+  const int64_t sbs = w.in / 256, group_bytes = kR16Rows * dtype_bytes(D, w.in);
+  const __m512i m4 = _mm512_set1_epi8(0x0f), lo8 = _mm512_set1_epi32(0xff);
+  for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
+    const uint8_t* group = w.data + (o0 + s0) / kR16Rows * group_bytes;
+    uint8_t* strip = panel + (s0 / kI8Strip) * sbs * kI8SbBytes<D>;
+    for (int64_t sb = 0; sb < sbs; ++sb) {
+      const uint8_t* unit = group + sb * kQ4KR16UnitBytes;
+      uint8_t* out = strip + sb * kI8SbBytes<D>;
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit)));
+      const __m512 dmin =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + 32)));
+      const auto [sc03, m03, sc47, m47] = ggml_r16k_scales(unit);
+      for (int t = 0; t < 8; ++t) {
+        uint8_t* run = out + 64 + t * kRunBytes;
+        const int ch = t / 2, shift = 8 * (t % 4);
+        for (int k = 0; k < 8; ++k) {
+          const __m512i v = _mm512_loadu_si512(unit + 256 + 64 * (8 * ch + k));
+          _mm512_store_si512(run + 64 * k,
+                             _mm512_and_si512(t % 2 ? _mm512_srli_epi16(v, 4) : v, m4));
+        }
+        // a_t = d · s_t and m_t = dmin · m_t: exact in FP32 (an f16 times 6 bits).
+        const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(t < 4 ? sc03 : sc47, shift), lo8);
+        const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(t < 4 ? m03 : m47, shift), lo8);
+        _mm512_store_ps(run + 8 * 64, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+        _mm512_store_ps(run + 8 * 64 + 64, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)));
+      }
+      ggml_i8_store_neg_k<D>(out);
+    }
+  }
+}
+
 // The strips of rows [o0, o0 + rows) of w into `panel` (rows past the end: zero codes and
 // scales). Strip s at panel + s · (in / 256) · kI8SbBytes<D>.
 template <DType D>
 void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
   constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
-  static thread_local AlignedBuffer<uint8_t> scratch, gathered;
+  static thread_local AlignedBuffer<uint8_t> scratch;
   const int64_t in = ggml_i8_padded(w.in), runs = in / kRun, sbs = in / 256;
   const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
-  // A kQ4_KR16 row is put back together as its Q4_K row first (D is then kQ4_K).
-  uint8_t* row_copy =
-      w.dtype == DType::kQ4_KR16 ? ensure_scratch(gathered, size_t(row_bytes)) : nullptr;
   // One strip decoded row by row: codes [16][in], a [16][runs], m [16][runs].
   uint8_t* buf = ensure_scratch(scratch, size_t(16 * in + 2 * 16 * runs * 4));
   int8_t* codes = reinterpret_cast<int8_t*>(buf);
@@ -253,14 +290,9 @@ void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
   for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
     const int64_t n = std::min<int64_t>(kI8Strip, rows - s0);
     std::memset(buf, 0, size_t(16 * in + 2 * 16 * runs * 4));
-    for (int64_t r = 0; r < n; ++r) {
-      const uint8_t* src = w.data + (o0 + s0 + r) * row_bytes;
-      if (row_copy) {
-        gather_q4_k_r16_row(w.data, w.in, o0 + s0 + r, row_copy);
-        src = row_copy;
-      }
-      ggml_i8_decode_row<D>(src, w.in, codes + r * in, a + r * runs, m + r * runs);
-    }
+    for (int64_t r = 0; r < n; ++r)
+      ggml_i8_decode_row<D>(w.data + (o0 + s0 + r) * row_bytes, w.in, codes + r * in, a + r * runs,
+                            m + r * runs);
     uint8_t* strip = panel + (s0 / kI8Strip) * sbs * kI8SbBytes<D>;
     constexpr int64_t kRunBytes = kQuads * 64 + 64 + kI8RunExtra<D>;
     for (int64_t sb = 0; sb < sbs; ++sb) {
@@ -348,7 +380,10 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
   const int64_t rows = r1 - r0, strips = (rows + kI8Strip - 1) / kI8Strip;
   const int64_t in = ggml_i8_padded(w.in);
   uint8_t* panel = ensure_scratch(scratch, size_t(strips * (in / 256) * kI8SbBytes<D>));
-  ggml_i8_pack_rows<D>(w, r0, rows, panel);
+  if (w.dtype == DType::kQ4_KR16)
+    ggml_i8_pack_q4k_r16(w, r0, rows, panel);
+  else
+    ggml_i8_pack_rows<D>(w, r0, rows, panel);
   const int64_t stride = ggml_i8_x_row_bytes(w.in);
   const int64_t per = next.per_step(((n + kI8Tile - 1) / kI8Tile - 1) * strips * (in / 256));
   for (int64_t i0 = 0; i0 < n; i0 += kI8Tile) {
@@ -369,7 +404,7 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
 inline void ggml_gemm_i8_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
                                int64_t r0, int64_t r1, WeightAhead next) {
   switch (w.dtype) {
-    case DType::kQ4_KR16:  // packed from its rows put back as Q4_K
+    case DType::kQ4_KR16:  // packed into the Q4_K strips (ggml_i8_pack_q4k_r16)
       return ggml_gemm_i8_chunk_typed<DType::kQ4_K>(w, n, xq, y, r0, r1, next);
     case DType::kQ2_K:
       return ggml_gemm_i8_chunk_typed<DType::kQ2_K>(w, n, xq, y, r0, r1, next);

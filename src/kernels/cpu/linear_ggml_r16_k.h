@@ -62,6 +62,27 @@ inline void ggml_r16k_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
   }
 }
 
+// The 6-bit scales and mins of a Q4_K_R16 super-block unit's 16 rows, unpacked as Q4_K packs
+// them: s_j / m_j for j < 4 are the low 6 bits of byte j of b0 / b1 (the unit's scale bytes 0-3 /
+// 4-7 of each row); for j ≥ 4 the nibbles of byte j − 4 of b2 (bytes 8-11) with the top 2 bits
+// of byte j − 4 of b0 / b1 above them. Byte j % 4 of each lane of sc03 / sc47 (m03 / m47) is
+// s_j (m_j).
+struct R16KScales {
+  __m512i sc03, m03, sc47, m47;
+};
+
+inline R16KScales ggml_r16k_scales(const uint8_t* unit) {
+  const __m512i b0 = _mm512_loadu_si512(unit + 64), b1 = _mm512_loadu_si512(unit + 128),
+                b2 = _mm512_loadu_si512(unit + 192);
+  const __m512i lo6 = _mm512_set1_epi32(0x3f3f3f3f), lo4 = _mm512_set1_epi32(0x0f0f0f0f),
+                lo2 = _mm512_set1_epi32(0x03030303);
+  return {_mm512_and_si512(b0, lo6), _mm512_and_si512(b1, lo6),
+          _mm512_or_si512(_mm512_and_si512(b2, lo4),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), lo2), 4)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), lo4),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b1, 6), lo2), 4))};
+}
+
 // The 16 outputs of one group of rows for C ≤ 4 rows of x: y[c · ldy + lane] for the lanes in
 // `keep`.
 template <int C>
@@ -82,20 +103,7 @@ inline void ggml_r16k_group(const uint8_t* group, int64_t in, const GgmlR16KXRow
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit)));
     const __m512 dmin =
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + 32)));
-    // Scale bytes b0 (bytes 0-3), b1 (4-7), b2 (8-11) of each row, unpacked as Q4_K packs them:
-    // s_j / m_j for j < 4 are the low 6 bits of byte j of b0 / b1; for j ≥ 4 the nibbles of
-    // byte j − 4 of b2 with the top 2 bits of byte j − 4 of b0 / b1 above them.
-    const __m512i b0 = _mm512_loadu_si512(unit + 64), b1 = _mm512_loadu_si512(unit + 128),
-                  b2 = _mm512_loadu_si512(unit + 192);
-    const __m512i lo6 = _mm512_set1_epi32(0x3f3f3f3f), lo4 = _mm512_set1_epi32(0x0f0f0f0f),
-                  lo2 = _mm512_set1_epi32(0x03030303);
-    const __m512i sc03 = _mm512_and_si512(b0, lo6), m03 = _mm512_and_si512(b1, lo6);
-    const __m512i sc47 =
-        _mm512_or_si512(_mm512_and_si512(b2, lo4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), lo2), 4));
-    const __m512i m47 =
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), lo4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b1, 6), lo2), 4));
+    const auto [sc03, m03, sc47, m47] = ggml_r16k_scales(unit);
     __m512i sc[8];
     for (int j = 0; j < 8; ++j)
       sc[j] = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? sc03 : sc47, 8 * (j % 4)),
