@@ -17,6 +17,7 @@
 // products are accumulated in FP32 lanes and summed across lanes at the end of a row.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 
 #include "core/ggml_quant.h"
@@ -658,12 +659,15 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     for (int64_t i = 0; i < job.n; ++i)
       silu_mul(job.y + i * out + it.r0, job.up_y + i * out + it.r0, it.r1 - it.r0);
   };
-  if (decode) {
+  // Each thread of a pass with a job on the int8 GEMM claims its next item before it runs the
+  // current one, so that the current one's GEMM can request the next one's weight rows while it
+  // computes (other passes keep the plain claim: a held item can only lengthen the pass's tail).
+  const bool int8_gemm =
+      !decode && std::find(xq_gemm.begin(), xq_gemm.end(), uint8_t(1)) != xq_gemm.end();
+  if (!int8_gemm) {
     pool.parallel_for(int64_t(items.size()),
                       [&](int64_t c, int) { run_item(items[size_t(c)], WeightAhead{}); });
   } else {
-    // Each thread claims its next item before it runs the current one, so that the current
-    // one's GEMM can request the next one's weight rows while it computes.
     std::atomic<int64_t> claimed{0};
     const int64_t count = int64_t(items.size());
     pool.parallel_for(threads, [&](int64_t, int) {
