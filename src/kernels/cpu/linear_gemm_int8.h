@@ -217,6 +217,38 @@ inline void transpose_16x16_epi32(__m512i v[16]) {
   }
 }
 
+// Up to 16 rows [o, o + n) of w decoded (ggml_i8_decode_row) into the thread's scratch, zero
+// past row n and past w.in: codes [16][in], a [16][runs] and m [16][runs], `runs` values of a
+// and m a row.
+struct I8DecodedRows {
+  int8_t* codes;
+  float* a;
+  float* m;
+};
+
+template <DType D>
+inline I8DecodedRows ggml_i8_decode_rows(const LinearWeight& w, int64_t o, int64_t n, int64_t in,
+                                         int64_t runs) {
+  static thread_local AlignedBuffer<uint8_t> scratch;
+  const size_t bytes = size_t(16 * in + 2 * 16 * runs * 4);
+  uint8_t* buf = ensure_scratch(scratch, bytes);
+  std::memset(buf, 0, bytes);
+  float* a = reinterpret_cast<float*>(buf + 16 * in);
+  const I8DecodedRows d{reinterpret_cast<int8_t*>(buf), a, a + 16 * runs};
+  const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
+  for (int64_t r = 0; r < n; ++r)
+    ggml_i8_decode_row<D>(w.data + (o + r) * row_bytes, w.in, d.codes + r * in, d.a + r * runs,
+                          d.m + r * runs);
+  return d;
+}
+
+// Lane r: r · runs, the index of row r's value in an [16][runs] array (a gather of one run's a
+// or m of 16 rows).
+inline __m512i ggml_i8_runs_index(int64_t runs) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  return _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(runs)));
+}
+
 // −K of one strip's super-block from its runs' codes and a_t (written at out + 64 ...).
 template <DType D>
 inline void ggml_i8_store_neg_k(uint8_t* out) {
@@ -277,22 +309,11 @@ inline void ggml_i8_pack_q4k_r16(const LinearWeight& w, int64_t o0, int64_t rows
 template <DType D>
 void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
   constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
-  static thread_local AlignedBuffer<uint8_t> scratch;
   const int64_t in = ggml_i8_padded(w.in), runs = in / kRun, sbs = in / 256;
-  const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
-  // One strip decoded row by row: codes [16][in], a [16][runs], m [16][runs].
-  uint8_t* buf = ensure_scratch(scratch, size_t(16 * in + 2 * 16 * runs * 4));
-  int8_t* codes = reinterpret_cast<int8_t*>(buf);
-  float* a = reinterpret_cast<float*>(buf + 16 * in);
-  float* m = a + 16 * runs;
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i runs_idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(runs)));
+  const __m512i runs_idx = ggml_i8_runs_index(runs);
   for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
-    const int64_t n = std::min<int64_t>(kI8Strip, rows - s0);
-    std::memset(buf, 0, size_t(16 * in + 2 * 16 * runs * 4));
-    for (int64_t r = 0; r < n; ++r)
-      ggml_i8_decode_row<D>(w.data + (o0 + s0 + r) * row_bytes, w.in, codes + r * in, a + r * runs,
-                            m + r * runs);
+    const auto [codes, a, m] =
+        ggml_i8_decode_rows<D>(w, o0 + s0, std::min<int64_t>(kI8Strip, rows - s0), in, runs);
     uint8_t* strip = panel + (s0 / kI8Strip) * sbs * kI8SbBytes<D>;
     constexpr int64_t kRunBytes = kQuads * 64 + 64 + kI8RunExtra<D>;
     for (int64_t sb = 0; sb < sbs; ++sb) {

@@ -80,22 +80,12 @@ inline void ggml_i8x32_quantize_row(const float* x, int64_t n, uint8_t* dst) {
 // scales).
 template <DType D>
 void ggml_i8x32_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
-  static thread_local AlignedBuffer<uint8_t> scratch;
   const int64_t in = ggml_i8x32_padded(w.in), runs = in / 32, units = in / 64;
-  const int64_t row_bytes = dtype_bytes(w.dtype, w.in);
-  // One group decoded row by row: codes [16][in], a [16][runs] (and the decoder's m, unused).
-  uint8_t* buf = ensure_scratch(scratch, size_t(16 * in + 2 * 16 * runs * 4));
-  int8_t* codes = reinterpret_cast<int8_t*>(buf);
-  float* a = reinterpret_cast<float*>(buf + 16 * in);
-  float* m = a + 16 * runs;
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i runs_idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(runs)));
+  const __m512i runs_idx = ggml_i8_runs_index(runs);
   for (int64_t s0 = 0; s0 < rows; s0 += kR16Rows) {
-    const int64_t n = std::min<int64_t>(kR16Rows, rows - s0);
-    std::memset(buf, 0, size_t(16 * in + 2 * 16 * runs * 4));
-    for (int64_t r = 0; r < n; ++r)
-      ggml_i8_decode_row<D>(w.data + (o0 + s0 + r) * row_bytes, w.in, codes + r * in, a + r * runs,
-                            m + r * runs);
+    // One group decoded row by row (the decoder's m stays 0 for these formats).
+    const auto [codes, a, m] =
+        ggml_i8_decode_rows<D>(w, o0 + s0, std::min<int64_t>(kR16Rows, rows - s0), in, runs);
     uint8_t* group = panel + (s0 / kR16Rows) * units * kR16UnitBytes;
     for (int64_t u = 0; u < units; ++u) {
       uint8_t* unit = group + u * kR16UnitBytes;
