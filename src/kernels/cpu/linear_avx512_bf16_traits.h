@@ -31,8 +31,8 @@ struct LinAvx512Bf16Base : LinAvx512Vbmi, GgmlVnniHooks {
   }
   template <DType D>
   static void gemm_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, float* y,
-                         int64_t r0, int64_t r1) {
-    gemm_bf16_chunk<L, D>(w, n, panels, y, r0, r1);
+                         int64_t r0, int64_t r1, WeightAhead next) {
+    gemm_bf16_chunk<L, D>(w, n, panels, y, r0, r1, next);
   }
   // kBF16R16 and kF8E4M3R16 weights (the layouts this variant asks the loader for) on its FP32
   // paths.

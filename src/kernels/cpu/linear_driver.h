@@ -607,8 +607,9 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     items.insert(items.end(), pieces.begin(), pieces.end());
   }
   // Rows [r0, r1) of one weight of job j (its w, or its up with the same x layout) into y; the
-  // int8 GEMM requests `next` (the weight bytes this thread reads next) while it runs (the BF16
-  // GEMM measured 2% slower with it: its column blocks already overlap their reads).
+  // int8 GEMM, and the BF16 GEMM where it widens FP8, request `next` (the weight bytes this
+  // thread reads next) while they run (BF16 weights measured 2% slower with it: read in place,
+  // their column blocks already overlap their reads).
   auto run_rows = [&](size_t j, const LinearWeight& w, float* y, int64_t r0, int64_t r1,
                       WeightAhead next) {
     const LinearJob& job = jobs[j];
@@ -616,8 +617,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       if (!panel_of.empty() && panel_of[j] >= 0) {
         const uint32_t* xp = store + panel_at[size_t(panel_of[j])];
         if (w.dtype == DType::kF8E4M3 || w.dtype == DType::kF8E4M3R16)
-          return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, y, r0, r1);
-        return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, y, r0, r1);
+          return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, y, r0, r1, next);
+        return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, y, r0, r1, next);
       }
     if constexpr (requires { L::kGgmlInt; })
       if (!xq_at.empty() && xq_at[j] >= 0)
@@ -659,12 +660,15 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     for (int64_t i = 0; i < job.n; ++i)
       silu_mul(job.y + i * out + it.r0, job.up_y + i * out + it.r0, it.r1 - it.r0);
   };
-  // Each thread of a pass with a job on the int8 GEMM claims its next item before it runs the
-  // current one, so that the current one's GEMM can request the next one's weight rows while it
-  // computes (other passes keep the plain claim: a held item can only lengthen the pass's tail).
-  const bool int8_gemm =
-      !decode && std::find(xq_gemm.begin(), xq_gemm.end(), uint8_t(1)) != xq_gemm.end();
-  if (!int8_gemm) {
+  // Each thread of a pass with a job that requests (one on the int8 GEMM, or FP8 weights on the
+  // BF16 GEMM) claims its next item before it runs the current one, so that the current one's
+  // GEMM can request the next one's weight rows while it computes (other passes keep the plain
+  // claim: a held item can only lengthen the pass's tail).
+  bool requests = std::find(xq_gemm.begin(), xq_gemm.end(), uint8_t(1)) != xq_gemm.end();
+  for (size_t j = 0; j < jobs.size() && !panel_of.empty(); ++j)
+    requests = requests || (panel_of[j] >= 0 && (jobs[j].w->dtype == DType::kF8E4M3 ||
+                                                 jobs[j].w->dtype == DType::kF8E4M3R16));
+  if (decode || !requests) {
     pool.parallel_for(int64_t(items.size()),
                       [&](int64_t c, int) { run_item(items[size_t(c)], WeightAhead{}); });
   } else {

@@ -28,6 +28,7 @@
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/linear_gemm_amx.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/weight_ahead.h"
 
 namespace mla::cpu {
 namespace {
@@ -267,15 +268,18 @@ inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, in
 template <int G, int H>
 void gemm_bf16_tiles(const uint32_t* x, int64_t ldx, int64_t rows, const uint32_t* w, int64_t ldw,
                      int64_t np, const float* scale, bool first, float* tot, int64_t ldt,
-                     const uint32_t* ahead, float* out, int64_t ldo) {
+                     const uint32_t* ahead, float* out, int64_t ldo, WeightAhead* next,
+                     int64_t per) {
   int64_t g = 0;
-  for (; g + G <= rows; g += G)
+  for (; g + G <= rows; g += G) {
+    next->request(per);
     gemm_bf16_tile<G, H>(x + g * ldx, ldx, w, ldw, np, scale, first, tot + g * ldt, ldt, ahead,
                          out + g * ldo, ldo);
+  }
   if constexpr (G > 1)
     if (g < rows)
       gemm_bf16_tiles<G / 2, H>(x + g * ldx, ldx, rows - g, w, ldw, np, scale, first, tot + g * ldt,
-                                ldt, ahead, out + g * ldo, ldo);
+                                ldt, ahead, out + g * ldo, ldo, next, per);
 }
 
 // Pairs per column block of BF16 weights: a block of x rows and of the W vectors stay in L1
@@ -290,9 +294,12 @@ constexpr int kGemmXBlock = 48;  // x rows whose sums sit in `tot` across the co
 // weights, and F32 ones rounded). The chunk's rows are first laid out as pair-interleaved
 // vectors of 16 rows (gemm_pack_w16; FP8 widened and F32 rounded to BF16 rows before); per block
 // of kGemmXBlock x rows the sums sit in `tot` (L1) across the column blocks, the last block's to y.
+// `next`: the weight bytes this thread reads next, requested a few lines per register tile where
+// the chunk was widened from FP8, so that the next chunk's widening reads them from L2 (prefill
+// 512 of the 4-layer FP8 model 2-3% faster; BF16 weights, read in place, measured 2% slower).
 template <class L, DType D>
 void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, float* y, int64_t r0,
-                     int64_t r1) {
+                     int64_t r1, WeightAhead next) {
   static thread_local AlignedBuffer<uint16_t> rows_scratch;
   static thread_local AlignedBuffer<uint32_t> packed_scratch;
   static thread_local AlignedBuffer<float> scale_scratch;
@@ -350,6 +357,12 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
       i_start = n;
     }
   }
+  // Lines of `next` per register tile: the chunk runs ceil(x rows / kGemmXRows) tiles per
+  // (vectors, column block) step (an estimate: the last tiles of a block may be smaller).
+  const int64_t per = D == DType::kF8E4M3
+                          ? next.per_step((n - i_start + kGemmXRows - 1) / kGemmXRows *
+                                          ((vecs + kGemmWVecs - 1) / kGemmWVecs) * blocks)
+                          : 0;
   for (int64_t i0 = i_start; i0 < n; i0 += kGemmXBlock) {
     const int64_t x_rows = std::min<int64_t>(kGemmXBlock, n - i0);
     const uint32_t* xb = panels + i0 * kp;
@@ -376,13 +389,13 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
         const int64_t ldo = last ? w.out : ldt;
         if (h == 3)
           gemm_bf16_tiles<kGemmXRows, 3>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
-                                         ahead, o, ldo);
+                                         ahead, o, ldo, &next, per);
         else if (h == 2)
           gemm_bf16_tiles<kGemmXRows, 2>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
-                                         ahead, o, ldo);
+                                         ahead, o, ldo, &next, per);
         else
           gemm_bf16_tiles<kGemmXRows, 1>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
-                                         ahead, o, ldo);
+                                         ahead, o, ldo, &next, per);
         if (b + 1 == blocks && !last)  // a ragged last vector: its live rows from tot
           for (int64_t i = 0; i < x_rows; ++i)
             std::memcpy(y + (i0 + i) * w.out + r0 + v * 16, tot + i * ldt + v * 16,

@@ -1,9 +1,9 @@
-// The weight bytes an int8 GEMM chunk's thread reads next (the rows of its next item in
+// The weight bytes a GEMM chunk's thread reads next (the rows of its next item in
 // linear_many's pass), requested into L2 a few lines at a time while the current chunk computes on
-// weights already in cache. An expert's chunk of a prefill pass is read from DRAM once and then
-// reused by every register tile of x: without the request the first tiles wait on DRAM
-// (docs/BENCHMARKS.md "The int8 GEMM at its format's limit, and the next chunk's weights
-// requested").
+// weights already in cache: by the int8 GEMM, and by the BF16 GEMM where it widens FP8. An
+// expert's chunk of a prefill pass is read from DRAM once and then reused by every register tile
+// of x: without the request the first tiles (or the widening) wait on DRAM (docs/BENCHMARKS.md
+// "The int8 GEMM at its format's limit, and the next chunk's weights requested").
 #pragma once
 
 #include <xmmintrin.h>
