@@ -525,12 +525,28 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     }
     if (!rows.empty()) {
       xq = ensure_scratch(xq_store, size_t(end));
-      pool.parallel_for(int64_t(rows.size()), [&](int64_t c, int) {
-        const auto [j, r] = rows[size_t(c)];
+      // Blocks of rows, each row's lines requested while the one before it is quantised: a
+      // routed expert's rows are scattered tokens, and each row's first loads had waited on L3.
+      const auto row_of = [&](size_t c) {
+        const auto [j, r] = rows[c];
         const LinearJob& job = jobs[j];
-        L::ggml_quantize_x(
-            job.w->dtype, job.x + (job.x_rows ? job.x_rows[r] : r) * job.w->in, job.w->in,
-            xq_gemm[j], xq + xq_at[j] + r * L::ggml_x_bytes(job.w->dtype, job.w->in, xq_gemm[j]));
+        return job.x + (job.x_rows ? job.x_rows[r] : r) * job.w->in;
+      };
+      constexpr int64_t kRowBlock = 8;
+      const int64_t count = int64_t(rows.size());
+      pool.parallel_for((count + kRowBlock - 1) / kRowBlock, [&](int64_t blk, int) {
+        for (int64_t c = blk * kRowBlock; c < std::min(count, (blk + 1) * kRowBlock); ++c) {
+          const auto [j, r] = rows[size_t(c)];
+          const LinearJob& job = jobs[j];
+          if (c + 1 < count) {
+            const char* next = reinterpret_cast<const char*>(row_of(size_t(c + 1)));
+            const int64_t bytes = jobs[rows[size_t(c + 1)].first].w->in * int64_t(sizeof(float));
+            for (int64_t l = 0; l < bytes; l += 64) _mm_prefetch(next + l, _MM_HINT_T0);
+          }
+          L::ggml_quantize_x(
+              job.w->dtype, row_of(size_t(c)), job.w->in, xq_gemm[j],
+              xq + xq_at[j] + r * L::ggml_x_bytes(job.w->dtype, job.w->in, xq_gemm[j]));
+        }
       });
     }
   }
