@@ -677,14 +677,15 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       silu_mul(job.y + i * out + it.r0, job.up_y + i * out + it.r0, it.r1 - it.r0);
   };
   // Each thread of a pass with a job that requests (one on the int8 GEMM, or FP8 weights on the
-  // BF16 GEMM) claims its next item before it runs the current one, so that the current one's
-  // GEMM can request the next one's weight rows while it computes (other passes keep the plain
-  // claim: a held item can only lengthen the pass's tail).
+  // BF16 GEMM: never a decode pass, whose jobs take neither GEMM) claims its next item before it
+  // runs the current one, so that the current one's GEMM can request the next one's weight rows
+  // while it computes (other passes keep the plain claim: a held item can only lengthen the
+  // pass's tail).
   bool requests = std::find(xq_gemm.begin(), xq_gemm.end(), uint8_t(1)) != xq_gemm.end();
   for (size_t j = 0; j < jobs.size() && !panel_of.empty(); ++j)
     requests = requests || (panel_of[j] >= 0 && (jobs[j].w->dtype == DType::kF8E4M3 ||
                                                  jobs[j].w->dtype == DType::kF8E4M3R16));
-  if (decode || !requests) {
+  if (!requests) {
     pool.parallel_for(int64_t(items.size()),
                       [&](int64_t c, int) { run_item(items[size_t(c)], WeightAhead{}); });
   } else {

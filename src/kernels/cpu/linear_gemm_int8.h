@@ -58,11 +58,6 @@ inline bool ggml_gemm_i8_takes(const LinearWeight& w) {
   return vnni && (dtype_is_ggml_block(w.dtype) || dtype_is_ggml_repack(w.dtype));
 }
 
-// Rows are laid out in whole super-blocks of 256 (what a K-format row is made of).
-constexpr int64_t ggml_i8_padded(int64_t in) {
-  return (in + 255) / 256 * 256;
-}
-
 // Runs of 32 values (one scale per 32) or of 16, and whether the format has mins.
 template <DType D>
 constexpr bool kI8Run32 = D == DType::kQ4_K || D == DType::kQ5_K;
@@ -85,11 +80,10 @@ inline int64_t ggml_gemm_i8_chunk_rows(const LinearWeight& w, int threads) {
   return std::max<int64_t>(s, std::min({by_threads, by_cache, kI8MaxChunkRows}));
 }
 
-// x row layout (64-byte aligned), p = ggml_i8_padded(in): u [p] (q_x + 128), dx [p / 256], Σ q_x
-// per 16 [p / 16] and per 32 [p / 32].
+// x row layout (64-byte aligned; in is a multiple of 256, as every K-format row is): u [in]
+// (q_x + 128), dx [in / 256], Σ q_x per 16 [in / 16] and per 32 [in / 32].
 constexpr int64_t ggml_i8_x_row_bytes(int64_t in) {
-  const int64_t p = ggml_i8_padded(in);
-  return p + (p / 256 * 4 + 63) / 64 * 64 + p / 16 * 4 + p / 32 * 4;
+  return in + (in / 256 * 4 + 63) / 64 * 64 + in / 16 * 4 + in / 32 * 4;
 }
 
 struct GgmlI8XRow {
@@ -100,25 +94,23 @@ struct GgmlI8XRow {
 };
 
 inline GgmlI8XRow ggml_i8_x_row(const uint8_t* base, int64_t in) {
-  in = ggml_i8_padded(in);
   const uint8_t* d = base + in;
   const uint8_t* s16 = d + (in / 256 * 4 + 63) / 64 * 64;
   return {base, reinterpret_cast<const float*>(d), reinterpret_cast<const float*>(s16),
           reinterpret_cast<const float*>(s16 + in / 16 * 4)};
 }
 
-inline void ggml_i8_quantize_x_row(const float* x, int64_t n, uint8_t* dst) {
-  const int64_t in = ggml_i8_padded(n);
+inline void ggml_i8_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
   uint8_t* u = dst;
   float* dxs = reinterpret_cast<float*>(dst + in);
   float* s16 = reinterpret_cast<float*>(dst + in + (in / 256 * 4 + 63) / 64 * 64);
   float* s32 = s16 + in / 16;
   for (int64_t sb = 0; sb < in / 256; ++sb) {
     const float* xs = x + 256 * sb;
-    __m512 v[16];  // zero past n (n is a multiple of 16)
+    __m512 v[16];
     __m512 amax = _mm512_setzero_ps();
     for (int k = 0; k < 16; ++k) {
-      v[k] = 256 * sb + 16 * k < n ? _mm512_loadu_ps(xs + 16 * k) : _mm512_setzero_ps();
+      v[k] = _mm512_loadu_ps(xs + 16 * k);
       amax = _mm512_max_ps(amax, _mm512_abs_ps(v[k]));
     }
     const float dx = _mm512_reduce_max_ps(amax) / 127.0f;
@@ -309,7 +301,7 @@ inline void ggml_i8_pack_q4k_r16(const LinearWeight& w, int64_t o0, int64_t rows
 template <DType D>
 void ggml_i8_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t* panel) {
   constexpr int kRun = kI8Run32<D> ? 32 : 16, kRuns = 256 / kRun, kQuads = kRun / 4;
-  const int64_t in = ggml_i8_padded(w.in), runs = in / kRun, sbs = in / 256;
+  const int64_t in = w.in, runs = in / kRun, sbs = in / 256;
   const __m512i runs_idx = ggml_i8_runs_index(runs);
   for (int64_t s0 = 0; s0 < rows; s0 += kI8Strip) {
     const auto [codes, a, m] =
@@ -399,7 +391,7 @@ void ggml_gemm_i8_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
                               int64_t r0, int64_t r1, WeightAhead next) {
   static thread_local AlignedBuffer<uint8_t> scratch;
   const int64_t rows = r1 - r0, strips = (rows + kI8Strip - 1) / kI8Strip;
-  const int64_t in = ggml_i8_padded(w.in);
+  const int64_t in = w.in;
   uint8_t* panel = ensure_scratch(scratch, size_t(strips * (in / 256) * kI8SbBytes<D>));
   if (w.dtype == DType::kQ4_KR16)
     ggml_i8_pack_q4k_r16(w, r0, rows, panel);

@@ -8,7 +8,6 @@
 
 #include <xmmintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 
 namespace mla::cpu {
