@@ -150,11 +150,15 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
   return Status();
 }
 
-// One decoder layer over h [T, D], in place.
+// One decoder layer over h [T, D], in place. With `keep` (the last layer of a pass whose later
+// stages read only some rows: each sequence's last token), every token's latent row still goes
+// to the cache, but the query side (q, attention, o_proj, the FFN) runs on the kept rows alone,
+// one per sequence, and the other rows of h are left as they came in. In a 512-token prefill of
+// a 27-layer model that is 1/27 of the products; llama.cpp's graphs prune the last layer alike.
 Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
                      const std::vector<TokenPlace>& place, const std::vector<int64_t>& first_token,
-                     const std::vector<int64_t>& positions, KvCacheStorage& cache, float* h,
-                     ThreadPool& pool, ForwardStats* stats) {
+                     const std::vector<int64_t>& positions, const std::vector<int64_t>* keep,
+                     KvCacheStorage& cache, float* h, ThreadPool& pool, ForwardStats* stats) {
   const ModelConfig& c = m.weights.config;
   const LayerRuntime& L = m.layers[size_t(layer)];
   const std::string& be = m.options.backend;
@@ -171,21 +175,40 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
   // Query [T, H, d_qk]: q_nope | q_pe per head; latent row [T, r + d_r]: normalised c_kv (the
   // norm covers only the r latent values) | k_pe. The products of x (q_a or q_proj, and kv_a)
   // go through one pass: one wake of the pool in decode, one BF16 panel of x in prefill.
-  float* q = grown(q_buf, size_t(T) * H * d_qk);
+  // Rows of the query side: Q = T, or the kept rows (x_rows of the query's products).
+  const int64_t Q = keep ? int64_t(keep->size()) : T;
+  const int64_t* q_rows = keep ? keep->data() : nullptr;
+  float* q = grown(q_buf, size_t(Q) * H * d_qk);
   float* kv = grown(kv_buf, size_t(T) * (r + d_r));
-  float* cq = c.has_q_lora() ? grown(cq_buf, size_t(T) * c.q_lora_rank) : nullptr;
-  const LinearJob of_x[2] = {
-      c.has_q_lora() ? LinearJob{&L.q_a, T, x, cq} : LinearJob{&L.q_proj, T, x, q},
-      {&L.kv_a, T, x, kv}};
+  float* cq = c.has_q_lora() ? grown(cq_buf, size_t(Q) * c.q_lora_rank) : nullptr;
+  const LinearJob of_x[2] = {c.has_q_lora()
+                                 ? LinearJob{&L.q_a, Q, x, cq, nullptr, nullptr, q_rows}
+                                 : LinearJob{&L.q_proj, Q, x, q, nullptr, nullptr, q_rows},
+                             {&L.kv_a, T, x, kv}};
   MLA_RETURN_IF_ERROR(linear_many(of_x, pool, be, m.options.matmul_dtype));
   if (c.has_q_lora()) {
-    rms_norm(cq, L.q_a_norm.data(), T, c.q_lora_rank, m.latent_norm_eps, c.q_lora_rank,
+    rms_norm(cq, L.q_a_norm.data(), Q, c.q_lora_rank, m.latent_norm_eps, c.q_lora_rank,
              c.q_lora_rank, cq);
-    MLA_RETURN_IF_ERROR(linear(L.q_b, T, cq, q, pool, be, m.options.matmul_dtype));
+    MLA_RETURN_IF_ERROR(linear(L.q_b, Q, cq, q, pool, be, m.options.matmul_dtype));
   }
   rms_norm(kv, L.kv_a_norm.data(), T, r, m.latent_norm_eps, r + d_r, r + d_r, kv);
   MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), 1, r + d_r, r, kv));
-  MLA_RETURN_IF_ERROR(rope_apply_f32(m.rope, positions.data(), int(T), H, d_qk, d_n, q));
+  // The kept rows' positions and the batch their attention sees: each sequence's last token as
+  // a one-token chunk at its position (the cache then holds every row it attends to).
+  static thread_local std::vector<int64_t> q_pos, q_first;
+  ForwardBatch kept;
+  if (keep) {
+    q_pos.clear();
+    q_first.clear();
+    for (size_t s = 0; s < b.seqs.size(); ++s) {
+      const ForwardSeq& sq = b.seqs[s];
+      q_pos.push_back(sq.start + sq.n_tokens - 1);
+      q_first.push_back(int64_t(s));
+      kept.seqs.push_back({sq.block_table, sq.start + sq.n_tokens - 1, 1});
+    }
+  }
+  MLA_RETURN_IF_ERROR(
+      rope_apply_f32(m.rope, keep ? q_pos.data() : positions.data(), int(Q), H, d_qk, d_n, q));
 
   // The cache stores the normalised latent and the rotated k_pe.
   const float gscale = kNvfp4DefaultGlobalScale;
@@ -197,21 +220,27 @@ Status decoder_layer(const Model::Impl& m, int layer, const ForwardBatch& b,
     quantize_kv_row(m.options.kv_dtype, r, d_r, kv + size_t(t) * (r + d_r), gscale, row);
   }
 
-  float* attn = grown(attn_buf, size_t(T) * H * c.v_head_dim);
-  MLA_RETURN_IF_ERROR(attention(m, L, b, first_token, cache, layer, q, attn, pool, stats));
-  const size_t n_o = size_t(T) * D;
+  float* attn = grown(attn_buf, size_t(Q) * H * c.v_head_dim);
+  MLA_RETURN_IF_ERROR(attention(m, L, keep ? kept : b, keep ? q_first : first_token, cache, layer,
+                                q, attn, pool, stats));
+  const size_t n_o = size_t(Q) * D;
   float* o = grown(o_buf, n_o);
-  MLA_RETURN_IF_ERROR(linear(L.o_proj, T, attn, o, pool, be, m.options.matmul_dtype));
+  MLA_RETURN_IF_ERROR(linear(L.o_proj, Q, attn, o, pool, be, m.options.matmul_dtype));
   // Across ranks o holds this rank's heads' share of o_proj (its columns): the sum is the layer's.
   if (m.comm) m.comm->all_reduce_sum(o, n_o);
   const float rs = m.residual_scale;  // 1 but for MiniCPM3: x · 1 is exact
-  for (size_t i = 0; i < n_o; ++i) h[i] += o[i] * rs;
+  // h row of query-side row i.
+  auto h_row = [&](int64_t i) { return h + (keep ? (*keep)[size_t(i)] : i) * D; };
+  for (int64_t i = 0; i < Q; ++i)
+    for (int j = 0; j < D; ++j) h_row(i)[j] += o[i * D + j] * rs;
 
-  rms_norm(h, L.post_norm.data(), T, D, eps, D, D, x);
+  for (int64_t i = 0; i < Q; ++i)
+    rms_norm(h_row(i), L.post_norm.data(), 1, D, eps, D, D, x + i * D);
   std::fill(o, o + n_o, 0.0f);
-  MLA_RETURN_IF_ERROR(run_ffn(m, L, T, x, o, pool));
+  MLA_RETURN_IF_ERROR(run_ffn(m, L, Q, x, o, pool));
   if (m.comm) m.comm->all_reduce_sum(o, n_o);  // this rank's experts and FFN columns
-  for (size_t i = 0; i < n_o; ++i) h[i] += o[i] * rs;
+  for (int64_t i = 0; i < Q; ++i)
+    for (int j = 0; j < D; ++j) h_row(i)[j] += o[i * D + j] * rs;
   return Status();
 }
 
@@ -248,15 +277,7 @@ Result<ForwardStats> forward_local(const Model::Impl& m, const ForwardBatch& b,
   if (m.embed_scale != 1.0f)
     for (float& v : h) v *= m.embed_scale;
 
-  ForwardStats stats;
-  if (b.hidden_dump) b.hidden_dump->assign(size_t(c.num_hidden_layers), {});
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    MLA_RETURN_IF_ERROR(
-        decoder_layer(m, l, b, place, first_token, positions, cache, h.data(), pool, &stats));
-    if (b.hidden_dump) (*b.hidden_dump)[size_t(l)] = h;
-  }
-
-  // Rows whose logits are wanted, final norm, lm_head.
+  // Rows whose logits are wanted.
   std::vector<int64_t> rows;
   for (size_t s = 0; s < b.seqs.size(); ++s) {
     if (b.all_logits)
@@ -264,6 +285,21 @@ Result<ForwardStats> forward_local(const Model::Impl& m, const ForwardBatch& b,
     else
       rows.push_back(first_token[s] + b.seqs[s].n_tokens - 1);
   }
+  // The last layer runs its query side on those rows alone, unless every row's hidden state is
+  // asked for, or it is the first layer (whose chunks' paths the stats report).
+  const int last = c.num_hidden_layers - 1;
+  const bool prune = int64_t(rows.size()) < T && !b.hidden_dump && last > 0;
+
+  ForwardStats stats;
+  if (b.hidden_dump) b.hidden_dump->assign(size_t(c.num_hidden_layers), {});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    MLA_RETURN_IF_ERROR(decoder_layer(m, l, b, place, first_token, positions,
+                                      prune && l == last ? &rows : nullptr, cache, h.data(), pool,
+                                      &stats));
+    if (b.hidden_dump) (*b.hidden_dump)[size_t(l)] = h;
+  }
+
+  // Final norm, lm_head.
   std::vector<float> x(rows.size() * size_t(D));
   for (size_t i = 0; i < rows.size(); ++i)
     rms_norm(&h[size_t(rows[i]) * D], m.final_norm.data(), 1, D, float(c.rms_norm_eps), D, D,

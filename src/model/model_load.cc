@@ -220,10 +220,12 @@ double Model::prefill_flops(int64_t tokens) const {
   // Causal attention: T·(T + 1)/2 (query, key) pairs, each a d_qk score and a d_v output MAC.
   const double pairs = T * (T + 1) / 2;
   double macs = linear_macs(m.lm_head);  // the last token's logits
+  if (tokens == 0) return 2 * macs;
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const LayerRuntime& L = m.layers[i];
+    const double kv_a = linear_macs(L.kv_a);
     double per_token =
-        linear_macs(L.q_proj) + linear_macs(L.q_a) + linear_macs(L.q_b) + linear_macs(L.kv_a) +
+        linear_macs(L.q_proj) + linear_macs(L.q_a) + linear_macs(L.q_b) + kv_a +
         linear_macs(L.o_proj) +
         linear_macs(linear_of(m.weights.layers[i].kv_b_proj, c)) * m.heads / c.num_attention_heads;
     if (!L.moe)
@@ -234,7 +236,13 @@ double Model::prefill_flops(int64_t tokens) const {
                    (L.experts.empty() ? 0.0
                                       : c.num_experts_per_tok * mlp_macs(L.experts[0]) *
                                             double(L.experts.size()) / c.n_routed_experts);
-    macs += T * per_token + pairs * H * double(c.d_qk() + c.v_head_dim);
+    const double per_pair = H * double(c.d_qk() + c.v_head_dim);
+    // The last layer of a model of several (model_forward.cc: decoder_layer's `keep`): kv_a on
+    // every token, the rest on the last token alone, whose query meets all T keys.
+    if (i + 1 == m.layers.size() && i > 0)
+      macs += (T - 1) * kv_a + per_token + T * per_pair;
+    else
+      macs += T * per_token + pairs * per_pair;
   }
   return 2 * macs;
 }

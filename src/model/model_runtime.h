@@ -142,10 +142,12 @@ class Model {
   };
   RepackStats repack_stats() const;
 
-  // Floating-point operations (2 per multiply-add) of a prefill of `tokens` tokens in one chunk:
-  // every weight product on every token (kv_b_proj once: the decompressed path's up-projection,
-  // K routed experts and the shared ones), causal attention (d_qk + d_v per query-key pair and
-  // head), lm_head on the last token. Norms, RoPE, routing and softmax are not counted.
+  // Floating-point operations (2 per multiply-add) of a prefill of `tokens` tokens in one chunk,
+  // as forward() runs it: every weight product on every token (kv_b_proj once: the decompressed
+  // path's up-projection, K routed experts and the shared ones), causal attention (d_qk + d_v
+  // per query-key pair and head), lm_head on the last token; but in the last layer of a model of
+  // several, kv_a on every token and the rest on the last token alone (its query against all
+  // the keys). Norms, RoPE, routing and softmax are not counted.
   double prefill_flops(int64_t tokens) const;
 
   // The cache this model needs: num_layers, record bytes of options().kv_dtype (and, on the

@@ -149,15 +149,19 @@ TEST_P(ForwardTest, Bf16ProductsStayWithinTheirBound) {
   EXPECT_GT(logit_cosine(f->prompt_logits, b->prompt_logits), 0.9);
 }
 
-// prefill_flops(T) = 2·(lm_head + T·(weight MACs per token) + T(T+1)/2 · L·H·(d_qk + d_v)).
+// prefill_flops(T) = 2·(lm_head + Σ over the first L − 1 layers of T·(weight MACs per token) +
+// T(T+1)/2 · H·(d_qk + d_v), + the last layer's kv_a on T tokens, the rest on one, and its one
+// query against T keys): quadratic in T through the first L − 1 layers only.
 TEST_P(ForwardTest, PrefillFlopsCountLmHeadProductsAndCausalAttention) {
   auto m = load();
   ASSERT_TRUE(m);
   const ModelConfig& c = m->config();
-  const double f0 = m->prefill_flops(0), f1 = m->prefill_flops(1), f2 = m->prefill_flops(2);
+  const double f0 = m->prefill_flops(0), f1 = m->prefill_flops(1), f2 = m->prefill_flops(2),
+               f3 = m->prefill_flops(3);
   EXPECT_EQ(f0, 2.0 * double(c.vocab_size) * c.hidden_size);
-  EXPECT_EQ(f2 - 2 * f1 + f0,
-            2.0 * c.num_hidden_layers * c.num_attention_heads * double(c.d_qk() + c.v_head_dim));
+  ASSERT_GT(c.num_hidden_layers, 1);
+  EXPECT_EQ(f3 - 2 * f2 + f1, 2.0 * (c.num_hidden_layers - 1) * c.num_attention_heads *
+                                  double(c.d_qk() + c.v_head_dim));
   EXPECT_GT(f1, f0);
 }
 
@@ -234,6 +238,52 @@ TEST_P(ForwardTest, BatchedSequencesMatchSeparateRuns) {
   expect_close(batched_b,
                std::vector<float>(alone_b->prompt_logits.end() - V, alone_b->prompt_logits.end()),
                "batched b");
+}
+
+// A batch that asks for each sequence's last logits runs the last layer's query side on those
+// rows alone (their attention as one-token chunks over the cache): the same logits as the batch
+// asking for every row, up to the FP32 orders of absorbed vs decompressed attention (the bound of
+// expect_close). Two prefilling sequences, one of them a later chunk (start > 0), so that a kept
+// row's position, block table and place in the batch are all exercised.
+TEST_P(ForwardTest, PrunedLastLayerMatchesAllRows) {
+  auto m = load();
+  ASSERT_TRUE(m);
+  ASSERT_GT(m->config().num_hidden_layers, 1);  // a one-layer model is not pruned
+  const int V = int(m->config().vocab_size);
+  const std::vector<int32_t> a = prompt(12, 1), a_more = prompt(5, 3), b = prompt(9, 2);
+  std::vector<float> last[2];
+  for (const bool all : {false, true}) {
+    auto pool_ids = BlockPool::create(16, 8);
+    ASSERT_TRUE(pool_ids.ok());
+    auto cache = KvCacheStorage::allocate(m->cache_shape(16, 8));
+    ASSERT_TRUE(cache.ok());
+    SequenceBlocks sa(&*pool_ids, &*cache), sb(&*pool_ids, &*cache);
+    std::vector<float> logits;
+    ASSERT_EQ(sa.append(a), PoolOutcome::kOk);
+    ForwardBatch b1;
+    b1.tokens = a;
+    b1.seqs.push_back({sa.block_table(), 0, int(a.size())});
+    ASSERT_TRUE(m->forward(b1, *cache, pool_, logits).ok());
+    ASSERT_EQ(sa.append(a_more), PoolOutcome::kOk);
+    ASSERT_EQ(sb.append(b), PoolOutcome::kOk);
+    std::vector<int32_t> toks = a_more;
+    toks.insert(toks.end(), b.begin(), b.end());
+    ForwardBatch b2;
+    b2.tokens = toks;
+    b2.all_logits = all;
+    b2.seqs.push_back({sa.block_table(), int64_t(a.size()), int(a_more.size())});
+    b2.seqs.push_back({sb.block_table(), 0, int(b.size())});
+    ASSERT_TRUE(m->forward(b2, *cache, pool_, logits).ok());
+    if (all) {  // rows a_more.size() - 1 and the last
+      std::vector<float> l(logits.begin() + int64_t(a_more.size() - 1) * V,
+                           logits.begin() + int64_t(a_more.size()) * V);
+      l.insert(l.end(), logits.end() - V, logits.end());
+      logits = l;
+    }
+    ASSERT_EQ(logits.size(), size_t(2 * V));
+    last[all ? 1 : 0] = logits;
+  }
+  expect_close(last[0], last[1], "pruned last layer");
 }
 
 // Serving formats: each quantises the latent differently from the exact cache, so logits move by
