@@ -30,8 +30,9 @@ inline void round_row_bf16(const float* src, int len, uint16_t* dst) {
 }
 
 struct PrefillTileBf16 {
+  using QWord = uint32_t;
   struct Scratch {
-    AlignedBuffer<uint32_t> qT, pp;
+    AlignedBuffer<uint32_t> pp;
   };
   const MlaPrefillParams* p = nullptr;
   int d_qk = 0, d_qk2 = 0, dv_pad = 0, kb_stride = 0;
@@ -85,9 +86,10 @@ struct PrefillTileBf16 {
     });
   }
 
+  // Words of one row block's prepared queries, ld lanes at most.
+  int64_t q_words(int ld) const { return int64_t(d_qk2) * ld; }
   // qT [d_qk2][ld]: BF16 channel pairs of the block's queries of head h (padding lanes zero).
-  void prepare_q(Scratch& sc, int h, int s0, int R, int ld) const {
-    uint32_t* qT = ensure_scratch(sc.qT, size_t(d_qk2) * ld);
+  void prepare_q(uint32_t* qT, int h, int s0, int R, int ld) const {
     std::fill(qT, qT + size_t(d_qk2) * ld, 0u);
     for (int i = 0; i < R; ++i) {
       const float* q = p->q + (int64_t(s0 + i) * p->h_q + h) * d_qk;
@@ -95,27 +97,27 @@ struct PrefillTileBf16 {
         qT[int64_t(c2) * ld + i] =
             uint32_t(f32_to_bf16(q[2 * c2])) | uint32_t(f32_to_bf16(q[2 * c2 + 1])) << 16;
     }
-    ensure_scratch(sc.pp, size_t(kTile / 2) * ld);
   }
 
-  void scores(Scratch& sc, int h, int tok0, int n, int ld, float* ST) const {
+  void scores(Scratch&, const uint32_t* qT, int h, int tok0, int n, int ld, float* ST) const {
     const uint8_t* rows[kTile];
     const uint16_t* kh = kb + int64_t(h) * kb_head;
     for (int j = 0; j < kTile; ++j)
       rows[j] =
           reinterpret_cast<const uint8_t*>(j < n ? kh + int64_t(tok0 + j) * kb_stride : zero_row);
-    score_tile_bf16(sc.qT.data(), ld, 0, d_qk2, rows, {}, ST);
+    score_tile_bf16(qT, ld, 0, d_qk2, rows, {}, ST);
   }
 
   void pv(Scratch& sc, int h, int tok0, int n, const float* ST, int R, int ld, const float* corr,
           RowBlockState st) const {
     const int np = (n + 1) / 2;  // ST rows past n hold probability 0
-    probability_pairs(ST, ld, np, n, nullptr, 0, 1.0f, sc.pp.data());
+    uint32_t* pp = ensure_scratch(sc.pp, size_t(kTile / 2) * ld);
+    probability_pairs(ST, ld, np, n, nullptr, 0, 1.0f, pp);
     const uint32_t* vh = vp + int64_t(h) * vp_head + int64_t(tok0 / 2) * dv_pad;
     for (int ch = 0; ch < dv_pad; ch += 64) {
       int i = 0;
-      for (; i + 4 <= R; i += 4) pv_rows_bf16<4>(sc.pp.data(), ld, vh, dv_pad, np, i, ch, corr, st);
-      for (; i < R; ++i) pv_rows_bf16<1>(sc.pp.data(), ld, vh, dv_pad, np, i, ch, corr, st);
+      for (; i + 4 <= R; i += 4) pv_rows_bf16<4>(pp, ld, vh, dv_pad, np, i, ch, corr, st);
+      for (; i < R; ++i) pv_rows_bf16<1>(pp, ld, vh, dv_pad, np, i, ch, corr, st);
     }
   }
 };
