@@ -11,13 +11,29 @@
 
 namespace mla {
 
+namespace {
+// Σ x[j]² in 16 running sums (j mod 16), added in order at the end: one long chain of dependent
+// adds had been ~1 ms per 512 × 2,048 rows on the engine thread alone, and 16 independent lanes
+// vectorise without reassociating. The order is fixed: the same sum on every CPU and batch.
+float sum_of_squares(const float* x, int dim) {
+  constexpr int kLanes = 16;
+  float part[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= dim; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) part[k] += x[j + k] * x[j + k];
+  for (int k = 0; j < dim; ++j, ++k) part[k] += x[j] * x[j];
+  float ss = 0.0f;
+  for (int k = 0; k < kLanes; ++k) ss += part[k];
+  return ss;
+}
+}  // namespace
+
 void rms_norm(const float* x, const float* w, int64_t n, int dim, float eps, int64_t x_stride,
               int64_t y_stride, float* y) {
   for (int64_t i = 0; i < n; ++i) {
     const float* xi = x + i * x_stride;
     float* yi = y + i * y_stride;
-    float ss = 0.0f;
-    for (int j = 0; j < dim; ++j) ss += xi[j] * xi[j];
+    const float ss = sum_of_squares(xi, dim);
     const float inv = 1.0f / std::sqrt(ss / float(dim) + eps);
     for (int j = 0; j < dim; ++j) yi[j] = xi[j] * inv * w[j];
   }
