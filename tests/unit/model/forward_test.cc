@@ -37,6 +37,26 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, cons
 
 using test::logit_cosine;
 
+// 16 pages of 8 tokens for two sequences a and b of a model (check ok() first).
+struct TwoSequences {
+  explicit TwoSequences(const Model& m)
+      : ids(BlockPool::create(16, 8)), cache(KvCacheStorage::allocate(m.cache_shape(16, 8))) {}
+  bool ok() const { return ids.ok() && cache.ok(); }
+  Result<BlockPool> ids;
+  Result<KvCacheStorage> cache;
+  SequenceBlocks a{ok() ? &*ids : nullptr, ok() ? &*cache : nullptr};
+  SequenceBlocks b{ok() ? &*ids : nullptr, ok() ? &*cache : nullptr};
+  // Appends `tokens` to a, a new sequence, and runs them through m as its first chunk.
+  void prefill_a(Model& m, const std::vector<int32_t>& tokens, ThreadPool& pool,
+                 std::vector<float>& logits) {
+    ASSERT_EQ(a.append(tokens), PoolOutcome::kOk);
+    ForwardBatch fb;
+    fb.tokens = tokens;
+    fb.seqs.push_back({a.block_table(), 0, int(tokens.size())});
+    ASSERT_TRUE(m.forward(fb, *cache, pool, logits).ok());
+  }
+};
+
 class ForwardTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -195,30 +215,23 @@ TEST_P(ForwardTest, BatchedSequencesMatchSeparateRuns) {
   ASSERT_TRUE(m);
   const int V = int(m->config().vocab_size);
   const std::vector<int32_t> a = prompt(12, 1), b = prompt(9, 2);
-  auto pool_ids = BlockPool::create(16, 8);
-  ASSERT_TRUE(pool_ids.ok());
-  auto cache = KvCacheStorage::allocate(m->cache_shape(16, 8));
-  ASSERT_TRUE(cache.ok());
-  SequenceBlocks sa(&*pool_ids, &*cache), sb(&*pool_ids, &*cache);
+  TwoSequences two(*m);
+  ASSERT_TRUE(two.ok());
   std::vector<float> logits;
   // Step 1: a's prompt alone.
-  ASSERT_EQ(sa.append(a), PoolOutcome::kOk);
-  ForwardBatch b1;
-  b1.tokens = a;
-  b1.seqs.push_back({sa.block_table(), 0, int(a.size())});
-  ASSERT_TRUE(m->forward(b1, *cache, pool_, logits).ok());
+  two.prefill_a(*m, a, pool_, logits);
   const int32_t next_a = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   // Step 2: a decodes one token while b's prompt is prefilled.
   const int32_t one[1] = {next_a};
-  ASSERT_EQ(sa.append(one), PoolOutcome::kOk);
-  ASSERT_EQ(sb.append(b), PoolOutcome::kOk);
+  ASSERT_EQ(two.a.append(one), PoolOutcome::kOk);
+  ASSERT_EQ(two.b.append(b), PoolOutcome::kOk);
   std::vector<int32_t> toks = {next_a};
   toks.insert(toks.end(), b.begin(), b.end());
   ForwardBatch b2;
   b2.tokens = toks;
-  b2.seqs.push_back({sa.block_table(), int64_t(a.size()), 1});
-  b2.seqs.push_back({sb.block_table(), 0, int(b.size())});
-  auto st = m->forward(b2, *cache, pool_, logits);
+  b2.seqs.push_back({two.a.block_table(), int64_t(a.size()), 1});
+  b2.seqs.push_back({two.b.block_table(), 0, int(b.size())});
+  auto st = m->forward(b2, *two.cache, pool_, logits);
   ASSERT_TRUE(st.ok()) << st.status().message();
   EXPECT_EQ(st->decode_tokens, 1);
   std::vector<float> batched_a(logits.begin(), logits.begin() + V);
@@ -253,27 +266,20 @@ TEST_P(ForwardTest, PrunedLastLayerMatchesAllRows) {
   const std::vector<int32_t> a = prompt(12, 1), a_more = prompt(5, 3), b = prompt(9, 2);
   std::vector<float> last[2];
   for (const bool all : {false, true}) {
-    auto pool_ids = BlockPool::create(16, 8);
-    ASSERT_TRUE(pool_ids.ok());
-    auto cache = KvCacheStorage::allocate(m->cache_shape(16, 8));
-    ASSERT_TRUE(cache.ok());
-    SequenceBlocks sa(&*pool_ids, &*cache), sb(&*pool_ids, &*cache);
+    TwoSequences two(*m);
+    ASSERT_TRUE(two.ok());
     std::vector<float> logits;
-    ASSERT_EQ(sa.append(a), PoolOutcome::kOk);
-    ForwardBatch b1;
-    b1.tokens = a;
-    b1.seqs.push_back({sa.block_table(), 0, int(a.size())});
-    ASSERT_TRUE(m->forward(b1, *cache, pool_, logits).ok());
-    ASSERT_EQ(sa.append(a_more), PoolOutcome::kOk);
-    ASSERT_EQ(sb.append(b), PoolOutcome::kOk);
+    two.prefill_a(*m, a, pool_, logits);
+    ASSERT_EQ(two.a.append(a_more), PoolOutcome::kOk);
+    ASSERT_EQ(two.b.append(b), PoolOutcome::kOk);
     std::vector<int32_t> toks = a_more;
     toks.insert(toks.end(), b.begin(), b.end());
     ForwardBatch b2;
     b2.tokens = toks;
     b2.all_logits = all;
-    b2.seqs.push_back({sa.block_table(), int64_t(a.size()), int(a_more.size())});
-    b2.seqs.push_back({sb.block_table(), 0, int(b.size())});
-    ASSERT_TRUE(m->forward(b2, *cache, pool_, logits).ok());
+    b2.seqs.push_back({two.a.block_table(), int64_t(a.size()), int(a_more.size())});
+    b2.seqs.push_back({two.b.block_table(), 0, int(b.size())});
+    ASSERT_TRUE(m->forward(b2, *two.cache, pool_, logits).ok());
     if (all) {  // rows a_more.size() - 1 and the last
       std::vector<float> l(logits.begin() + int64_t(a_more.size() - 1) * V,
                            logits.begin() + int64_t(a_more.size()) * V);
