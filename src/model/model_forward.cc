@@ -13,8 +13,9 @@ namespace mla {
 
 namespace {
 // Σ x[j]² in 16 running sums (j mod 16), added in order at the end: one long chain of dependent
-// adds had been ~1 ms per 512 × 2,048 rows on the engine thread alone, and 16 independent lanes
-// vectorise without reassociating. The order is fixed: the same sum on every CPU and batch.
+// adds (an add's latency each) ran on the engine thread alone while the pool waited, and 16
+// independent lanes vectorise without reassociating (Q8_0 prefill 512 measured 2% faster). The
+// order is fixed: the same sum on every CPU and batch.
 float sum_of_squares(const float* x, int dim) {
   constexpr int kLanes = 16;
   float part[kLanes] = {};
