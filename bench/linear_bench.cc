@@ -172,16 +172,17 @@ const bool registered = [] {
         (std::string("moe_decode/") + std::string(mla::dtype_name(dt))).c_str(), BM_MoeDecode, dt)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
-  // Square and tall shapes, and the V2-Lite expert shapes (gate / up 1408 × 2048, down 2048 ×
-  // 1408).
-  const std::pair<int64_t, int64_t> shapes[] = {
-      {2048, 2048}, {4096, 2048}, {1408, 2048}, {2048, 1408}};
+  // Square and tall shapes, the V2-Lite expert shapes (gate / up 1408 × 2048, down 2048 × 1408)
+  // and its dense first layer's (gate / up 10944 × 2048, down 2048 × 10944).
+  const std::pair<int64_t, int64_t> shapes[] = {{2048, 2048}, {4096, 2048},  {1408, 2048},
+                                                {2048, 1408}, {10944, 2048}, {2048, 10944}};
   for (DType dt : {DType::kBF16, DType::kBF16R16, DType::kF8E4M3, DType::kF8E4M3R16, DType::kQ8_0,
                    DType::kQ8_0R16, DType::kQ4_K, DType::kQ4_KR16, DType::kQ6_K})
     for (auto [out, in] : shapes) {
       if (mla::dtype_is_ggml_block(dt) && in % mla::dtype_block(dt).elems != 0) continue;
       if (mla::dtype_is_row_interleaved(dt) && !mla::repack_fits(dt, out, in)) continue;
-      for (int64_t n : {1, 4, 16, 40, 64, 512}) {  // 40: an expert's tokens in prefill
+      // 40: an expert's tokens in a 512-token prefill chunk; 2,048: a whole default chunk.
+      for (int64_t n : {1, 4, 16, 40, 64, 512, 2048}) {
         const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
                                  std::to_string(out) + "x" + std::to_string(in) + "/n" +
                                  std::to_string(n) + "/dot";

@@ -416,12 +416,26 @@ inline WeightAhead weight_rows_ahead(const LinearWeight& w, int64_t r0, int64_t 
   return {p, p + (r1 - r0) * row_bytes};
 }
 
+// Rows of x per block of a GEMM job (a multiple of 96: whole 6-row tiles of the int8 GEMM and
+// 32-row panel tiles of the BF16 one): about kLinGemmXBlockBytes of x as the GEMM reads it, or
+// all n rows when that is at most half a block more. Every weight chunk passes over one block
+// before the next block starts, so a block is read from cache by both threads; all 2,048 rows
+// of a prefill chunk at once (4.4-8 MB of x at d 2,048) were re-read from beyond L2 for every
+// chunk of weight rows: 2,048 x 2,048 BF16_R16 products ran at 330 GFLOP/s against 390 at 512
+// rows, and 1-2 MB blocks recovered it (docs/BENCHMARKS.md, "x in blocks of rows").
+constexpr int64_t kLinGemmXBlockBytes = 2048 << 10;
+inline int64_t lin_gemm_x_block(int64_t x_row_bytes, int64_t n) {
+  const int64_t rows = std::max<int64_t>(96, kLinGemmXBlockBytes / x_row_bytes / 96 * 96);
+  return rows * 3 / 2 >= n ? n : rows;
+}
+
 template <class L>
 void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPath path) {
   struct Item {
     int32_t job;
     int64_t r0, r1;
-    bool up = false;  // rows of the job's up product alone (a decode-sized SwiGLU job)
+    bool up = false;          // rows of the job's up product alone (a decode-sized SwiGLU job)
+    int64_t i0 = 0, i1 = -1;  // rows of x: [i0, i1), or all n for i1 < 0
   };
   const int threads = pool.num_threads();
   // The pass's plan, kept between calls on the calling thread so that a pass allocates nothing
@@ -594,12 +608,26 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     if (job.n == 0) continue;
     decode = decode && job.n <= kLinGroup;
     int64_t rows = lin_chunk_rows(*job.w, job.n, threads);
+    bool gemm = false;
+    int64_t x_bytes = 0;  // bytes of one row of x as the GEMM reads it
     if constexpr (requires { L::kBf16Gemm; })
-      if (!panel_of.empty() && panel_of[j] >= 0) rows = L::gemm_chunk_rows(*job.w, threads);
+      if (!panel_of.empty() && panel_of[j] >= 0) {
+        rows = L::gemm_chunk_rows(*job.w, threads);
+        gemm = true;
+        x_bytes = L::gemm_panel_words(1, job.w->in) / L::kGemmTileRows * 4;
+      }
     if constexpr (requires { L::kGgmlInt; })
-      if (!xq_gemm.empty() && xq_gemm[j]) rows = L::ggml_gemm_chunk_rows(*job.w, threads);
-    for (int64_t r0 = 0; r0 < job.w->out; r0 += rows)
-      items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows)});
+      if (!xq_gemm.empty() && xq_gemm[j]) {
+        rows = L::ggml_gemm_chunk_rows(*job.w, threads);
+        gemm = true;
+        x_bytes = L::ggml_x_bytes(job.w->dtype, job.w->in, true);
+      }
+    // On a GEMM, x in blocks of rows that stay in cache while the weight chunks pass over them.
+    const int64_t block = gemm ? lin_gemm_x_block(x_bytes, job.n) : job.n;
+    for (int64_t i0 = 0; i0 < job.n; i0 += block)
+      for (int64_t r0 = 0; r0 < job.w->out; r0 += rows)
+        items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows), false, i0,
+                         std::min(job.n, i0 + block)});
     // A decode-sized SwiGLU job streams its up weight as items of their own (one weight per
     // item, as the chunk sizes assume: the two in one item were 2-4% slower in moe_decode) and
     // takes the SiLU after the pass.
@@ -627,18 +655,24 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   // thread reads next) while they run (BF16 weights measured 2% slower with it: read in place,
   // their column blocks already overlap their reads).
   auto run_rows = [&](size_t j, const LinearWeight& w, float* y, int64_t r0, int64_t r1,
-                      WeightAhead next) {
+                      WeightAhead next, int64_t i0, int64_t i1) {
     const LinearJob& job = jobs[j];
     if constexpr (requires { L::kBf16Gemm; })
       if (!panel_of.empty() && panel_of[j] >= 0) {
-        const uint32_t* xp = store + panel_at[size_t(panel_of[j])];
+        // x rows [i0, i1): the panel's rows are kGemmTileRows-aligned blocks of gemm_pairs words.
+        const int64_t words = L::gemm_panel_words(1, w.in) / L::kGemmTileRows;
+        const uint32_t* xp = store + panel_at[size_t(panel_of[j])] + i0 * words;
+        float* yb = y + i0 * w.out;
         if (w.dtype == DType::kF8E4M3 || w.dtype == DType::kF8E4M3R16)
-          return L::template gemm_chunk<DType::kF8E4M3>(w, job.n, xp, y, r0, r1, next);
-        return L::template gemm_chunk<DType::kBF16>(w, job.n, xp, y, r0, r1, next);
+          return L::template gemm_chunk<DType::kF8E4M3>(w, i1 - i0, xp, yb, r0, r1, next);
+        return L::template gemm_chunk<DType::kBF16>(w, i1 - i0, xp, yb, r0, r1, next);
       }
     if constexpr (requires { L::kGgmlInt; })
-      if (!xq_at.empty() && xq_at[j] >= 0)
-        return L::ggml_chunk(w, job.n, xq_gemm[j], xq + xq_at[j], y, r0, r1, next);
+      if (!xq_at.empty() && xq_at[j] >= 0) {
+        const int64_t row = L::ggml_x_bytes(w.dtype, w.in, xq_gemm[j]);
+        return L::ggml_chunk(w, i1 - i0, xq_gemm[j], xq + xq_at[j] + i0 * row, y + i0 * w.out, r0,
+                             r1, next);
+      }
     switch (w.dtype) {
       case DType::kBF16:
         return lin_dot_chunk<L, DType::kBF16>(w, job.n, x_of[j], y, r0, r1);
@@ -664,16 +698,17 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   };
   auto run_item = [&](const Item& it, WeightAhead next) {
     const LinearJob& job = jobs[size_t(it.job)];
-    if (it.up) return run_rows(size_t(it.job), *job.up, job.up_y, it.r0, it.r1, next);
+    const int64_t i0 = it.i0, i1 = it.i1 < 0 ? job.n : it.i1;
+    if (it.up) return run_rows(size_t(it.job), *job.up, job.up_y, it.r0, it.r1, next, i0, i1);
     const bool swiglu = job.up && job.n > kLinGroup;
     run_rows(size_t(it.job), *job.w, job.y, it.r0, it.r1,
-             swiglu ? weight_rows_ahead(*job.up, it.r0, it.r1) : next);
+             swiglu ? weight_rows_ahead(*job.up, it.r0, it.r1) : next, i0, i1);
     if (!swiglu) return;
     // SwiGLU: the same rows of the up product, then silu(gate) · up while both are in cache
     // (an expert's ~48 rows × 96 columns: 18 KiB each).
-    run_rows(size_t(it.job), *job.up, job.up_y, it.r0, it.r1, next);
+    run_rows(size_t(it.job), *job.up, job.up_y, it.r0, it.r1, next, i0, i1);
     const int64_t out = job.w->out;
-    for (int64_t i = 0; i < job.n; ++i)
+    for (int64_t i = i0; i < i1; ++i)
       silu_mul(job.y + i * out + it.r0, job.up_y + i * out + it.r0, it.r1 - it.r0);
   };
   // Each thread of a pass with a job that requests (one on the int8 GEMM, or FP8 weights on the

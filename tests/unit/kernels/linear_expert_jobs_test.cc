@@ -5,7 +5,8 @@
 // BF16, F16, F32, block-FP8 with a ragged scale grid, their 16-row repacks, Q8_0 / Q4_K and their
 // repacks; the "ref" backend makes it from its FP64 products; mismatched pairs are refused,
 // naming the job. Gathered jobs (LinearJob::x_rows: an expert's tokens read where they are) give
-// what the same job gives on a gathered copy of x, beside a plain job on the same x.
+// what the same job gives on a gathered copy of x, beside a plain job on the same x. A GEMM job
+// cut into blocks of rows of x gives what each block gives as a job of its own.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -159,6 +160,48 @@ TEST(LinearGather, RowsReadInPlaceEqualAGatheredCopy) {
       for (const LinearVariant* v : cpu_linear_variants_here())
         for (LinearPath path : {LinearPath::kAuto, LinearPath::kBf16}) check(v, path, "cpu");
       check(nullptr, LinearPath::kAuto, "ref");
+    }
+  }
+}
+
+// A GEMM job over many rows of x runs its x in blocks of rows (the weight chunks pass over one
+// block while it stays in cache): each block's outputs are, bit for bit, what the same rows give
+// as a job of their own, SwiGLU and gathered jobs included. Rows of 16,384 values make every GEMM
+// layout's x row ≥ 16 KiB, so a block is at most 2 MiB / 16 KiB = 128 rows and 250 rows are cut.
+TEST(LinearGemmRowBlocks, EachBlockEqualsItsRowsAsAJob) {
+  ThreadPool pool(3);
+  constexpr int64_t kIn = 16384, kN = 250, kPiece = 96, kTokens = 300;
+  std::vector<Pair> all;
+  for (DType t : {DType::kBF16, DType::kF8E4M3})
+    for (bool repack : {false, true}) all.push_back(float_pair(t, 48, kIn, repack, 12));
+  for (DType t : {DType::kQ8_0, DType::kQ4_K, DType::kQ8_0R16, DType::kQ4_KR16})
+    all.push_back(block_pair(t, 48, kIn, 13));
+  std::vector<float> x(size_t(kTokens * kIn));
+  Rng rng{14};
+  for (float& v : x) v = float(rng.normal());
+  std::vector<int64_t> rows(static_cast<size_t>(kN));
+  for (int64_t i = 0; i < kN; ++i) rows[size_t(i)] = (i * 7 + 3) % kTokens;
+  for (const Pair& p : all) {
+    const LinearWeight &gate = p.w[0], &up = p.w[1];
+    const int64_t out = gate.out, size = kN * out;
+    for (const LinearVariant* v : cpu_linear_variants_here()) {
+      // Whole: a SwiGLU job and a gathered plain one; pieces: the same rows kPiece at a time.
+      std::vector<float> y(size_t(size), -1.0f), uy(y), g(y), y1(size_t(size), -2.0f), uy1(y1),
+          g1(y1);
+      const LinearJob whole[] = {{&gate, kN, x.data(), y.data(), &up, uy.data()},
+                                 {&up, kN, x.data(), g.data(), nullptr, nullptr, rows.data()}};
+      v->run(LinearParams{whole, LinearPath::kBf16}, pool);
+      for (int64_t i0 = 0; i0 < kN; i0 += kPiece) {
+        const int64_t n = std::min(kPiece, kN - i0);
+        const LinearJob piece[] = {
+            {&gate, n, x.data() + i0 * kIn, y1.data() + i0 * out, &up, uy1.data() + i0 * out},
+            {&up, n, x.data(), g1.data() + i0 * out, nullptr, nullptr, rows.data() + i0}};
+        v->run(LinearParams{piece, LinearPath::kBf16}, pool);
+      }
+      const std::string at = std::string(v->name) + " " + std::string(dtype_name(gate.dtype));
+      ASSERT_EQ(0, std::memcmp(y.data(), y1.data(), size_t(size) * 4)) << at;
+      ASSERT_EQ(0, std::memcmp(uy.data(), uy1.data(), size_t(size) * 4)) << at << " (up_y)";
+      ASSERT_EQ(0, std::memcmp(g.data(), g1.data(), size_t(size) * 4)) << at << " (gathered)";
     }
   }
 }
