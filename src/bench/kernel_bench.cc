@@ -131,6 +131,7 @@ Result<std::vector<PrefillResult>> bench_prefill(const PrefillCase& c, const Mac
       double(s_kv) * 2 * H * kR * (kDn + kDv) + M * L * 2 * H * (kDn + kDr + kDv);
   std::vector<PrefillResult> results;
   for (MlaPath path : {MlaPath::kAbsorbed, MlaPath::kDecompressed}) {
+    if (!(path == MlaPath::kAbsorbed ? c.absorbed : c.decompressed)) continue;
     p.prefill_absorption_threshold = path == MlaPath::kAbsorbed ? c.m : c.m - 1;
     Status st;
     PrefillResult r;

@@ -44,7 +44,8 @@ Result<DecodeResult> bench_decode(const DecodeCase& c, const MachineReport& m, T
 struct PrefillCase {
   int m = 256, l = 4096, h_q = 128;  // chunk of m new tokens over l cached ones
   DType kv_dtype = DType::kBF16;
-  DType attention_q_dtype = DType::kF32;  // the absorbed path's query at the decode kernel
+  DType attention_q_dtype = DType::kF32;      // the absorbed path's query at the decode kernel
+  bool absorbed = true, decompressed = true;  // the paths timed
 };
 
 struct PrefillResult {
@@ -54,7 +55,8 @@ struct PrefillResult {
   double flops = 0, gflops = 0, tokens_per_s = 0, pct_of_bf16_peak = 0;
 };
 
-// Both paths of mla_attention on one chunk (DeepSeek dims: d_n 128, d_r 64, d_v 128, r 512).
+// The paths c asks for of mla_attention on one chunk (DeepSeek dims: d_n 128, d_r 64, d_v 128,
+// r 512).
 Result<std::vector<PrefillResult>> bench_prefill(const PrefillCase& c, const MachineReport& m,
                                                  ThreadPool& pool, int reps);
 

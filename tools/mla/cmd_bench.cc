@@ -124,7 +124,7 @@ struct PrefillOptions {
   std::vector<int> m{64, 256, 1024}, l{1024, 4096}, h_q{128};
   int reps = 3;
   bool json = false;
-  std::string attention_dtype = "bf16";
+  std::string attention_dtype = "bf16", path = "both";
 };
 
 ordered_json prefill_json(const bench::PrefillResult& r) {
@@ -148,8 +148,10 @@ int run_prefill(const PrefillOptions& o) {
     for (int l : o.l)
       for (int mm : o.m) {
         fmt::print(stderr, "prefill M={} L={} h_q={}...\n", mm, l, h);
-        auto rs = bench::bench_prefill({mm, l, h, DType::kBF16, f32_or_bf16(o.attention_dtype)}, m,
-                                       default_thread_pool(), o.reps);
+        bench::PrefillCase c{mm, l, h, DType::kBF16, f32_or_bf16(o.attention_dtype)};
+        c.absorbed = o.path != "decompressed";
+        c.decompressed = o.path != "absorbed";
+        auto rs = bench::bench_prefill(c, m, default_thread_pool(), o.reps);
         if (!rs.ok()) {
           fmt::print(stderr, "mla bench prefill: {}\n", rs.status().message());
           return 1;
@@ -304,7 +306,7 @@ void register_bench(CLI::App& app, int* exit_code) {
 
   auto p = std::make_shared<PrefillOptions>();
   CLI::App* pre = bench->add_subcommand(
-      "prefill", "Both paths of mla_attention for chunk length M over context L");
+      "prefill", "Both paths (or --path) of mla_attention for chunk length M over context L");
   pre->add_option("--m", p->m, "Chunk lengths (comma list)")->delimiter(',');
   pre->add_option("--l", p->l, "Context lengths (comma list)")->delimiter(',');
   pre->add_option("--h-q", p->h_q, "Heads (comma list)")->delimiter(',');
@@ -313,6 +315,9 @@ void register_bench(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1000));
   pre->add_flag("--json", p->json, "Print JSON");
   add_attention_dtype_flag(pre, &p->attention_dtype);
+  pre->add_option("--path", p->path, "Paths timed: absorbed, decompressed or both")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"absorbed", "decompressed", "both"}));
   pre->callback([p, exit_code] { *exit_code = run_prefill(*p); });
 
   auto t = std::make_shared<ThresholdOptions>();

@@ -54,13 +54,16 @@ inline void up_project(LinearRunFn linear, const float* w, int64_t out, int64_t 
 }
 
 // The FP32 tiles: Q·Kᵀ with the query rows as lanes and each key value broadcast, P·V in FP32.
-// A tile policy gives the driver: q_words() and prepare_q() (a row block's queries of one head
-// in the tiles' layout, QWord elements, made once per call: the same block meets every chunk),
+// A tile policy gives the driver: kKeyStep (keys per online-softmax step, a multiple of kTile
+// and at most kPrefillChunk), q_words() and prepare_q() (a row block's queries of one head in
+// the tiles' layout, QWord elements, made once per call: the same block meets every chunk),
 // chunk() (the chunk's up-projected K and V, once per chunk), and per work item (thread-local
-// Scratch) scores() and pv().
+// Scratch) scores() of up to kKeyStep keys (whole kTile blocks of ST, zero keys past n) and
+// pv().
 template <class V>
 struct PrefillTileF32 {
   static constexpr int W = V::kWidth;
+  static constexpr int kKeyStep = kTile;  // keys per softmax step
   using QWord = float;
   struct Scratch {
     AlignedBuffer<float> zero;
@@ -189,7 +192,7 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn li
       const int ld = round_up(R, W);
       static thread_local typename Tile::Scratch tsc;
       static thread_local PrefillRowScratch sc;
-      float* ST = ensure_scratch(sc.s, size_t(kTile) * ld);
+      float* ST = ensure_scratch(sc.s, size_t(Tile::kKeyStep) * ld);
       float* corr = ensure_scratch(sc.corr, ld);
       float* limit = ensure_scratch(sc.limit, ld);
       sc.score_rows.assign(R, nullptr);
@@ -198,20 +201,20 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn li
       const RowBlockState st{o.data() + (int64_t(h) * p.s_q + s0) * dv_pad, dv_pad,
                              m.data() + int64_t(h) * sq_pad + s0,
                              l.data() + int64_t(h) * sq_pad + s0};
-      for (int t0 = c0; t0 < c0 + n_c; t0 += kTile) {
-        const int n = std::min(kTile, c0 + n_c - t0);
-        bool any = false;
+      // Keys the block's last row sees: no row of the block sees a key past them (causal).
+      const int seen = visible_keys(p.s_kv(), p.s_q, s0 + R - 1, p.causal);
+      for (int t0 = c0; t0 < c0 + n_c; t0 += Tile::kKeyStep) {
+        int n = std::min(Tile::kKeyStep, c0 + n_c - t0);
+        if (!p.scores) n = std::min(n, seen - t0);  // (checking writes every key's score)
+        if (n <= 0) continue;
         for (int i = 0; i < R; ++i) {
-          const int lim = std::clamp(visible_keys(p.s_kv(), p.s_q, s0 + i, p.causal) - t0, 0, n);
-          limit[i] = float(lim);
-          any |= lim > 0;
+          limit[i] = float(std::clamp(visible_keys(p.s_kv(), p.s_q, s0 + i, p.causal) - t0, 0, n));
           if (p.scores)
             sc.score_rows[i] = p.scores + (int64_t(s0 + i) * H + h) * p.scores_stride + t0;
         }
-        if (!any && !p.scores) continue;
         tile.scores(tsc, qT, h, t0 - c0, n, ld, ST);
         softmax_tile_rows<V>(ST, ld, R, limit, n, p.softmax_scale, st, corr,
-                             p.scores ? sc.score_rows.data() : nullptr);
+                             p.scores ? sc.score_rows.data() : nullptr, round_up(n, kTile));
         tile.pv(tsc, h, t0 - c0, n, ST, R, ld, corr, st);
       }
     });

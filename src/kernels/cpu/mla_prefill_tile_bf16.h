@@ -4,7 +4,7 @@
 //   kb: [H][kPrefillChunk][kb_stride] u16   each head's key rows k_nope | k_pe of the chunk, BF16
 //   vp: [H][kPrefillChunk / 2][dv_pad] u32  each head's V as token pairs (v[2t][c], v[2t+1][c])
 //   qT: [d_qk / 2][ld] u32                  the row block's query channel pairs, rows as lanes
-//   pp: [kTile / 2][ld] u32                 the probabilities as token pairs
+//   pp: [kKeyStep / 2][ld] u32              the probabilities as token pairs
 // Numerics: q, k and v are rounded to BF16 (RNE, relative ≤ 2^-8 each) once per chunk or row
 // block, and each probability once per tile, so a score carries ≤ 2·2^-8 · Σ_c |q_c k_c| from its
 // inputs beside FP32 accumulation, and an output ≤ 2·2^-8 · Σ_t p_t |v_tc| from P and V (plus the
@@ -30,6 +30,10 @@ inline void round_row_bf16(const float* src, int len, uint16_t* dst) {
 }
 
 struct PrefillTileBf16 {
+  // A whole chunk per online-softmax step: a row block's O (128 rows x 128 channels, 64 KiB)
+  // is read, rescaled and written once per 256 keys instead of once per 64-key tile (that pass
+  // had been a fifth of P·V's time at 2,048 tokens).
+  static constexpr int kKeyStep = kPrefillChunk;
   using QWord = uint32_t;
   struct Scratch {
     AlignedBuffer<uint32_t> pp;
@@ -99,24 +103,48 @@ struct PrefillTileBf16 {
     }
   }
 
+  // ST [round_up(n, kTile)][ld] = scores of keys tok0 .. tok0 + n of the chunk, kTile at a time.
   void scores(Scratch&, const uint32_t* qT, int h, int tok0, int n, int ld, float* ST) const {
-    const uint8_t* rows[kTile];
     const uint16_t* kh = kb + int64_t(h) * kb_head;
-    for (int j = 0; j < kTile; ++j)
-      rows[j] =
-          reinterpret_cast<const uint8_t*>(j < n ? kh + int64_t(tok0 + j) * kb_stride : zero_row);
-    score_tile_bf16(qT, ld, 0, d_qk2, rows, {}, ST);
+    for (int j0 = 0; j0 < n; j0 += kTile) {
+      const uint8_t* rows[kTile];
+      for (int j = 0; j < kTile; ++j)
+        rows[j] = reinterpret_cast<const uint8_t*>(
+            j0 + j < n ? kh + int64_t(tok0 + j0 + j) * kb_stride : zero_row);
+      score_tile_bf16(qT, ld, 0, d_qk2, rows, {}, ST + int64_t(j0) * ld);
+    }
   }
 
   void pv(Scratch& sc, int h, int tok0, int n, const float* ST, int R, int ld, const float* corr,
           RowBlockState st) const {
     const int np = (n + 1) / 2;  // ST rows past n hold probability 0
-    uint32_t* pp = ensure_scratch(sc.pp, size_t(kTile / 2) * ld);
+    uint32_t* pp = ensure_scratch(sc.pp, size_t(kKeyStep / 2) * ld);
     probability_pairs(ST, ld, np, n, nullptr, 0, 1.0f, pp);
     const uint32_t* vh = vp + int64_t(h) * vp_head + int64_t(tok0 / 2) * dv_pad;
+    // O [R][dv_pad] of the block (64 KiB at 128 rows) was last touched a whole chunk earlier,
+    // every other block's O in between (16 MB at 2,048 tokens): its lines come from DRAM. Each
+    // 4-row group requests the lines of the group two ahead (a group's 512 vdpbf16ps cover the
+    // latency; without it their loads were a sixth of P·V's samples).
+    // (All 4 rows even past R: a prefetch never faults. GCC 12 drops every prefetch of this
+    // loop when its bound is min(i + 4, R).)
+    auto ahead = [&](int i, int ch) {
+      for (int r = i; r < i + 4; ++r)
+        for (int c = 0; c < 64; c += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(st.o + int64_t(r) * st.ld_o + ch + c),
+                       _MM_HINT_T0);
+    };
+    const int groups = (R + 3) / 4;
+    for (int g = 0; g < 2 && g < groups; ++g) ahead(4 * g, 0);
     for (int ch = 0; ch < dv_pad; ch += 64) {
       int i = 0;
-      for (; i + 4 <= R; i += 4) pv_rows_bf16<4>(pp, ld, vh, dv_pad, np, i, ch, corr, st);
+      for (; i + 4 <= R; i += 4) {
+        const int g = i / 4 + 2;  // the group two ahead, into the next channel block
+        if (g < groups)
+          ahead(4 * g, ch);
+        else if (ch + 64 < dv_pad)
+          ahead(4 * (g - groups), ch + 64);
+        pv_rows_bf16<4>(pp, ld, vh, dv_pad, np, i, ch, corr, st);
+      }
       for (; i < R; ++i) pv_rows_bf16<1>(pp, ld, vh, dv_pad, np, i, ch, corr, st);
     }
   }

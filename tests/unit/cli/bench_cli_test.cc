@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "cli_run.h"
 
@@ -43,6 +45,23 @@ TEST(BenchCli, DecodeJsonSelectsCasesByFlag) {
     EXPECT_GT(c.at("us_per_call").get<double>(), 0.0);
     EXPECT_GT(c.at("gflops").get<double>(), 0.0);
   }
+}
+
+TEST(BenchCli, PrefillJsonTimesThePathsAsked) {
+  auto paths = [](const std::string& flag) {
+    const auto r = run_mla("bench prefill --json --m 8 --l 32 --h-q 2 --reps 1" + flag, false);
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    std::vector<std::string> out;
+    for (const auto& c : nlohmann::json::parse(r.out)) {
+      EXPECT_GT(c.at("ms_per_call").get<double>(), 0.0);
+      out.push_back(c.at("path").get<std::string>());
+    }
+    return out;
+  };
+  EXPECT_EQ(paths(""), (std::vector<std::string>{"absorbed", "decompressed"}));
+  EXPECT_EQ(paths(" --path decompressed"), std::vector<std::string>{"decompressed"});
+  EXPECT_EQ(paths(" --path absorbed"), std::vector<std::string>{"absorbed"});
+  EXPECT_NE(run_mla("bench prefill --path both,absorbed", false).exit_code, 0);
 }
 
 TEST(BenchCli, TuneWritesTheThresholdFile) {
