@@ -416,16 +416,20 @@ inline WeightAhead weight_rows_ahead(const LinearWeight& w, int64_t r0, int64_t 
   return {p, p + (r1 - r0) * row_bytes};
 }
 
-// Rows of x per block of a GEMM job (a multiple of 96: whole 6-row tiles of the int8 GEMM and
-// 32-row panel tiles of the BF16 one): about kLinGemmXBlockBytes of x as the GEMM reads it, or
-// all n rows when that is at most half a block more. Every weight chunk passes over one block
-// before the next block starts, so a block is read from cache by both threads; all 2,048 rows
-// of a prefill chunk at once (4.4-8 MB of x at d 2,048) were re-read from beyond L2 for every
-// chunk of weight rows: 2,048 x 2,048 BF16_R16 products ran at 330 GFLOP/s against 390 at 512
-// rows, and 1-2 MB blocks recovered it (docs/BENCHMARKS.md, "x in blocks of rows").
+// Rows of x per block of a GEMM job: about kLinGemmXBlockBytes of x as the GEMM reads it, at
+// least kLinGemmXBlockMinRows, a multiple of 96 (whole 6-row tiles of the int8 GEMM, 32-row
+// panel tiles of the BF16 one), or all n rows when that is at most half a block more. Every
+// weight chunk passes over one block before the next block starts, so both threads read the
+// block from cache; all 2,048 rows of a prefill chunk at once (4.4-8 MB of x at d 2,048) were
+// re-read from beyond L2 for every chunk of weight rows: 2,048 x 2,048 BF16_R16 products ran at
+// 330 GFLOP/s against 390 at 512 rows, and 1-2 MB blocks recovered it (docs/BENCHMARKS.md,
+// "x in blocks of rows"). Each block reads the whole weight again: at 384 rows that is one
+// weight byte per 384 FLOPs (BF16), above the AMX Xeon's balance of 274 FLOP per DRAM byte.
 constexpr int64_t kLinGemmXBlockBytes = 2048 << 10;
+constexpr int64_t kLinGemmXBlockMinRows = 384;
 inline int64_t lin_gemm_x_block(int64_t x_row_bytes, int64_t n) {
-  const int64_t rows = std::max<int64_t>(96, kLinGemmXBlockBytes / x_row_bytes / 96 * 96);
+  const int64_t rows =
+      std::max<int64_t>(kLinGemmXBlockMinRows, kLinGemmXBlockBytes / x_row_bytes / 96 * 96);
   return rows * 3 / 2 >= n ? n : rows;
 }
 

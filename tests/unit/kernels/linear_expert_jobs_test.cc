@@ -166,11 +166,12 @@ TEST(LinearGather, RowsReadInPlaceEqualAGatheredCopy) {
 
 // A GEMM job over many rows of x runs its x in blocks of rows (the weight chunks pass over one
 // block while it stays in cache): each block's outputs are, bit for bit, what the same rows give
-// as a job of their own, SwiGLU and gathered jobs included. Rows of 16,384 values make every GEMM
-// layout's x row ≥ 16 KiB, so a block is at most 2 MiB / 16 KiB = 128 rows and 250 rows are cut.
+// as a job of their own, SwiGLU and gathered jobs included. Rows of 4,096 values make every GEMM
+// layout's x row ≥ 4 KiB, so a block is its minimum of 384 rows (2 MiB / 4 KiB = 512, less than
+// 576 once rounded to 96) and 800 rows are cut into 384 + 384 + 32.
 TEST(LinearGemmRowBlocks, EachBlockEqualsItsRowsAsAJob) {
   ThreadPool pool(3);
-  constexpr int64_t kIn = 16384, kN = 250, kPiece = 96, kTokens = 300;
+  constexpr int64_t kIn = 4096, kN = 800, kPiece = 384, kTokens = 900;
   std::vector<Pair> all;
   for (DType t : {DType::kBF16, DType::kF8E4M3})
     for (bool repack : {false, true}) all.push_back(float_pair(t, 48, kIn, repack, 12));
