@@ -15,7 +15,12 @@
 namespace mla::cpu {
 namespace {
 
-constexpr int kPrefillChunk = 256;     // context tokens up-projected at once
+// Context tokens up-projected at once: each chunk re-reads W_UK / W_UV (16 MB in FP32 at V2-Lite)
+// and passes over every row block's running output O (16 MB at 2,048 queries). 512 against 256:
+// M 2,048 over L 2,048 (`mla bench prefill --path decompressed`, 3 alternated runs) 253.4 /
+// 256.3 / 251.9 -> 241.0 / 247.9 / 251.8 ms; 1,024 gave no more. Workspace grows with it: V3's
+// FP32 K and V of a chunk are 67 MB.
+constexpr int kPrefillChunk = 512;
 constexpr int kPrefillRowBlock = 128;  // queries of one head per work item
 
 // What the driver keeps per thread for a work item: scores / probabilities, corr, limits.
@@ -144,23 +149,27 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn li
   tile.begin(p);
 
   // c [chunk][r], kpe [chunk][d_r], knope [chunk][H·d_n], v [chunk][H·d_v] (+ dv_pad so the last
-  // head's padded V loads stay inside the buffer).
-  AlignedBuffer<float> c(size_t(kPrefillChunk) * r),
-      kpe(size_t(kPrefillChunk) * std::max(p.d_r, 1));
-  AlignedBuffer<float> knope(size_t(kPrefillChunk) * ld_k),
-      v(size_t(kPrefillChunk) * ld_v + dv_pad);
-  std::fill(v.begin(), v.end(), 0.0f);
-  // Online-softmax state per (head, query): o [H][s_q][dv_pad]; m and l [H][sq_pad], padded to
-  // whole vectors so a row block's lanes past s_q stay inside its head.
+  // head's padded V loads stay inside the buffer). Online-softmax state per (head, query):
+  // o [H][s_q][dv_pad]; m and l [H][sq_pad], padded to whole vectors so a row block's lanes past
+  // s_q stay inside its head. The calling thread's buffers, kept between calls as the tiles' K
+  // and V are: at V3's 128 heads knope, v and o (134 MB at 2,048 queries) are past glibc's
+  // largest mmap threshold (32 MB), so fresh ones were mapped, faulted in and zeroed per call.
   constexpr int W = V::kWidth;
   const int sq_pad = round_up(p.s_q, W);
-  AlignedBuffer<float> o(size_t(H) * p.s_q * dv_pad), m(size_t(H) * sq_pad), l(size_t(H) * sq_pad);
-  std::fill(o.begin(), o.end(), 0.0f);
-  std::fill(m.begin(), m.end(), kNegInf);
-  std::fill(l.begin(), l.end(), 0.0f);
-  // Every (head, row block)'s queries in the tiles' layout, [H][row_blocks][q_item]: made once
-  // (remade per chunk, the transposition had been 20% of the attention at 4,096 tokens). The
-  // calling thread's buffer, kept between calls as the tiles' K and V are.
+  struct Buffers {
+    AlignedBuffer<float> c, kpe, knope, v, o, m, l;
+  };
+  static thread_local Buffers buf;
+  float* c = ensure_scratch(buf.c, size_t(kPrefillChunk) * r);
+  float* kpe = ensure_scratch(buf.kpe, size_t(kPrefillChunk) * std::max(p.d_r, 1));
+  float* knope = ensure_scratch(buf.knope, size_t(kPrefillChunk) * ld_k);
+  float* v = ensure_scratch(buf.v, size_t(kPrefillChunk) * ld_v + dv_pad);
+  float* o = ensure_scratch(buf.o, size_t(H) * p.s_q * dv_pad);
+  float* m = ensure_scratch(buf.m, size_t(H) * sq_pad);
+  float* l = ensure_scratch(buf.l, size_t(H) * sq_pad);
+  // Every (head, row block)'s queries in the tiles' layout, [H][row_blocks][q_item], made once
+  // (remade per chunk, the transposition had been 20% of the attention at 4,096 tokens), and its
+  // softmax state cleared, in one pass on the pool.
   using QWord = typename Tile::QWord;
   const int64_t q_item = tile.q_words(round_up(std::min(kPrefillRowBlock, p.s_q), W));
   static thread_local AlignedBuffer<QWord> qs_buf;
@@ -168,7 +177,12 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn li
   pool.parallel_for(int64_t(H) * row_blocks, [&](int64_t item, int) {
     const int h = int(item / row_blocks), s0 = int(item % row_blocks) * kPrefillRowBlock;
     const int R = std::min(kPrefillRowBlock, p.s_q - s0);
-    tile.prepare_q(qs + item * q_item, h, s0, R, round_up(R, W));
+    const int ld = round_up(R, W);
+    tile.prepare_q(qs + item * q_item, h, s0, R, ld);
+    float* o_item = o + (int64_t(h) * p.s_q + s0) * dv_pad;
+    std::fill(o_item, o_item + int64_t(R) * dv_pad, 0.0f);
+    std::fill(m + int64_t(h) * sq_pad + s0, m + int64_t(h) * sq_pad + s0 + ld, kNegInf);
+    std::fill(l + int64_t(h) * sq_pad + s0, l + int64_t(h) * sq_pad + s0 + ld, 0.0f);
   });
 
   for (int c0 = 0; c0 < p.s_kv(); c0 += kPrefillChunk) {
@@ -179,12 +193,14 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn li
                            t % p.cache.page_size;
       // Only the gathered rows are dequantised.
       const uint8_t* row = static_cast<const uint8_t*>(p.cache.rows) + slot * fmt.row_bytes;
-      load_cache_row(fmt, row, c.data() + int64_t(j) * r, kpe.data() + int64_t(j) * p.d_r);
+      load_cache_row(fmt, row, c + int64_t(j) * r, kpe + int64_t(j) * p.d_r);
     }
+    // The FP32 tiles read the last head's V up to dv_pad: zeros, not an earlier chunk's values.
+    std::fill(v + int64_t(n_c) * ld_v, v + int64_t(n_c) * ld_v + dv_pad, 0.0f);
     // knope = c · W_UKᵀ, v = c · W_UVᵀ with W_UK viewed as [H·d_n, r] and W_UV as [H·d_v, r].
-    up_project(linear, p.w_uk, ld_k, r, n_c, c.data(), knope.data(), p.attention_dtype, pool);
-    up_project(linear, p.w_uv, ld_v, r, n_c, c.data(), v.data(), p.attention_dtype, pool);
-    tile.chunk(n_c, knope.data(), kpe.data(), v.data(), pool);
+    up_project(linear, p.w_uk, ld_k, r, n_c, c, knope, p.attention_dtype, pool);
+    up_project(linear, p.w_uv, ld_v, r, n_c, c, v, p.attention_dtype, pool);
+    tile.chunk(n_c, knope, kpe, v, pool);
 
     pool.parallel_for(int64_t(H) * row_blocks, [&](int64_t item, int) {
       const int h = int(item / row_blocks), s0 = int(item % row_blocks) * kPrefillRowBlock;
@@ -198,9 +214,8 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn li
       sc.score_rows.assign(R, nullptr);
       const QWord* qT = qs + item * q_item;
       std::fill(limit, limit + ld, 0.0f);
-      const RowBlockState st{o.data() + (int64_t(h) * p.s_q + s0) * dv_pad, dv_pad,
-                             m.data() + int64_t(h) * sq_pad + s0,
-                             l.data() + int64_t(h) * sq_pad + s0};
+      const RowBlockState st{o + (int64_t(h) * p.s_q + s0) * dv_pad, dv_pad,
+                             m + int64_t(h) * sq_pad + s0, l + int64_t(h) * sq_pad + s0};
       // Keys the block's last row sees: no row of the block sees a key past them (causal).
       const int seen = visible_keys(p.s_kv(), p.s_q, s0 + R - 1, p.causal);
       for (int t0 = c0; t0 < c0 + n_c; t0 += Tile::kKeyStep) {
@@ -221,8 +236,7 @@ void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn li
   }
 
   pool.parallel_for(H, [&](int64_t h, int) {
-    const RowBlockState st{o.data() + h * p.s_q * dv_pad, dv_pad, m.data() + h * sq_pad,
-                           l.data() + h * sq_pad};
+    const RowBlockState st{o + h * p.s_q * dv_pad, dv_pad, m + h * sq_pad, l + h * sq_pad};
     float* lse = p.lse + h * p.s_q;
     finish_rows(p.s_q, p.d_v, st, p.out + h * p.d_v, int64_t(H) * p.d_v, lse);
     for (int s = 0; s < p.s_q; ++s)

@@ -31,8 +31,7 @@ inline void round_row_bf16(const float* src, int len, uint16_t* dst) {
 
 struct PrefillTileBf16 {
   // A whole chunk per online-softmax step: a row block's O (128 rows x 128 channels, 64 KiB)
-  // is read, rescaled and written once per 256 keys instead of once per 64-key tile (that pass
-  // had been a fifth of P·V's time at 2,048 tokens).
+  // is read, rescaled and written once per chunk instead of once per 64-key tile.
   static constexpr int kKeyStep = kPrefillChunk;
   using QWord = uint32_t;
   struct Scratch {
