@@ -1,5 +1,7 @@
 // Per-thread scratch buffers for the CPU kernels: grown on demand, reused across calls, so the
-// hot loops never allocate. Sizes are bounded by tile and row-block sizes, not by input length.
+// hot loops never allocate. Most sizes are bounded by tile and row-block sizes; the decompressed
+// prefill's queries and running output grow with the largest chunk of queries seen (a prefill
+// chunk: 2,048 tokens by default).
 #pragma once
 
 #include <algorithm>
