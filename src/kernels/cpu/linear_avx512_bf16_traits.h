@@ -25,6 +25,7 @@ struct LinAvx512Bf16Base : LinAvx512Vbmi, GgmlVnniHooks {
     return gemm_bf16_chunk_rows(w, threads);
   }
   static int64_t gemm_panel_words(int64_t n, int64_t in) { return cpu::gemm_panel_words(n, in); }
+  static int64_t gemm_row_words(int64_t in) { return cpu::gemm_pairs(in); }  // one row of a panel
   static void gemm_pack_x_tile(const float* x, const int64_t* rows, int64_t n, int64_t in,
                                int64_t t, uint32_t* panel) {
     cpu::gemm_pack_x_tile(x, rows, n, in, t, panel);

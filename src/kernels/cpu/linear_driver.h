@@ -438,8 +438,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   struct Item {
     int32_t job;
     int64_t r0, r1;
-    bool up = false;          // rows of the job's up product alone (a decode-sized SwiGLU job)
-    int64_t i0 = 0, i1 = -1;  // rows of x: [i0, i1), or all n for i1 < 0
+    bool up = false;  // rows of the job's up product alone (a decode-sized SwiGLU job)
+    int64_t i0, i1;   // rows of x: [i0, i1)
   };
   const int threads = pool.num_threads();
   // The pass's plan, kept between calls on the calling thread so that a pass allocates nothing
@@ -618,7 +618,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       if (!panel_of.empty() && panel_of[j] >= 0) {
         rows = L::gemm_chunk_rows(*job.w, threads);
         gemm = true;
-        x_bytes = L::gemm_panel_words(1, job.w->in) / L::kGemmTileRows * 4;
+        x_bytes = L::gemm_row_words(job.w->in) * 4;
       }
     if constexpr (requires { L::kGgmlInt; })
       if (!xq_gemm.empty() && xq_gemm[j]) {
@@ -637,7 +637,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     // takes the SiLU after the pass.
     if (job.up && job.n <= kLinGroup)
       for (int64_t r0 = 0; r0 < job.w->out; r0 += rows)
-        items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows), true});
+        items.push_back({int32_t(j), r0, std::min(job.w->out, r0 + rows), true, 0, job.n});
   }
   if (decode && threads > 1) {
     const size_t tail = std::min(items.size(), size_t(threads));
@@ -649,7 +649,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       const int64_t step =
           std::max<int64_t>(unit, ((it.r1 - it.r0) / kLinTailSplit + unit - 1) / unit * unit);
       for (int64_t r0 = it.r0; r0 < it.r1; r0 += step)
-        pieces.push_back({it.job, r0, std::min(it.r1, r0 + step), it.up});
+        pieces.push_back({it.job, r0, std::min(it.r1, r0 + step), it.up, it.i0, it.i1});
     }
     items.resize(items.size() - tail);
     items.insert(items.end(), pieces.begin(), pieces.end());
@@ -663,9 +663,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     const LinearJob& job = jobs[j];
     if constexpr (requires { L::kBf16Gemm; })
       if (!panel_of.empty() && panel_of[j] >= 0) {
-        // x rows [i0, i1): the panel's rows are kGemmTileRows-aligned blocks of gemm_pairs words.
-        const int64_t words = L::gemm_panel_words(1, w.in) / L::kGemmTileRows;
-        const uint32_t* xp = store + panel_at[size_t(panel_of[j])] + i0 * words;
+        // x rows [i0, i1) of the panel (rows of gemm_row_words; i0 a multiple of its tiles).
+        const uint32_t* xp = store + panel_at[size_t(panel_of[j])] + i0 * L::gemm_row_words(w.in);
         float* yb = y + i0 * w.out;
         if (w.dtype == DType::kF8E4M3 || w.dtype == DType::kF8E4M3R16)
           return L::template gemm_chunk<DType::kF8E4M3>(w, i1 - i0, xp, yb, r0, r1, next);
@@ -702,7 +701,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   };
   auto run_item = [&](const Item& it, WeightAhead next) {
     const LinearJob& job = jobs[size_t(it.job)];
-    const int64_t i0 = it.i0, i1 = it.i1 < 0 ? job.n : it.i1;
+    const int64_t i0 = it.i0, i1 = it.i1;
     if (it.up) return run_rows(size_t(it.job), *job.up, job.up_y, it.r0, it.r1, next, i0, i1);
     const bool swiglu = job.up && job.n > kLinGroup;
     run_rows(size_t(it.job), *job.w, job.y, it.r0, it.r1,

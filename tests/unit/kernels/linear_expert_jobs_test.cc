@@ -167,8 +167,9 @@ TEST(LinearGather, RowsReadInPlaceEqualAGatheredCopy) {
 // A GEMM job over many rows of x runs its x in blocks of rows (the weight chunks pass over one
 // block while it stays in cache): each block's outputs are, bit for bit, what the same rows give
 // as a job of their own, SwiGLU and gathered jobs included. Rows of 4,096 values make every GEMM
-// layout's x row ≥ 4 KiB, so a block is its minimum of 384 rows (2 MiB / 4 KiB = 512, less than
-// 576 once rounded to 96) and 800 rows are cut into 384 + 384 + 32.
+// layout's x row at least 5 KiB (Q8_0: 4,096 codes and 1,024 bytes of scales and sums; BF16
+// pairs: 8 KiB), so 2 MiB holds fewer than 410 rows and a block is its minimum of 384: 800 rows
+// (more than 1.5 blocks) are cut into 384 + 384 + 32.
 TEST(LinearGemmRowBlocks, EachBlockEqualsItsRowsAsAJob) {
   ThreadPool pool(3);
   constexpr int64_t kIn = 4096, kN = 800, kPiece = 384, kTokens = 900;
