@@ -120,6 +120,7 @@ Result<std::vector<PrefillResult>> bench_prefill(const PrefillCase& c, const Mac
   p.softmax_scale = float(1.0 / std::sqrt(192.0));
   p.causal = true;
   p.absorbed_q_dtype = c.attention_q_dtype;
+  p.decompressed_dtype = c.decompressed_dtype;
   p.out = out.data();
   p.lse = lse.data();
 

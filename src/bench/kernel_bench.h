@@ -44,7 +44,9 @@ Result<DecodeResult> bench_decode(const DecodeCase& c, const MachineReport& m, T
 struct PrefillCase {
   int m = 256, l = 4096, h_q = 128;  // chunk of m new tokens over l cached ones
   DType kv_dtype = DType::kBF16;
-  DType attention_q_dtype = DType::kF32;      // the absorbed path's query at the decode kernel
+  DType attention_q_dtype = DType::kF32;  // the absorbed path's query at the decode kernel
+  // The decompressed path's tiles (MlaAttentionParams::decompressed_dtype); unset: the query's.
+  std::optional<DType> decompressed_dtype;
   bool absorbed = true, decompressed = true;  // the paths timed
 };
 

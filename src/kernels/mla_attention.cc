@@ -134,7 +134,7 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
     pp.w_uv = w.w_uv.data();
     pp.softmax_scale = p.softmax_scale;
     pp.causal = p.causal;
-    pp.attention_dtype = p.absorbed_q_dtype;
+    pp.attention_dtype = p.decompressed_dtype.value_or(p.absorbed_q_dtype);
     pp.out = p.out;
     pp.lse = p.lse;
     MLA_ASSIGN_OR_RETURN(const MlaPrefillVariant* v, select_variant(pp, backend));

@@ -4,6 +4,7 @@
 // decompressed path. Both paths run through the registry, so `backend` picks ref or cpu kernels.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "core/aligned_buffer.h"
@@ -37,6 +38,9 @@ struct MlaAttentionParams {
   // Absorbed path: the absorbed query's dtype; decompressed path: the up-projections' products
   // and the attention tiles (MlaPrefillParams::attention_dtype).
   DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;
+  // Decompressed path's MlaPrefillParams::attention_dtype when set (kI8: the int8 tiles); unset,
+  // absorbed_q_dtype.
+  std::optional<DType> decompressed_dtype;
   float* out = nullptr;  // [s_q, h_q, d_v] fp32
   float* lse = nullptr;  // [h_q, s_q] fp32
 };

@@ -116,8 +116,9 @@ Status validate(const MlaPrefillParams& p) {
         fmt::format("mla_prefill: s_q {}, h_q {}, s_kv {} are too large", p.s_q, p.h_q, p.s_kv()));
   if (!p.q || !p.w_uk || !p.w_uv || !p.out || !p.lse)
     return invalid_argument("mla_prefill: q, w_uk, w_uv, out and lse are required");
-  if (p.attention_dtype != DType::kF32 && p.attention_dtype != DType::kBF16)
-    return invalid_argument(fmt::format("mla_prefill: attention_dtype {} is not F32 or BF16",
+  if (p.attention_dtype != DType::kF32 && p.attention_dtype != DType::kBF16 &&
+      p.attention_dtype != DType::kI8)
+    return invalid_argument(fmt::format("mla_prefill: attention_dtype {} is not F32, BF16 or I8",
                                         dtype_name(p.attention_dtype)));
   return validate_cache(p.cache, 1, "mla_prefill", p.scores ? p.scores_stride : -1);
 }

@@ -64,6 +64,9 @@ struct MlaPrefillParams {
   // latent rows and W_UK / W_UV rounded to BF16, which a BF16 cache and a BF16 checkpoint's
   // kv_b_proj already are), and on AVX512_BF16 the attention tiles too (q, k, v and the
   // probabilities rounded to BF16, FP32 accumulation: kernels/cpu/mla_prefill_tile_bf16.h).
+  // kI8: the up-projections as for kBF16, and on AVX512_VNNI the attention tiles on int8 dot
+  // products (q and k per token and part, v per channel, the probabilities in steps of 1/255:
+  // kernels/cpu/mla_prefill_tile_int8.h); where those do not run, the BF16 tiles, else FP32.
   DType attention_dtype = DType::kF32;
 
   float* out = nullptr;     // [s_q, h_q, d_v] fp32

@@ -158,6 +158,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     p.causal = true;
     p.prefill_absorption_threshold = m.options.prefill_absorption_threshold;
     p.absorbed_q_dtype = m.options.attention_q_dtype;
+    p.decompressed_dtype = prefill_attention_dtype(m.options);
     p.out = out + first_token[s] * H * d_v;
     p.lse = lse;
     MLA_ASSIGN_OR_RETURN(MlaPath path, mla_attention(p, pool, m.options.backend));

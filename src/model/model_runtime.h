@@ -45,6 +45,10 @@ struct RuntimeOptions {
   // The absorbed query's dtype at the decode kernel: kBF16 (default) for the BF16-dot / AMX
   // kernels, or kF32 (kernels/mla_attention.h). The model oracle bounds both.
   DType attention_q_dtype = DType::kBF16;
+  // The decompressed prefill's attention tiles (MlaPrefillParams::attention_dtype) when set:
+  // kI8 runs them on int8 dot products (`--attention-dtype int8`); unset, attention_q_dtype,
+  // except under weight_dtype kQ8_0 with a BF16 query, whose products already run on int8: kI8.
+  std::optional<DType> prefill_attention_dtype;
   // The weight products' math (kernels/linear.h): kBF16 (default) runs the products of more than
   // 16 rows (prefill chunks, expert batches) on BF16 dot products, x rounded to BF16 (relative
   // 2^-8; tests/e2e/model_oracle.py bounds it against transformers); kF32 keeps every product in
@@ -83,6 +87,15 @@ struct RuntimeOptions {
   // (docs/BENCHMARKS.md "Ranks").
   MoeSplit moe_split = MoeSplit::kExperts;
 };
+
+// The dtype the decompressed prefill's attention tiles run in under o (see
+// RuntimeOptions::prefill_attention_dtype).
+inline DType prefill_attention_dtype(const RuntimeOptions& o) {
+  if (o.prefill_attention_dtype) return *o.prefill_attention_dtype;
+  return o.weight_dtype == DType::kQ8_0 && o.attention_q_dtype == DType::kBF16
+             ? DType::kI8
+             : o.attention_q_dtype;
+}
 inline constexpr int64_t kDefaultMaxContext = 32768;
 
 // One sequence's part of a forward batch: tokens [start, start + n_tokens) of it, whose cache rows

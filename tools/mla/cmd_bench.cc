@@ -148,7 +148,8 @@ int run_prefill(const PrefillOptions& o) {
     for (int l : o.l)
       for (int mm : o.m) {
         fmt::print(stderr, "prefill M={} L={} h_q={}...\n", mm, l, h);
-        bench::PrefillCase c{mm, l, h, DType::kBF16, f32_or_bf16(o.attention_dtype)};
+        bench::PrefillCase c{mm, l, h, DType::kBF16, absorbed_q_dtype_of(o.attention_dtype)};
+        c.decompressed_dtype = prefill_attention_dtype_of(o.attention_dtype);
         c.absorbed = o.path != "decompressed";
         c.decompressed = o.path != "absorbed";
         auto rs = bench::bench_prefill(c, m, default_thread_pool(), o.reps);
@@ -256,7 +257,7 @@ void add_threshold_flags(CLI::App* cmd, ThresholdOptions* o) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", o->json, "Print JSON");
-  add_attention_dtype_flag(cmd, &o->attention_dtype);
+  add_attention_dtype_flag(cmd, &o->attention_dtype, /*int8=*/false);
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchModelOptions {
   std::string model;
-  RuntimeFlags rt;  // only --matmul-dtype, --lm-head-dtype and --repack are flags here
+  RuntimeFlags rt;  // only --attention-dtype, --matmul-dtype, --lm-head-dtype, --weight-dtype,
+                    // --repack and --moe-split are flags here
   int tokens = 64, segment = 4, warmup = 4, prompt_len = 16, threads = 0, sweeps = 3;
   int prefill_warmup = 1;
   bool json = false;
@@ -145,6 +146,8 @@ int run_bench_model(const BenchModelOptions& o) {
     j["active_weight_bytes_per_token"] = int64_t(weight_bytes);
     j["prompt_tokens"] = o.prompt_len;
     j["matmul_dtype"] = o.rt.matmul_dtype;
+    j["attention_dtype"] = dtype_flag_name(ro->attention_q_dtype);
+    j["prefill_attention_dtype"] = dtype_flag_name(prefill_attention_dtype(*ro));
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     const Model::RepackStats rs = (*model)->repack_stats();
     j["load_seconds"] = load_seconds;
@@ -232,6 +235,7 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0, 100));
   cmd->add_option("--warmup", o->warmup, "Decode steps before the first segment (default 4)")
       ->check(CLI::Range(0, 1 << 20));
+  add_attention_dtype_flag(cmd, &o->rt.attention_dtype);
   add_matmul_dtype_flag(cmd, &o->rt.matmul_dtype);
   add_lm_head_dtype_flag(cmd, &o->rt.lm_head_dtype);
   add_weight_dtype_flag(cmd, &o->rt.weight_dtype);

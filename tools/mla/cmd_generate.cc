@@ -176,7 +176,8 @@ int run_generate(const GenerateCliOptions& o) {
     j["decode_tokens_per_s"] = decode_tps;
     j["kv_bytes_used"] = r->kv_bytes_used;
     j["kv_bytes_per_token"] = r->kv_bytes_per_token;
-    j["attention_dtype"] = o.rt.attention_dtype;
+    j["attention_dtype"] = dtype_flag_name(ro->attention_q_dtype);
+    j["prefill_attention_dtype"] = dtype_flag_name(prefill_attention_dtype(*ro));
     j["matmul_dtype"] = o.rt.matmul_dtype;
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     j["weight_dtype"] = weight_dtype_held(**model);

@@ -30,7 +30,8 @@ Result<RuntimeOptions> runtime_options(const RuntimeFlags& f) {
   RuntimeOptions ro;
   ro.backend = f.backend;
   ro.kv_dtype = kv;
-  ro.attention_q_dtype = f32_or_bf16(f.attention_dtype);
+  ro.attention_q_dtype = absorbed_q_dtype_of(f.attention_dtype);
+  ro.prefill_attention_dtype = prefill_attention_dtype_of(f.attention_dtype);
   ro.matmul_dtype = f32_or_bf16(f.matmul_dtype);
   ro.lm_head_dtype = lm_head_dtype_of(f.lm_head_dtype);
   ro.weight_dtype = weight_dtype_of(f.weight_dtype);

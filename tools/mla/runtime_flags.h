@@ -12,14 +12,38 @@
 
 namespace mla::cli {
 
-// --attention-dtype bf16|f32: the absorbed query's dtype at the decode kernel
-// (kernels/mla_attention.h). bf16 (the default) runs the BF16-dot / AMX kernels, FlashMLA's
-// numerics; f32 the FP32 kernels, exact to FP32 activations.
-inline void add_attention_dtype_flag(CLI::App* cmd, std::string* value) {
+// --attention-dtype bf16|f32|int8: the absorbed query's dtype at the decode kernel
+// (kernels/mla_attention.h) and the decompressed prefill's tiles. bf16 runs the BF16-dot / AMX
+// kernels, FlashMLA's numerics; f32 the FP32 kernels, exact to FP32 activations; int8 decodes as
+// bf16 and runs the prefill tiles on int8 dot products (AVX512_VNNI). Unset: bf16, with the int8
+// prefill tiles under --weight-dtype q8_0 (RuntimeOptions::prefill_attention_dtype).
+// Without `int8` (the crossover sweeps, whose tuning file keeps f32 and bf16): bf16|f32.
+inline void add_attention_dtype_flag(CLI::App* cmd, std::string* value, bool int8 = true) {
+  if (!int8) {
+    cmd->add_option("--attention-dtype", *value,
+                    "Absorbed query at the attention kernel: bf16 (default: BF16 / AMX kernels, "
+                    "probabilities in BF16 too) or f32 (FP32 kernels)")
+        ->check(CLI::IsMember({"f32", "bf16"}));
+    return;
+  }
   cmd->add_option("--attention-dtype", *value,
-                  "Absorbed query at the attention kernel: bf16 (default: BF16 / AMX kernels, "
-                  "probabilities in BF16 too) or f32 (FP32 kernels)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                  "Attention kernels: bf16 (default: BF16 / AMX kernels, probabilities in BF16 "
+                  "too), f32 (FP32 kernels) or int8 (decode as bf16, the decompressed prefill on "
+                  "int8 dot products; the default under --weight-dtype q8_0)")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
+}
+// The absorbed query's dtype of an --attention-dtype value (int8 and unset: BF16).
+inline DType absorbed_q_dtype_of(const std::string& value) {
+  return value == "f32" ? DType::kF32 : DType::kBF16;
+}
+// The decompressed prefill's dtype an --attention-dtype value asks for; unset: the default.
+inline std::optional<DType> prefill_attention_dtype_of(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  return value == "int8" ? DType::kI8 : absorbed_q_dtype_of(value);
+}
+// The flag spelling of an attention dtype: "f32", "bf16" or "int8".
+inline const char* dtype_flag_name(DType t) {
+  return t == DType::kI8 ? "int8" : t == DType::kBF16 ? "bf16" : "f32";
 }
 // The DType of an f32|bf16 flag value (--attention-dtype, --matmul-dtype).
 inline DType f32_or_bf16(const std::string& value) {
@@ -93,7 +117,7 @@ inline void add_moe_split_flag(CLI::App* cmd, std::string* value) {
 struct RuntimeFlags {
   std::string backend = "cpu";
   std::string kv_dtype = "bf16";
-  std::string attention_dtype = "bf16";
+  std::string attention_dtype;  // empty: the default (prefill_attention_dtype_of)
   std::string matmul_dtype = "bf16";
   std::string lm_head_dtype;  // empty: the checkpoint's
   std::string weight_dtype;   // empty: the checkpoint's

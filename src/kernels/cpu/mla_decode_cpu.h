@@ -29,5 +29,9 @@ void mla_prefill_avx2(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn l
 void mla_prefill_avx512(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear);
 // mla_prefill_avx512's BF16 tiles (attention_dtype BF16 on an AVX512_BF16 CPU).
 void mla_prefill_avx512bf16(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear);
+// mla_prefill_avx512's int8 tiles (attention_dtype I8 on an AVX512_VNNI CPU, within
+// mla_prefill_int8_tiles_fit: whole 4-channel quads per key part, at most 512 channels a part).
+void mla_prefill_avx512vnni(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear);
+bool mla_prefill_int8_tiles_fit(const MlaPrefillParams& p);
 
 }  // namespace mla::cpu

@@ -45,7 +45,7 @@ void prefill_score_keys(const float* qT, int ld, int d_n, int d_r, const float* 
 
 // y [n, out] = x [n, in] · Wᵀ for an FP32 W [out, in], on `linear` (the run() of the best linear
 // variant of this CPU, which the registry passes to the prefill variants): FP32 products, or BF16
-// ones (dtype kBF16, linear path kBf16).
+// ones (dtype kBF16, and kI8 whose tiles quantise the FP32 result: linear path kBf16).
 inline void up_project(LinearRunFn linear, const float* w, int64_t out, int64_t in, int64_t n,
                        const float* x, float* y, DType dtype, ThreadPool& pool) {
   LinearWeight lw;
@@ -54,7 +54,7 @@ inline void up_project(LinearRunFn linear, const float* w, int64_t out, int64_t 
   lw.out = out;
   lw.in = in;
   const LinearJob job{&lw, n, x, y};
-  linear(LinearParams{{&job, 1}, dtype == DType::kBF16 ? LinearPath::kBf16 : LinearPath::kAuto},
+  linear(LinearParams{{&job, 1}, dtype == DType::kF32 ? LinearPath::kAuto : LinearPath::kBf16},
          pool);
 }
 
@@ -137,6 +137,37 @@ struct PrefillTileF32 {
                /*p_row=*/1, /*p_key=*/ld);
   }
 };
+
+// P·V of a row block in groups of 4 query rows (then single rows) per 64 channels: rows(i, ch)
+// is a generic lambda, called as rows.template operator()<NR>(i, ch) for NR = 4 or 1. O [R][dv_pad]
+// of the block (64 KiB at 128 rows) was last touched a whole chunk earlier, every other block's O
+// in between (16 MB at 2,048 tokens): its lines come from DRAM. Each 4-row group requests the
+// lines of the group two ahead (a group's 512 dot products cover the latency; without it their
+// loads were a sixth of P·V's samples). (All 4 rows even past R: a prefetch never faults. GCC 12
+// drops every prefetch of this loop when its bound is min(i + 4, R).)
+template <class Rows>
+inline void pv_in_row_groups(int R, int dv_pad, const RowBlockState& st, Rows&& rows) {
+  auto ahead = [&](int i, int ch) {
+    for (int r = i; r < i + 4; ++r)
+      for (int c = 0; c < 64; c += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(st.o + int64_t(r) * st.ld_o + ch + c),
+                     _MM_HINT_T0);
+  };
+  const int groups = (R + 3) / 4;
+  for (int g = 0; g < 2 && g < groups; ++g) ahead(4 * g, 0);
+  for (int ch = 0; ch < dv_pad; ch += 64) {
+    int i = 0;
+    for (; i + 4 <= R; i += 4) {
+      const int g = i / 4 + 2;  // the group two ahead, into the next channel block
+      if (g < groups)
+        ahead(4 * g, ch);
+      else if (ch + 64 < dv_pad)
+        ahead(4 * (g - groups), ch + 64);
+      rows.template operator()<4>(i, ch);
+    }
+    for (; i < R; ++i) rows.template operator()<1>(i, ch);
+  }
+}
 
 template <class V, class Tile = PrefillTileF32<V>>
 void run_mla_prefill(const MlaPrefillParams& p, ThreadPool& pool, LinearRunFn linear) {

@@ -9,7 +9,7 @@
 // block, and each probability once per tile, so a score carries ≤ 2·2^-8 · Σ_c |q_c k_c| from its
 // inputs beside FP32 accumulation, and an output ≤ 2·2^-8 · Σ_t p_t |v_tc| from P and V (plus the
 // up-projection's); the FP32 tiles of mla_prefill_driver.h have neither.
-// tests/unit/kernels/mla_prefill_bf16_test.cc derives its bound from these. Include inside the
+// tests/unit/kernels/mla_prefill_lowp_test.cc derives its bound from these. Include inside the
 // ISA's target region (avx512bf16).
 #pragma once
 
@@ -120,32 +120,9 @@ struct PrefillTileBf16 {
     uint32_t* pp = ensure_scratch(sc.pp, size_t(kKeyStep / 2) * ld);
     probability_pairs(ST, ld, np, n, nullptr, 0, 1.0f, pp);
     const uint32_t* vh = vp + int64_t(h) * vp_head + int64_t(tok0 / 2) * dv_pad;
-    // O [R][dv_pad] of the block (64 KiB at 128 rows) was last touched a whole chunk earlier,
-    // every other block's O in between (16 MB at 2,048 tokens): its lines come from DRAM. Each
-    // 4-row group requests the lines of the group two ahead (a group's 512 vdpbf16ps cover the
-    // latency; without it their loads were a sixth of P·V's samples).
-    // (All 4 rows even past R: a prefetch never faults. GCC 12 drops every prefetch of this
-    // loop when its bound is min(i + 4, R).)
-    auto ahead = [&](int i, int ch) {
-      for (int r = i; r < i + 4; ++r)
-        for (int c = 0; c < 64; c += 16)
-          _mm_prefetch(reinterpret_cast<const char*>(st.o + int64_t(r) * st.ld_o + ch + c),
-                       _MM_HINT_T0);
-    };
-    const int groups = (R + 3) / 4;
-    for (int g = 0; g < 2 && g < groups; ++g) ahead(4 * g, 0);
-    for (int ch = 0; ch < dv_pad; ch += 64) {
-      int i = 0;
-      for (; i + 4 <= R; i += 4) {
-        const int g = i / 4 + 2;  // the group two ahead, into the next channel block
-        if (g < groups)
-          ahead(4 * g, ch);
-        else if (ch + 64 < dv_pad)
-          ahead(4 * (g - groups), ch + 64);
-        pv_rows_bf16<4>(pp, ld, vh, dv_pad, np, i, ch, corr, st);
-      }
-      for (; i < R; ++i) pv_rows_bf16<1>(pp, ld, vh, dv_pad, np, i, ch, corr, st);
-    }
+    pv_in_row_groups(R, dv_pad, st, [&]<int NR>(int i, int ch) {
+      pv_rows_bf16<NR>(pp, ld, vh, dv_pad, np, i, ch, corr, st);
+    });
   }
 };
 

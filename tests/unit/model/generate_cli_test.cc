@@ -84,6 +84,32 @@ TEST_F(GenerateCli, RunsTheBf16AttentionKernels) {
   EXPECT_NE(bad.out.find("--attention-dtype"), std::string::npos) << bad.out;
 }
 
+// --attention-dtype int8 decodes on the BF16 kernels and runs the decompressed prefill's tiles on
+// int8 dot products; unset, the prefill tiles follow the query's dtype (bf16) except under
+// --weight-dtype q8_0, whose products already run on int8. The JSON names both.
+TEST_F(GenerateCli, NamesThePrefillAttentionDtype) {
+  const std::string m = make("v2-lite", "--fp8");
+  std::string ids = "1";
+  for (int i = 2; i <= 40; ++i) ids += "," + std::to_string(i);
+  const std::string args =
+      "generate -m '" + m + "' --tokens " + ids + " -n 2 --ignore-eos --prefill-threshold 0 --json";
+  struct Want {
+    std::string flags, attention, prefill;
+  };
+  for (const Want& w : {Want{"", "bf16", "bf16"}, Want{" --attention-dtype int8", "bf16", "int8"},
+                        Want{" --weight-dtype q8_0", "bf16", "int8"},
+                        Want{" --weight-dtype q8_0 --attention-dtype bf16", "bf16", "bf16"},
+                        Want{" --attention-dtype f32", "f32", "f32"}}) {
+    const test::RunResult r = test::run_mla(args + w.flags, false);
+    ASSERT_EQ(r.exit_code, 0) << w.flags << ": " << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["attention_dtype"], w.attention) << w.flags;
+    EXPECT_EQ(j["prefill_attention_dtype"], w.prefill) << w.flags;
+    EXPECT_EQ(j["chunks"][0]["path"], "decompressed") << w.flags;
+    EXPECT_EQ(j["generated"].size(), 2u) << w.flags;
+  }
+}
+
 // --weight-dtype q8_0 requantises the FP8 checkpoint's products at load (lm_head too): the JSON
 // says so, and the bytes a token reads change (lm_head BF16 → Q8_0 shrinks, the FP8 weights grow
 // by 1/16 with their f16 scales). Another value is refused by the flag parser.
