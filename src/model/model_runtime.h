@@ -47,7 +47,9 @@ struct RuntimeOptions {
   DType attention_q_dtype = DType::kBF16;
   // The decompressed prefill's attention tiles (MlaPrefillParams::attention_dtype) when set:
   // kI8 runs them on int8 dot products (`--attention-dtype int8`); unset, attention_q_dtype,
-  // except under weight_dtype kQ8_0 with a BF16 query, whose products already run on int8: kI8.
+  // except under weight_dtype kQ8_0 with a BF16 query, whose products already run on int8: kI8
+  // (and the loader sets kI8 for a GGUF file whose products are block-quantised: Model::options()
+  // holds what runs).
   std::optional<DType> prefill_attention_dtype;
   // The weight products' math (kernels/linear.h): kBF16 (default) runs the products of more than
   // 16 rows (prefill chunks, expert batches) on BF16 dot products, x rounded to BF16 (relative

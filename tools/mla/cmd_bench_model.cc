@@ -147,7 +147,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["prompt_tokens"] = o.prompt_len;
     j["matmul_dtype"] = o.rt.matmul_dtype;
     j["attention_dtype"] = dtype_flag_name(ro->attention_q_dtype);
-    j["prefill_attention_dtype"] = dtype_flag_name(prefill_attention_dtype(*ro));
+    j["prefill_attention_dtype"] = dtype_flag_name(prefill_attention_dtype((*model)->options()));
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     const Model::RepackStats rs = (*model)->repack_stats();
     j["load_seconds"] = load_seconds;

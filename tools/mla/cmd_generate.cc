@@ -177,7 +177,7 @@ int run_generate(const GenerateCliOptions& o) {
     j["kv_bytes_used"] = r->kv_bytes_used;
     j["kv_bytes_per_token"] = r->kv_bytes_per_token;
     j["attention_dtype"] = dtype_flag_name(ro->attention_q_dtype);
-    j["prefill_attention_dtype"] = dtype_flag_name(prefill_attention_dtype(*ro));
+    j["prefill_attention_dtype"] = dtype_flag_name(prefill_attention_dtype((*model)->options()));
     j["matmul_dtype"] = o.rt.matmul_dtype;
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());
     j["weight_dtype"] = weight_dtype_held(**model);

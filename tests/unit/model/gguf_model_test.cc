@@ -172,6 +172,23 @@ void GgufModelTest::expect_repacked_same_model(const std::string& path, DType st
   EXPECT_GE(agree, 4u);
 }
 
+// A file of block-quantised products runs them on int8, and the decompressed prefill's tiles
+// follow (RuntimeOptions::prefill_attention_dtype) unless asked otherwise; an F32 file keeps the
+// query's dtype.
+TEST_P(GgufModelTest, Q8FilePrefillsOnTheInt8Tiles) {
+  auto held = [&](const std::string& path, std::optional<DType> asked) {
+    RuntimeOptions ro;
+    ro.prefill_attention_dtype = asked;
+    auto m = Model::load(path, ro);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return m.ok() ? prefill_attention_dtype((*m)->options()) : DType::kF32;
+  };
+  const std::string q8 = quantize("q8_0"), f32 = quantize("f32");
+  EXPECT_EQ(held(q8, std::nullopt), DType::kI8);
+  EXPECT_EQ(held(q8, DType::kBF16), DType::kBF16);
+  EXPECT_EQ(held(f32, std::nullopt), DType::kBF16);
+}
+
 TEST_P(GgufModelTest, RepackedQ8FileIsTheSameModel) {
   expect_repacked_same_model(quantize("q8_0"), DType::kQ8_0, DType::kQ8_0R16);
 }
