@@ -24,10 +24,15 @@ SETTINGS = [
     ("all FP32 (reference)", ["--matmul-dtype", "f32", "--attention-dtype", "f32"]),
     ("--matmul-dtype bf16", ["--matmul-dtype", "bf16", "--attention-dtype", "f32"]),
     ("--attention-dtype bf16", ["--matmul-dtype", "f32", "--attention-dtype", "bf16"]),
+    # int8 prefill tiles (prompts past the absorption threshold; decode stays bf16).
+    ("--attention-dtype int8", ["--matmul-dtype", "f32", "--attention-dtype", "int8"]),
     ("defaults (both bf16)", []),
     ("defaults + --lm-head-dtype fp8", ["--lm-head-dtype", "fp8"]),
     ("defaults + --lm-head-dtype int8", ["--lm-head-dtype", "int8"]),
     ("defaults + --weight-dtype q8_0", ["--weight-dtype", "q8_0"]),
+    # The same with the BF16 prefill tiles in place of the int8 ones q8_0 picks by default.
+    ("defaults + --weight-dtype q8_0, --attention-dtype bf16",
+     ["--weight-dtype", "q8_0", "--attention-dtype", "bf16"]),
     # Its parts: with FP32 math (the products through the GEMV, x per 32 values) and on the
     # reference kernels (exact products of the Q8_0 weights: the weights' rounding alone).
     ("--weight-dtype q8_0, FP32 math", ["--weight-dtype", "q8_0", "--matmul-dtype", "f32",

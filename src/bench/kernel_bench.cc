@@ -149,6 +149,9 @@ Result<std::vector<PrefillResult>> bench_prefill(const PrefillCase& c, const Mac
     r.gflops = r.flops / r.t.median_s * 1e-9;
     r.tokens_per_s = M / r.t.median_s;
     if (m.all.bf16_dot_gflops > 0) r.pct_of_bf16_peak = 100.0 * r.gflops / m.all.bf16_dot_gflops;
+    if (path == MlaPath::kDecompressed && p.decompressed_dtype == DType::kI8 &&
+        m.all.int8_dot_gops > 0)
+      r.pct_of_int8_peak = 100.0 * r.gflops / m.all.int8_dot_gops;
     results.push_back(r);
   }
   return results;

@@ -55,6 +55,8 @@ struct PrefillResult {
   std::string path;  // "absorbed" or "decompressed"
   Timing t;
   double flops = 0, gflops = 0, tokens_per_s = 0, pct_of_bf16_peak = 0;
+  // The decompressed path on the int8 tiles: of the vpdpbusd peak (int8_dot_gops), else 0.
+  double pct_of_int8_peak = 0;
 };
 
 // The paths c asks for of mla_attention on one chunk (DeepSeek dims: d_n 128, d_r 64, d_v 128,

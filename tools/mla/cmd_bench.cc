@@ -135,15 +135,16 @@ ordered_json prefill_json(const bench::PrefillResult& r) {
           {"ms_per_call", r.t.median_s * 1e3},
           {"gflops", r.gflops},
           {"tokens_per_s", r.tokens_per_s},
-          {"pct_of_bf16_peak", r.pct_of_bf16_peak}};
+          {"pct_of_bf16_peak", r.pct_of_bf16_peak},
+          {"pct_of_int8_peak", r.pct_of_int8_peak}};
 }
 
 int run_prefill(const PrefillOptions& o) {
   const bench::MachineReport m = machine(true);
   ordered_json all = ordered_json::array();
   if (!o.json)
-    fmt::print("{:>5} {:>6} {:>4} {:<13} {:>10} {:>9} {:>10} {:>7}\n", "M", "L", "h_q", "path",
-               "ms/call", "GFLOP/s", "tokens/s", "%bf16");
+    fmt::print("{:>5} {:>6} {:>4} {:<13} {:>10} {:>9} {:>10} {:>7} {:>7}\n", "M", "L", "h_q",
+               "path", "ms/call", "GFLOP/s", "tokens/s", "%bf16", "%int8");
   for (int h : o.h_q)
     for (int l : o.l)
       for (int mm : o.m) {
@@ -161,8 +162,11 @@ int run_prefill(const PrefillOptions& o) {
           if (o.json)
             all.push_back(prefill_json(r));
           else
-            fmt::print("{:>5} {:>6} {:>4} {:<13} {:>10.2f} {:>9.1f} {:>10.0f} {:>6.1f}%\n", mm, l,
-                       h, r.path, r.t.median_s * 1e3, r.gflops, r.tokens_per_s, r.pct_of_bf16_peak);
+            fmt::print("{:>5} {:>6} {:>4} {:<13} {:>10.2f} {:>9.1f} {:>10.0f} {:>6.1f}% {}\n", mm,
+                       l, h, r.path, r.t.median_s * 1e3, r.gflops, r.tokens_per_s,
+                       r.pct_of_bf16_peak,
+                       r.pct_of_int8_peak > 0 ? fmt::format("{:>6.1f}%", r.pct_of_int8_peak)
+                                              : fmt::format("{:>7}", "-"));
         }
       }
   if (o.json) fmt::print("{}\n", all.dump(2));

@@ -5,8 +5,9 @@
 // The online softmax stays FP32. Layouts (a row block of ld query lanes, one head):
 //   kq:    [H][kPrefillChunk][kq_stride] s8   key rows k_nope | k_pe, each part scaled by its own
 //                                             amax / 127 (k_pe is not the same size as k_nope)
-//   kmeta: [H][kPrefillChunk][4] f32          per key: s_nope, s_pe, 128 Σ codes_nope, 128 Σ codes_pe
-//   vq:    [H][kPrefillChunk / 4][dv_pad] u32 V as token quads (v[4t..4t+3][c] codes), each
+//   kmeta: [H][kPrefillChunk][4] f32          per key: s_nope, s_pe, 128 Σ codes_nope, 128 Σ
+//   codes_pe vq:    [H][kPrefillChunk / 4][dv_pad] u32 V as token quads (v[4t..4t+3][c] codes),
+//   each
 //                                             channel scaled by its amax over the chunk / 127
 //   vs:    [H][dv_pad] f32                    those channel scales / 255 (the probabilities' unit)
 //   qT:    [d_qk / 4][ld] u32, then [2][ld] f32  query quads as u8 (code + 128: vpdpbusd's
@@ -15,10 +16,11 @@
 // Σ (q + 128) k = Σ q k + 128 Σ k: the second term is the key's, subtracted before scaling.
 // Numerics: per part, q and k carry |Δ| ≤ s (1/2 + 2^-16) with s = amax / 127 of their row's part
 // (k beside the up-projection's own BF16 error), V the same with its channel's scale; integer
-// sums are exact (|Σ| < 2^24 while a part has at most 512 channels: supports()); each
-// probability p ∈ [0, 1] of a step is off by ≤ 1/510 + 2^-23 in units of that step's running
-// maximum, which never exceeds the final one. tests/unit/kernels/mla_prefill_lowp_test.cc
-// derives its bound from these. Include inside the ISA's target region (avx512vnni).
+// sums are exact (|Σ| < 2^24 while a part has at most 512 channels: int8_prefill_tiles_fit);
+// each probability p ∈ [0, 1] of a step is off by ≤ 1/510 + 2^-23 in units of that step's
+// running maximum, which never exceeds the final one. tests/unit/kernels/mla_prefill_lowp_test.cc
+// derives its bound from these; mla_prefill_int8_test.cc checks the tiles against the same
+// quantised arithmetic in FP64. Include inside the ISA's target region (avx512vnni).
 #pragma once
 
 #include "kernels/cpu/decode_bf16_common.h"
@@ -65,10 +67,10 @@ inline __m512i quad_bytes(__m512i x0, __m512i x1, __m512i x2, __m512i x3) {
       _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(x2, b), 16), _mm512_slli_epi32(x3, 24)));
 }
 
-// ST[kk][v0 + 16k ...] (=, or += when add) sq[lane] · s_kk · (Σ_{c4 in [c4a, c4b)} dot4(qT[c4][lanes],
-// key_kk[c4]) − corr_kk) for NK keys × NV vectors of query lanes: one part of the score. meta[kk]
-// points at the key's 4 floats; `part` picks its scale (meta[part]) and correction
-// (meta[2 + part]).
+// ST[kk][v0 + 16k ...] (=, or += when add) sq[lane] · s_kk · (Σ_{c4 in [c4a, c4b)}
+// dot4(qT[c4][lanes], key_kk[c4]) − corr_kk) for NK keys × NV vectors of query lanes: one part of
+// the score. meta[kk] points at the key's 4 floats; `part` picks its scale (meta[part]) and
+// correction (meta[2 + part]).
 template <int NV, int NK>
 inline void score_block_rows_int8(const uint32_t* qT, int ld, int c4a, int c4b,
                                   const uint8_t* const* keys, const float* const* meta, int part,
@@ -90,8 +92,8 @@ inline void score_block_rows_int8(const uint32_t* qT, int ld, int c4a, int c4b,
       float* dst = ST + int64_t(kk) * ld + 16 * k;
       const __m512 dot = _mm512_sub_ps(_mm512_cvtepi32_ps(acc[kk][k]), corr);
       const __m512 scale = _mm512_mul_ps(_mm512_loadu_ps(sq + 16 * k), sk);
-      _mm512_storeu_ps(dst, add ? _mm512_fmadd_ps(dot, scale, _mm512_loadu_ps(dst))
-                                : _mm512_mul_ps(dot, scale));
+      _mm512_storeu_ps(
+          dst, add ? _mm512_fmadd_ps(dot, scale, _mm512_loadu_ps(dst)) : _mm512_mul_ps(dot, scale));
     }
   }
 }
@@ -117,9 +119,9 @@ inline void pv_rows_int8(const uint32_t* pq, int ld, const uint32_t* vq, const f
     const __m512 c = _mm512_set1_ps(corr[i + r]);
     float* o = st.o + (i + r) * st.ld_o + ch;
     for (int k = 0; k < 4; ++k)
-      _mm512_storeu_ps(o + 16 * k,
-                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][k]), _mm512_loadu_ps(vs + ch + 16 * k),
-                                       _mm512_mul_ps(_mm512_loadu_ps(o + 16 * k), c)));
+      _mm512_storeu_ps(o + 16 * k, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][k]),
+                                                   _mm512_loadu_ps(vs + ch + 16 * k),
+                                                   _mm512_mul_ps(_mm512_loadu_ps(o + 16 * k), c)));
   }
 }
 
@@ -167,8 +169,8 @@ struct PrefillTileInt8 {
         float* meta = kmeta + (h * kPrefillChunk + t) * 4;
         int32_t sum_n = 0, sum_r = 0;
         meta[0] = quantize_part_s8(knope + t * ld_k + h * d_n, d_n, 0, row, &sum_n);
-        meta[1] = d_r > 0 ? quantize_part_s8(kpe + int64_t(t) * d_r, d_r, 0, row + d_n, &sum_r)
-                          : 0.0f;
+        meta[1] =
+            d_r > 0 ? quantize_part_s8(kpe + int64_t(t) * d_r, d_r, 0, row + d_n, &sum_r) : 0.0f;
         meta[2] = 128.0f * float(sum_n);
         meta[3] = 128.0f * float(sum_r);
       }
@@ -191,8 +193,8 @@ struct PrefillTileInt8 {
           __m512i x[4];
           for (int j = 0; j < 4; ++j) {
             const int t = 4 * t4 + j;
-            const __m512 val = t < n_c ? _mm512_maskz_loadu_ps(m, vh + t * ld_v + c)
-                                       : _mm512_setzero_ps();
+            const __m512 val =
+                t < n_c ? _mm512_maskz_loadu_ps(m, vh + t * ld_v + c) : _mm512_setzero_ps();
             x[j] = _mm512_min_epi32(
                 _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(val, inv)), lo), hi);
           }
@@ -237,8 +239,8 @@ struct PrefillTileInt8 {
       auto keys = [&]<int NV, int NK>(int v) {
         for (int k0 = 0; k0 < kTile; k0 += NK) {
           float* o = out + int64_t(k0) * ld + v;
-          score_block_rows_int8<NV, NK>(qT + v, ld, 0, d_n4, rows + k0, meta + k0, 0, sq + v,
-                                        false, o);
+          score_block_rows_int8<NV, NK>(qT + v, ld, 0, d_n4, rows + k0, meta + k0, 0, sq + v, false,
+                                        o);
           if (d_qk4 > d_n4)
             score_block_rows_int8<NV, NK>(qT + v, ld, d_n4, d_qk4, rows + k0, meta + k0, 1,
                                           sq + ld + v, true, o);

@@ -64,6 +64,25 @@ TEST(BenchCli, PrefillJsonTimesThePathsAsked) {
   EXPECT_NE(run_mla("bench prefill --path both,absorbed", false).exit_code, 0);
 }
 
+// --attention-dtype int8 times the decompressed path on the int8 tiles, stated against the
+// int8 dot product's peak where the CPU has one (0 otherwise, and for the BF16 tiles); the
+// crossover sweeps keep f32 | bf16.
+TEST(BenchCli, PrefillStatesTheInt8TilesAgainstTheInt8Peak) {
+  auto pct = [](const std::string& dtype) {
+    const auto r = run_mla(
+        "bench prefill --json --m 24 --l 32 --h-q 2 --reps 1 --path decompressed "
+        "--attention-dtype " +
+            dtype,
+        false);
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    return j.at(0).at("pct_of_int8_peak").get<double>();
+  };
+  EXPECT_EQ(pct("bf16"), 0.0);
+  if (__builtin_cpu_supports("avx512vnni")) EXPECT_GT(pct("int8"), 0.0);
+  EXPECT_NE(run_mla("tune --m 8 --l 64 --h-q 2 --attention-dtype int8", false).exit_code, 0);
+}
+
 TEST(BenchCli, TuneWritesTheThresholdFile) {
   const std::string path = testing::TempDir() + "/mla_tune_test.json";
   std::filesystem::remove(path);

@@ -155,8 +155,8 @@ double worst_ratio(const Shape& k) {
       }
       std::vector<double> w_at(chunks, 1.0);
       for (int ci = chunks - 2; ci >= 0; --ci)
-        w_at[ci] = std::isinf(m_at[ci]) ? 0.0
-                                        : w_at[ci + 1] * std::exp(double(m_at[ci] - m_at[ci + 1]));
+        w_at[ci] =
+            std::isinf(m_at[ci]) ? 0.0 : w_at[ci + 1] * std::exp(double(m_at[ci] - m_at[ci + 1]));
       // p of key t in its chunk's units: exp(fl(s_t − m)), as the tiles subtract.
       auto p_of = [&](int t) { return std::exp(double(s[t] - m_at[t / kChunk])); };
       double l = 0;
@@ -188,8 +188,9 @@ TEST(MlaPrefillInt8, MatchesItsQuantisedArithmetic) {
     GTEST_SKIP() << "no AVX512_VNNI on this CPU";
   // V2-Lite / V3 head dims over two context chunks (a row block cut inside one); small dims with
   // an odd count of rows and keys; 16 query rows (one lane vector).
-  for (const Shape& k : {Shape{2, 128, 64, 128, 512, 150, 420, 64},
-                         Shape{3, 32, 16, 48, 64, 37, 29, 16}, Shape{2, 64, 32, 64, 128, 16, 0, 16}})
+  for (const Shape& k :
+       {Shape{2, 128, 64, 128, 512, 150, 420, 64}, Shape{3, 32, 16, 48, 64, 37, 29, 16},
+        Shape{2, 64, 32, 64, 128, 16, 0, 16}})
     EXPECT_LE(worst_ratio(k), 1.0) << "d_n " << k.d_n << " s_q " << k.s_q;
 }
 
