@@ -127,18 +127,13 @@ inline void score_block_rows_bf16(const uint32_t* qT, int ld, int c2a, int c2b,
   }
 }
 
-// ST [kTile][ld] (op)= the products of channel pairs [c2a, c2b) of rows[0 .. kTile) with qT.
-// Fewer row vectors take more keys per block: vdpbf16ps needs ~10 independent accumulators. One
-// row vector (16 heads or fewer: V2-Lite) takes 16 keys: 3-6% faster than 8 at b 1-4, s_kv
+// The score products' register blocks over ld row lanes: keys.template operator()<NV, NK>(v)
+// for each group of NV 16-lane vectors from lane v, NK keys per block. Fewer row vectors take
+// more keys per block: a dot product instruction needs ~10 independent accumulators. One row
+// vector (16 heads or fewer: V2-Lite) takes 16 keys: 3-6% faster than 8 at b 1-4, s_kv
 // 1,024-4,096 (`mla bench decode --h-q 16`, alternated 4 times).
-inline void score_tile_bf16(const uint32_t* qT, int ld, int c2a, int c2b,
-                            const uint8_t* const* rows, const ScoreRangeOp& op, float* ST) {
-  auto keys = [&]<int NV, int NK>(int v) {
-    static_assert(kTile % NK == 0, "key blocks tile the tile");
-    for (int j0 = 0; j0 < kTile; j0 += NK)
-      score_block_rows_bf16<NV, NK>(qT + v, ld, c2a, c2b, rows + j0, j0, op,
-                                    ST + int64_t(j0) * ld + v);
-  };
+template <class Keys>
+inline void for_row_vectors(int ld, Keys&& keys) {
   for (int v = 0; v < ld;) {
     const int nv = std::min(4, (ld - v) / 16);
     switch (nv) {
@@ -157,6 +152,17 @@ inline void score_tile_bf16(const uint32_t* qT, int ld, int c2a, int c2b,
     }
     v += nv * 16;
   }
+}
+
+// ST [kTile][ld] (op)= the products of channel pairs [c2a, c2b) of rows[0 .. kTile) with qT.
+inline void score_tile_bf16(const uint32_t* qT, int ld, int c2a, int c2b,
+                            const uint8_t* const* rows, const ScoreRangeOp& op, float* ST) {
+  for_row_vectors(ld, [&]<int NV, int NK>(int v) {
+    static_assert(kTile % NK == 0, "key blocks tile the tile");
+    for (int j0 = 0; j0 < kTile; j0 += NK)
+      score_block_rows_bf16<NV, NK>(qT + v, ld, c2a, c2b, rows + j0, j0, op,
+                                    ST + int64_t(j0) * ld + v);
+  });
 }
 
 }  // namespace

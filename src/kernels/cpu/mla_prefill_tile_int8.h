@@ -236,7 +236,7 @@ struct PrefillTileInt8 {
         meta[j] = live ? mh + int64_t(tok0 + j0 + j) * 4 : zero_meta;
       }
       float* out = ST + int64_t(j0) * ld;
-      auto keys = [&]<int NV, int NK>(int v) {
+      for_row_vectors(ld, [&]<int NV, int NK>(int v) {
         for (int k0 = 0; k0 < kTile; k0 += NK) {
           float* o = out + int64_t(k0) * ld + v;
           score_block_rows_int8<NV, NK>(qT + v, ld, 0, d_n4, rows + k0, meta + k0, 0, sq + v, false,
@@ -245,25 +245,7 @@ struct PrefillTileInt8 {
             score_block_rows_int8<NV, NK>(qT + v, ld, d_n4, d_qk4, rows + k0, meta + k0, 1,
                                           sq + ld + v, true, o);
         }
-      };
-      for (int v = 0; v < ld;) {
-        const int nv = std::min(4, (ld - v) / 16);
-        switch (nv) {
-          case 4:
-            keys.template operator()<4, 4>(v);
-            break;
-          case 3:
-            keys.template operator()<3, 4>(v);
-            break;
-          case 2:
-            keys.template operator()<2, 4>(v);
-            break;
-          default:
-            keys.template operator()<1, 16>(v);
-            break;
-        }
-        v += nv * 16;
-      }
+      });
     }
   }
 

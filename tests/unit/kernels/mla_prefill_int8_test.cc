@@ -26,7 +26,7 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/mla_problem.h"
-#include "kernels/registry.h"
+#include "prefill_test_run.h"
 
 namespace mla {
 namespace {
@@ -46,9 +46,7 @@ float quantise(const float* x, int d, int* codes) {
   return s;
 }
 
-struct Shape {
-  int h, d_n, d_r, d_v, r, s_q, prior, page;
-};
+using Shape = test::PrefillShape;
 
 // max over outputs of |got − emulated| / bound.
 double worst_ratio(const Shape& k) {
@@ -77,26 +75,8 @@ double worst_ratio(const Shape& k) {
   for (size_t i = 0; i < q.size(); ++i)
     q[i] = float(rng.normal()) * (int(i % d_qk) >= k.d_n ? 0.125f : 1.0f);
 
-  std::vector<float> out(size_t(k.s_q) * k.h * k.d_v), lse(size_t(k.h) * k.s_q);
-  MlaPrefillParams p;
-  p.s_q = k.s_q;
-  p.h_q = k.h;
-  p.d_n = k.d_n;
-  p.d_r = k.d_r;
-  p.d_v = k.d_v;
-  p.r = k.r;
-  p.q = q.data();
-  p.cache = cache_view(cache);
-  p.w_uk = w_uk.data();
-  p.w_uv = w_uv.data();
-  p.softmax_scale = float(1.0 / std::sqrt(double(d_qk)));
-  p.causal = true;
-  p.attention_dtype = DType::kI8;
-  p.out = out.data();
-  p.lse = lse.data();
-  ThreadPool pool(2);
-  const MlaPrefillVariant* v = select_variant(p, "cpu").value();
-  EXPECT_TRUE(run_variant(*v, p, pool).ok());
+  const std::vector<float> out = test::run_cpu_prefill(k, cache, q, w_uk, w_uv, DType::kI8);
+  const float softmax_scale = test::prefill_softmax_scale(k);
 
   double worst = 0;
   const int chunks = (s_kv + kChunk - 1) / kChunk;
@@ -143,7 +123,7 @@ double worst_ratio(const Shape& k) {
         for (int n = 0; n < k.d_n; ++n) dn += int64_t(qc[n]) * kc[size_t(t) * d_qk + n];
         for (int n = k.d_n; n < d_qk; ++n) dr += int64_t(qc[n]) * kc[size_t(t) * d_qk + n];
         const float part = float(dn) * (sq_n * ks[2 * t]);
-        s[t] = std::fma(float(dr), sq_r * ks[2 * t + 1], part) * p.softmax_scale;
+        s[t] = std::fma(float(dr), sq_r * ks[2 * t + 1], part) * softmax_scale;
       }
       // The running maximum after each chunk, and the weight each chunk's sums end with: the
       // product of the later chunks' corrections exp(fl(m_old − m_new)) (FP32 differences).

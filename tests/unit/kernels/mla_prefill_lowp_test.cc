@@ -35,14 +35,12 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/mla_problem.h"
-#include "kernels/registry.h"
+#include "prefill_test_run.h"
 
 namespace mla {
 namespace {
 
-struct Case {
-  int h = 3, d_n = 32, d_r = 16, d_v = 32, r = 64, s_q = 40, prior = 70, page = 16;
-};
+using Case = test::PrefillShape;
 
 constexpr Case kCases[] = {Case{}, Case{2, 128, 64, 128, 512, 33, 300, 64},
                            Case{2, 32, 16, 32, 64, 300, 300, 16}};
@@ -74,26 +72,8 @@ Worst worst_ratio(const Case& k, DType math) {
   };
   const std::vector<float> w_uk = weights(int64_t(k.h) * k.d_n * k.r);
   const std::vector<float> w_uv = weights(int64_t(k.h) * k.d_v * k.r);
-  std::vector<float> out(size_t(k.s_q) * k.h * k.d_v), lse(size_t(k.h) * k.s_q);
-  MlaPrefillParams p;
-  p.s_q = k.s_q;
-  p.h_q = k.h;
-  p.d_n = k.d_n;
-  p.d_r = k.d_r;
-  p.d_v = k.d_v;
-  p.r = k.r;
-  p.q = q.data();
-  p.cache = cache_view(cache);
-  p.w_uk = w_uk.data();
-  p.w_uv = w_uv.data();
-  p.softmax_scale = float(1.0 / std::sqrt(double(d_qk)));
-  p.causal = true;
-  p.attention_dtype = math;
-  p.out = out.data();
-  p.lse = lse.data();
-  ThreadPool pool(2);
-  const MlaPrefillVariant* v = select_variant(p, "cpu").value();
-  EXPECT_TRUE(run_variant(*v, p, pool).ok());
+  const std::vector<float> out = test::run_cpu_prefill(k, cache, q, w_uk, w_uv, math);
+  const float softmax_scale = test::prefill_softmax_scale(k);
 
   // The latent rows in FP64, then K, V and their absolute sums per head.
   std::vector<double> c(size_t(s_kv) * k.r), kpe(size_t(s_kv) * k.d_r);
@@ -168,10 +148,10 @@ Worst worst_ratio(const Case& k, DType math) {
           int8_err += std::abs(qj) * dk_r + std::abs(pt[j]) * dq_r + dq_r * dk_r +
                       4 * g * (std::abs(qj) + dq_r) * (std::abs(pt[j]) + dk_r);
         }
-        s[t] = dot * p.softmax_scale;
-        ds[t] = int8 ? p.softmax_scale * (int8_err + g * std::abs(dot))
-                     : p.softmax_scale * ((3 * u + 2 * u * u + (k.r + d_qk) * g) * nope_abs +
-                                          (2 * u + d_qk * g) * pe_abs);
+        s[t] = dot * softmax_scale;
+        ds[t] = int8 ? softmax_scale * (int8_err + g * std::abs(dot))
+                     : softmax_scale * ((3 * u + 2 * u * u + (k.r + d_qk) * g) * nope_abs +
+                                        (2 * u + d_qk * g) * pe_abs);
         mx = std::max(mx, s[t]);
         delta = std::max(delta, ds[t]);
       }
