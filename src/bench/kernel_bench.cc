@@ -134,6 +134,7 @@ Result<std::vector<PrefillResult>> bench_prefill(const PrefillCase& c, const Mac
   for (MlaPath path : {MlaPath::kAbsorbed, MlaPath::kDecompressed}) {
     if (!(path == MlaPath::kAbsorbed ? c.absorbed : c.decompressed)) continue;
     p.prefill_absorption_threshold = path == MlaPath::kAbsorbed ? c.m : c.m - 1;
+    p.prefill_path_rule = PrefillPathRule::kLength;  // the path asked for, whatever the context
     Status st;
     PrefillResult r;
     r.c = c;

@@ -16,8 +16,12 @@ const char* mla_path_name(MlaPath p) {
   return p == MlaPath::kAbsorbed ? "absorbed" : "decompressed";
 }
 
-MlaPath choose_mla_path(int s_q, int threshold) {
-  return s_q <= threshold ? MlaPath::kAbsorbed : MlaPath::kDecompressed;
+MlaPath choose_mla_path(int s_q, int threshold, int prior, PrefillPathRule rule) {
+  const bool absorbed =
+      rule == PrefillPathRule::kLength
+          ? s_q <= threshold
+          : int64_t(s_q) * (2 * int64_t(prior) + s_q) <= 2 * int64_t(threshold) * int64_t(prior);
+  return absorbed ? MlaPath::kAbsorbed : MlaPath::kDecompressed;
 }
 
 namespace {
@@ -119,7 +123,9 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
   MLA_RETURN_IF_ERROR(check_absorbed_q_dtype("mla_attention", p.absorbed_q_dtype));
   const MlaAbsorbedWeights& w = *p.w;
   const int H = w.h_q, r = w.r, d_n = w.d_n, d_v = w.d_v;
-  const MlaPath path = choose_mla_path(p.s_q, p.prefill_absorption_threshold);
+  const int prior = p.cache.seq_lens ? std::max(0, p.cache.seq_lens[0] - p.s_q) : 0;
+  const MlaPath path =
+      choose_mla_path(p.s_q, p.prefill_absorption_threshold, prior, p.prefill_path_rule);
   if (path == MlaPath::kDecompressed) {
     MlaPrefillParams pp;
     pp.s_q = p.s_q;

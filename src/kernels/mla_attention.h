@@ -1,7 +1,7 @@
 // The layer-level MLA attention op: given the rotated query of a chunk of s_q tokens and one
 // sequence's paged latent cache (the chunk's own rows already appended), computes the per-head
-// attention output [s_q, h_q, d_v] for o_proj, by the absorbed path (s_q ≤ threshold) or the
-// decompressed path. Both paths run through the registry, so `backend` picks ref or cpu kernels.
+// attention output [s_q, h_q, d_v] for o_proj, by the absorbed path or the decompressed path
+// (choose_mla_path). Both paths run through the registry, so `backend` picks ref or cpu kernels.
 #pragma once
 
 #include <optional>
@@ -19,6 +19,19 @@ const char* mla_path_name(MlaPath p);
 
 inline constexpr int kDefaultPrefillAbsorptionThreshold = 256;
 
+// How a chunk of s_q queries after `prior` cached tokens picks its path under the threshold T
+// (the chunk length up to which the absorbed path is faster over a long cached context: what
+// `mla tune` measures, at 1K and 4K tokens of context).
+//   kCost (the engine's): absorbed iff s_q · (prior + s_q / 2) ≤ T · prior. Per query the
+//     absorbed path's attention costs 2r + d_r per key against d_n + d_r + d_v decompressed
+//     (1,088 against 320 at DeepSeek dims), while the decompressed path up-projects every
+//     context token (r · (d_n + d_v) each, what absorbing costs per query): the absorbed path
+//     wins only where the chunk is short beside its context, and never for a fresh prompt
+//     (prior 0), where it ran 3-6x slower at 16 to 256 tokens (docs/BENCHMARKS.md "The
+//     absorbed path only over a cached context"). Over a long context it is s_q ≤ T.
+//   kLength: absorbed iff s_q ≤ T, whatever the context (checking either path on any chunk).
+enum class PrefillPathRule { kCost, kLength };
+
 // The dtype of the absorbed query the decode kernel reads: kF32 (the FP32 variants: exact to
 // FP32 activations) or kBF16 (rounded once, FlashMLA's numerics: the BF16-dot and AMX variants,
 // probabilities in BF16 too; docs/kernels/mla_decode.md gives the error bounds). The reference
@@ -33,8 +46,10 @@ struct MlaAttentionParams {
   const MlaAbsorbedWeights* w = nullptr;
   float softmax_scale = 1.0f;
   bool causal = true;
-  // s_q ≤ threshold → absorbed; measured per machine by `mla bench` (docs/kernels/mla_decode.md).
+  // The path's threshold and rule (PrefillPathRule); the threshold is measured per machine by
+  // `mla tune` (docs/kernels/mla_decode.md).
   int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
+  PrefillPathRule prefill_path_rule = PrefillPathRule::kCost;
   // Absorbed path: the absorbed query's dtype; decompressed path: the up-projections' products
   // and the attention tiles (MlaPrefillParams::attention_dtype).
   DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;
@@ -45,7 +60,7 @@ struct MlaAttentionParams {
   float* lse = nullptr;  // [h_q, s_q] fp32
 };
 
-MlaPath choose_mla_path(int s_q, int threshold);
+MlaPath choose_mla_path(int s_q, int threshold, int prior, PrefillPathRule rule);
 
 // Runs the chosen path with the best supported variant of `backend` ("cpu" or "ref").
 Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,

@@ -157,6 +157,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     p.softmax_scale = m.softmax_scale;
     p.causal = true;
     p.prefill_absorption_threshold = m.options.prefill_absorption_threshold;
+    p.prefill_path_rule = m.options.prefill_path_rule;
     p.absorbed_q_dtype = m.options.attention_q_dtype;
     p.decompressed_dtype = prefill_attention_dtype(m.options);
     p.out = out + first_token[s] * H * d_v;

@@ -40,8 +40,11 @@ inline constexpr uint64_t kRepackHeadroomBytes = uint64_t(1) << 30;
 struct RuntimeOptions {
   std::string backend = "cpu";  // "cpu" or "ref": the kernels every op runs on
   KvCacheDtype kv_dtype = KvCacheDtype::kBF16;
-  // Prefill chunks of at most this many tokens take the absorbed path (kernels/mla_attention.h).
+  // The absorbed path's threshold for prefill chunks and the rule that applies it
+  // (kernels/mla_attention.h, PrefillPathRule: by default a chunk takes the absorbed path only
+  // where it is short beside its cached context, never for a fresh prompt).
   int prefill_absorption_threshold = kDefaultPrefillAbsorptionThreshold;
+  PrefillPathRule prefill_path_rule = PrefillPathRule::kCost;
   // The absorbed query's dtype at the decode kernel: kBF16 (default) for the BF16-dot / AMX
   // kernels, or kF32 (kernels/mla_attention.h). The model oracle bounds both.
   DType attention_q_dtype = DType::kBF16;

@@ -588,7 +588,7 @@ def check_case(case, mla, golden_dir, hf, have_generate):
             f32 = ["--matmul-dtype", "f32", "--attention-dtype", "f32"]
             plan = [("mla cpu", "f32", f32), ("mla cpu", "bf16", f32),
                     ("mla --backend ref", None, ["--backend", "ref"] + f32),
-                    ("mla --prefill-threshold 0", None, ["--prefill-threshold", "0"] + f32)]
+                    ("mla --prefill-path absorbed", None, ["--prefill-path", "absorbed"] + f32)]
             primary = "f32"
             for label, kv, extra in plan:
                 kv = kv or primary
@@ -630,11 +630,12 @@ def check_case(case, mla, golden_dir, hf, have_generate):
                         continue
                     var = "fp32" if primary == "f32" else "kv_bf16"
                     compare_run(rep, f"{label} vs {base}", run, runs[base], exact[var], T, 2)
-            # The defaults on both attention paths: the prompt absorbed (≤ the threshold), and
-            # decompressed (--prefill-threshold 0: K and V up-projected on BF16 dot products).
+            # The defaults on both attention paths: the prompt decompressed (a fresh prompt's path:
+            # K and V up-projected on BF16 dot products, the BF16 tiles), and absorbed
+            # (--prefill-path absorbed: the BF16 query at the decode kernels).
             bf16 = ["--matmul-dtype", "bf16", "--attention-dtype", "bf16"]
             ex = None
-            for suffix, extra in (("", []), (", decompressed", ["--prefill-threshold", "0"])):
+            for suffix, extra in (("", []), (", absorbed", ["--prefill-path", "absorbed"])):
                 name = f"mla cpu defaults [kv bf16, products bf16, attention bf16{suffix}]"
                 run, err = run_mla(mla, ckdir, prompt,
                                    os.path.join(tmp, f"dump_defaults{len(extra)}"), "bf16",

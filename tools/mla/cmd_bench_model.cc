@@ -28,8 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchModelOptions {
   std::string model;
-  RuntimeFlags rt;  // only --attention-dtype, --matmul-dtype, --lm-head-dtype, --weight-dtype,
-                    // --repack and --moe-split are flags here
+  RuntimeFlags rt;  // only --attention-dtype, --prefill-path, --matmul-dtype, --lm-head-dtype,
+                    // --weight-dtype, --repack and --moe-split are flags here
   int tokens = 64, segment = 4, warmup = 4, prompt_len = 16, threads = 0, sweeps = 3;
   int prefill_warmup = 1;
   bool json = false;
@@ -236,6 +236,7 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
   cmd->add_option("--warmup", o->warmup, "Decode steps before the first segment (default 4)")
       ->check(CLI::Range(0, 1 << 20));
   add_attention_dtype_flag(cmd, &o->rt.attention_dtype);
+  add_prefill_path_flag(cmd, &o->rt.prefill_path);
   add_matmul_dtype_flag(cmd, &o->rt.matmul_dtype);
   add_lm_head_dtype_flag(cmd, &o->rt.lm_head_dtype);
   add_weight_dtype_flag(cmd, &o->rt.weight_dtype);

@@ -20,9 +20,11 @@ void add_runtime_flags(CLI::App* cmd, RuntimeFlags* f) {
   cmd->add_option("--backend", f->backend, "cpu (default) or ref (the reference kernels)")
       ->check(CLI::IsMember({"cpu", "ref"}));
   cmd->add_option("--prefill-threshold", f->prefill_threshold,
-                  "Prefill chunks of at most this many tokens take the absorbed path (default: "
-                  "mla tune's measurement, else 256)")
+                  "The absorbed path's threshold T (default: mla tune's measurement, else 256): a "
+                  "prefill chunk of s_q tokens after p cached ones takes it iff s_q (p + s_q / 2) "
+                  "<= T p, so never for a fresh prompt; 0: every chunk decompressed")
       ->check(CLI::Range(0, 1 << 30));
+  add_prefill_path_flag(cmd, &f->prefill_path);
 }
 
 Result<RuntimeOptions> runtime_options(const RuntimeFlags& f) {
@@ -41,6 +43,10 @@ Result<RuntimeOptions> runtime_options(const RuntimeFlags& f) {
                                         ? f.prefill_threshold
                                         : tuned_prefill_absorption_threshold(ro.attention_q_dtype)
                                               .value_or(kDefaultPrefillAbsorptionThreshold);
+  if (f.prefill_path != "auto") {  // the length rule at a threshold no chunk passes, or 0
+    ro.prefill_path_rule = PrefillPathRule::kLength;
+    ro.prefill_absorption_threshold = f.prefill_path == "absorbed" ? 1 << 30 : 0;
+  }
   ro.comm = dist::world();
   ro.moe_split = f.moe_split == "width" ? MoeSplit::kWidth : MoeSplit::kExperts;
   return ro;

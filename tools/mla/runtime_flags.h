@@ -32,6 +32,14 @@ inline void add_attention_dtype_flag(CLI::App* cmd, std::string* value, bool int
                   "int8 dot products; the default under --weight-dtype q8_0)")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
 }
+// --prefill-path auto|absorbed|decompressed: every prefill chunk on one path (checking, and
+// measuring either), or by the threshold and the chunk's cached context (auto).
+inline void add_prefill_path_flag(CLI::App* cmd, std::string* value) {
+  cmd->add_option("--prefill-path", *value,
+                  "Path of every prefill chunk: auto (default: by --prefill-threshold and the "
+                  "chunk's cached context), absorbed or decompressed (checking either path)")
+      ->check(CLI::IsMember({"auto", "absorbed", "decompressed"}));
+}
 // The absorbed query's dtype of an --attention-dtype value (int8 and unset: BF16).
 inline DType absorbed_q_dtype_of(const std::string& value) {
   return value == "f32" ? DType::kF32 : DType::kBF16;
@@ -123,13 +131,13 @@ struct RuntimeFlags {
   std::string weight_dtype;   // empty: the checkpoint's
   std::string repack = "on";
   std::string moe_split = "experts";
-  int prefill_threshold = -1;  // -1: mla tune's measurement, else the default
-  int64_t max_context = 0;     // 0: the config's (each command names its own flag)
+  int prefill_threshold = -1;         // -1: mla tune's measurement, else the default
+  std::string prefill_path = "auto";  // auto | absorbed | decompressed
+  int64_t max_context = 0;            // 0: the config's (each command names its own flag)
 };
 
 // --kv-dtype, --attention-dtype, --matmul-dtype, --lm-head-dtype, --weight-dtype, --repack,
-// --backend and
-// --prefill-threshold.
+// --backend, --prefill-threshold and --prefill-path.
 void add_runtime_flags(CLI::App* cmd, RuntimeFlags* f);
 
 // invalid_argument naming the value for an unknown --kv-dtype. Started by mpirun as one of

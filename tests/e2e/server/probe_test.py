@@ -31,7 +31,10 @@ PROXY, NO_CHOICES, MISMATCH = 7, 8, 10
 
 def setUpModule():
     global SERVER
-    SERVER = MlaServer(BINARY, MODEL, "--api-key", KEY)
+    # The engine's default numerics, which `mla probe --compare` runs locally ("a server started
+    # without flags computes what this does"; MlaServer would otherwise pick FP32).
+    SERVER = MlaServer(BINARY, MODEL, "--api-key", KEY, "--matmul-dtype", "bf16",
+                       "--attention-dtype", "bf16")
 
 
 def tearDownModule():

@@ -64,6 +64,7 @@ void run_paths(const PathSpec& spec, const Options& opt, Tally& tally) {
     lse.assign(size_t(H) * spec.s_q, std::nanf(""));
     MlaAttentionParams pp = p;
     pp.prefill_absorption_threshold = threshold;
+    pp.prefill_path_rule = PrefillPathRule::kLength;  // each path forced by its threshold
     pp.out = out.data();
     pp.lse = lse.data();
     return mla_attention(pp, default_thread_pool(), backend);
@@ -88,7 +89,8 @@ void run_paths(const PathSpec& spec, const Options& opt, Tally& tally) {
       report(tally, op, cname, variant, false, path.status().to_string());
       continue;
     }
-    const bool right_path = *path == choose_mla_path(spec.s_q, rn.threshold);
+    const bool right_path =
+        *path == choose_mla_path(spec.s_q, rn.threshold, spec.prior, PrefillPathRule::kLength);
     // Both cpu paths keep FP32 intermediates (the absorbed query is FP32, which the BF16-dot
     // decode does not take).
     CompareRule rule = flashmla_out_rule();

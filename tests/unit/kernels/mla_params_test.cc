@@ -241,11 +241,28 @@ TEST(PrepareAbsorbedWeights, StoredPairIsViewedPerHead) {
   EXPECT_NE(bad.status().message().find("attn_v_b"), std::string::npos) << bad.status().message();
 }
 
-TEST(MlaPath, ThresholdIsInclusive) {
-  EXPECT_EQ(choose_mla_path(1, kDefaultPrefillAbsorptionThreshold), MlaPath::kAbsorbed);
-  EXPECT_EQ(choose_mla_path(256, 256), MlaPath::kAbsorbed);
-  EXPECT_EQ(choose_mla_path(257, 256), MlaPath::kDecompressed);
-  EXPECT_EQ(choose_mla_path(1, 0), MlaPath::kDecompressed);
+TEST(MlaPath, LengthRuleThresholdIsInclusive) {
+  constexpr PrefillPathRule kLength = PrefillPathRule::kLength;
+  EXPECT_EQ(choose_mla_path(1, kDefaultPrefillAbsorptionThreshold, 0, kLength), MlaPath::kAbsorbed);
+  EXPECT_EQ(choose_mla_path(256, 256, 0, kLength), MlaPath::kAbsorbed);
+  EXPECT_EQ(choose_mla_path(257, 256, 5000, kLength), MlaPath::kDecompressed);
+  EXPECT_EQ(choose_mla_path(1, 0, 5000, kLength), MlaPath::kDecompressed);
+}
+
+// The cost rule: absorbed iff s_q (prior + s_q / 2) ≤ T prior. A fresh prompt is never absorbed;
+// over a cached context the crossover approaches T as the context grows: at T 256 and 1,024
+// cached tokens, 256 · 1,024 = 262,144 ≥ s_q (1,024 + s_q / 2) up to s_q 230.
+TEST(MlaPath, CostRuleAbsorbsOnlyOverACachedContext) {
+  constexpr PrefillPathRule kCost = PrefillPathRule::kCost;
+  for (int s_q : {2, 16, 256})
+    EXPECT_EQ(choose_mla_path(s_q, 256, 0, kCost), MlaPath::kDecompressed) << s_q;
+  EXPECT_EQ(choose_mla_path(230, 256, 1024, kCost), MlaPath::kAbsorbed);
+  EXPECT_EQ(choose_mla_path(231, 256, 1024, kCost), MlaPath::kDecompressed);
+  EXPECT_EQ(choose_mla_path(16, 256, 64, kCost), MlaPath::kAbsorbed);  // 16 · 72 ≤ 256 · 64
+  EXPECT_EQ(choose_mla_path(200, 256, 64, kCost), MlaPath::kDecompressed);
+  EXPECT_EQ(choose_mla_path(255, 256, 1 << 24, kCost), MlaPath::kAbsorbed);  // no overflow
+  EXPECT_EQ(choose_mla_path(257, 256, 1 << 24, kCost), MlaPath::kDecompressed);
+  EXPECT_EQ(choose_mla_path(1, 0, 1 << 24, kCost), MlaPath::kDecompressed);
 }
 
 }  // namespace

@@ -110,6 +110,7 @@ TEST_P(ForwardTest, IncrementalDecodeMatchesOneShotPrefill) {
 TEST_P(ForwardTest, AbsorbedAndDecompressedPrefillAgree) {
   RuntimeOptions absorbed = exact(), decompressed = exact();
   absorbed.prefill_absorption_threshold = 1 << 20;
+  absorbed.prefill_path_rule = PrefillPathRule::kLength;  // a fresh prompt, absorbed
   decompressed.prefill_absorption_threshold = 0;
   auto ma = load(absorbed), md = load(decompressed);
   ASSERT_TRUE(ma && md);
@@ -349,6 +350,7 @@ TEST_P(ForwardTest, LowPrecisionAttentionFollowsFp32Attention) {
     f32.matmul_dtype = DType::kF32;
     f32.attention_q_dtype = DType::kF32;
     f32.prefill_absorption_threshold = threshold;
+    f32.prefill_path_rule = PrefillPathRule::kLength;  // the 20-token prompt absorbed at 256
     const GenerateResult ra = run(f32);
     std::vector<float> bf16_prompt;
     for (const DType prefill : {DType::kBF16, DType::kI8}) {

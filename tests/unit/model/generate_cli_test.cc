@@ -60,14 +60,16 @@ TEST_F(GenerateCli, RunsBf16AndFp8ModelsAndReportsFigures) {
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["generated"].size(), 6u);
     EXPECT_EQ(j["finish_reason"], "length");
-    EXPECT_EQ(j["chunks"][0]["path"], "absorbed");
+    // A fresh prompt: the decompressed path (kernels/mla_attention.h, PrefillPathRule::kCost).
+    EXPECT_EQ(j["chunks"][0]["path"], "decompressed");
     EXPECT_GT(j["kv_bytes_used"].get<int64_t>(), 0);
     EXPECT_GT(j["active_weight_bytes_per_token"].get<int64_t>(), 0);
   }
 }
 
 // --attention-dtype bf16 runs the absorbed decode on the BF16 kernels (AMX where present) for
-// prefill chunks and decode steps alike; an unknown value is refused by the flag parser.
+// the decode steps and the prompt on the decompressed path's BF16 tiles; an unknown value is
+// refused by the flag parser.
 TEST_F(GenerateCli, RunsTheBf16AttentionKernels) {
   const std::string m = make("v2-lite");
   const test::RunResult r = test::run_mla(
@@ -77,7 +79,7 @@ TEST_F(GenerateCli, RunsTheBf16AttentionKernels) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["generated"].size(), 5u);
   EXPECT_EQ(j["attention_dtype"], "bf16");
-  EXPECT_EQ(j["chunks"][0]["path"], "absorbed");
+  EXPECT_EQ(j["chunks"][0]["path"], "decompressed");
   const test::RunResult bad =
       test::run_mla("generate -m '" + m + "' --tokens 1,2 -n 1 --attention-dtype fp16", true);
   EXPECT_NE(bad.exit_code, 0) << bad.out;
@@ -146,6 +148,16 @@ TEST_F(GenerateCli, StreamsTextAndReportsThePathOfEachChunk) {
   EXPECT_NE(r.out.find("decompressed path"), std::string::npos) << r.out;  // 3-token chunks
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("KV cache:"), std::string::npos) << r.out;
+  // At threshold 256 the first chunk (no cached context) is decompressed and the later ones,
+  // short beside their context, absorbed.
+  const test::RunResult both =
+      test::run_mla("generate -m '" + m +
+                        "' -p 'The latent cache of attention' -n 2 "
+                        "--ignore-eos --prefill-chunk 3 --prefill-threshold 256",
+                    true);
+  ASSERT_EQ(both.exit_code, 0) << both.out;
+  EXPECT_NE(both.out.find("decompressed path"), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find("absorbed path"), std::string::npos) << both.out;
 }
 
 TEST_F(GenerateCli, DumpsActivationsForTheOracle) {

@@ -36,6 +36,7 @@ inline Model& tiny_model() {
     if (!w.ok()) ADD_FAILURE() << w.status().to_string();
     RuntimeOptions ro;
     ro.prefill_absorption_threshold = kTestThreshold;
+    ro.prefill_path_rule = PrefillPathRule::kLength;  // by length alone, fresh prompts included
     // FP32 products: the engine tests compare batched with single runs, and a BF16 product's
     // rows depend on how many rows share it (kernels/linear.h: > 16 rows take BF16).
     ro.matmul_dtype = DType::kF32;
