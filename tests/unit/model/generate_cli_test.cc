@@ -112,6 +112,24 @@ TEST_F(GenerateCli, NamesThePrefillAttentionDtype) {
   }
 }
 
+// --prefill-path forces one path on every chunk, a fresh prompt's included (by default it runs
+// decompressed); another value is refused by the flag parser.
+TEST_F(GenerateCli, PrefillPathForcesThePath) {
+  const std::string m = make("v2-lite");
+  const std::string args = "generate -m '" + m + "' --tokens 1,2,3,4,5,6 -n 1 --ignore-eos --json";
+  for (const std::string path : {"absorbed", "decompressed"}) {
+    const test::RunResult r = test::run_mla(args + " --prefill-path " + path, false);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["chunks"][0]["path"], path);
+  }
+  const test::RunResult plain = test::run_mla(args, false);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["chunks"][0]["path"], "decompressed");
+  const test::RunResult bad = test::run_mla(args + " --prefill-path both", true);
+  EXPECT_NE(bad.exit_code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("--prefill-path"), std::string::npos) << bad.out;
+}
+
 // --weight-dtype q8_0 requantises the FP8 checkpoint's products at load (lm_head too): the JSON
 // says so, and the bytes a token reads change (lm_head BF16 → Q8_0 shrinks, the FP8 weights grow
 // by 1/16 with their f16 scales). Another value is refused by the flag parser.
