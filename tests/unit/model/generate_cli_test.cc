@@ -157,22 +157,22 @@ TEST_F(GenerateCli, RequantisesTheWeightsAsQ8_0) {
 
 TEST_F(GenerateCli, StreamsTextAndReportsThePathOfEachChunk) {
   const std::string m = make("v2-lite");
-  const test::RunResult r =
-      test::run_mla("generate -m '" + m +
-                        "' -p 'The latent cache of attention' -n 4 "
-                        "--ignore-eos --prefill-chunk 3 --prefill-threshold 2",
-                    true);
+  auto run = [&](int threshold) {
+    return test::run_mla("generate -m '" + m +
+                             "' -p 'The latent cache of attention' -n 4 --ignore-eos "
+                             "--prefill-chunk 3 --prefill-threshold " +
+                             std::to_string(threshold),
+                         true);
+  };
+  const test::RunResult r = run(2);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("decompressed path"), std::string::npos) << r.out;  // 3-token chunks
+  EXPECT_EQ(r.out.find("absorbed path"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("KV cache:"), std::string::npos) << r.out;
   // At threshold 256 the first chunk (no cached context) is decompressed and the later ones,
   // short beside their context, absorbed.
-  const test::RunResult both =
-      test::run_mla("generate -m '" + m +
-                        "' -p 'The latent cache of attention' -n 2 "
-                        "--ignore-eos --prefill-chunk 3 --prefill-threshold 256",
-                    true);
+  const test::RunResult both = run(256);
   ASSERT_EQ(both.exit_code, 0) << both.out;
   EXPECT_NE(both.out.find("decompressed path"), std::string::npos) << both.out;
   EXPECT_NE(both.out.find("absorbed path"), std::string::npos) << both.out;
