@@ -399,8 +399,9 @@ Result<std::unique_ptr<Model::Impl>> load_impl(const std::string& dir,
   }
   if (options.repack_weights || options.weight_dtype)
     MLA_RETURN_IF_ERROR(repack_weights(*impl, dir));
-  // A GGUF file's block-quantised products run on int8 as --weight-dtype q8_0's do: the
-  // decompressed prefill's tiles follow them (RuntimeOptions::prefill_attention_dtype).
+  // Products held in a block format (requantised by --weight-dtype q8_0, or a GGUF file's) run
+  // on int8: the decompressed prefill's tiles follow them
+  // (RuntimeOptions::prefill_attention_dtype).
   if (!options.prefill_attention_dtype && options.attention_q_dtype == DType::kBF16 &&
       !impl->layers.empty()) {
     const DType o = impl->layers[0].o_proj.dtype;

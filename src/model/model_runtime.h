@@ -50,9 +50,8 @@ struct RuntimeOptions {
   DType attention_q_dtype = DType::kBF16;
   // The decompressed prefill's attention tiles (MlaPrefillParams::attention_dtype) when set:
   // kI8 runs them on int8 dot products (`--attention-dtype int8`); unset, attention_q_dtype,
-  // except under weight_dtype kQ8_0 with a BF16 query, whose products already run on int8: kI8
-  // (and the loader sets kI8 for a GGUF file whose products are block-quantised: Model::options()
-  // holds what runs).
+  // except that the loader sets kI8 when the products it holds run on int8 (weight_dtype kQ8_0,
+  // a GGUF file's block formats) and the query is BF16: Model::options() holds what runs.
   std::optional<DType> prefill_attention_dtype;
   // The weight products' math (kernels/linear.h): kBF16 (default) runs the products of more than
   // 16 rows (prefill chunks, expert batches) on BF16 dot products, x rounded to BF16 (relative
@@ -96,10 +95,7 @@ struct RuntimeOptions {
 // The dtype the decompressed prefill's attention tiles run in under o (see
 // RuntimeOptions::prefill_attention_dtype).
 inline DType prefill_attention_dtype(const RuntimeOptions& o) {
-  if (o.prefill_attention_dtype) return *o.prefill_attention_dtype;
-  return o.weight_dtype == DType::kQ8_0 && o.attention_q_dtype == DType::kBF16
-             ? DType::kI8
-             : o.attention_q_dtype;
+  return o.prefill_attention_dtype.value_or(o.attention_q_dtype);
 }
 inline constexpr int64_t kDefaultMaxContext = 32768;
 
