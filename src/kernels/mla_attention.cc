@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -22,6 +23,13 @@ MlaPath choose_mla_path(int s_q, int threshold, int prior, PrefillPathRule rule)
           ? s_q <= threshold
           : int64_t(s_q) * (2 * int64_t(prior) + s_q) <= 2 * int64_t(threshold) * int64_t(prior);
   return absorbed ? MlaPath::kAbsorbed : MlaPath::kDecompressed;
+}
+
+int cost_rule_threshold(int crossover, int prior) {
+  if (prior <= 0 || crossover <= 0) return crossover;
+  const int64_t num = int64_t(crossover) * (2 * int64_t(prior) + crossover),
+                den = 2 * int64_t(prior);
+  return int(std::min<int64_t>((num + den - 1) / den, std::numeric_limits<int>::max()));
 }
 
 namespace {

@@ -62,6 +62,13 @@ struct MlaAttentionParams {
 
 MlaPath choose_mla_path(int s_q, int threshold, int prior, PrefillPathRule rule);
 
+// The threshold T under which the cost rule's crossover over `prior` cached tokens falls at
+// `crossover`: the smallest T for which a chunk of `crossover` queries is absorbed and one of
+// crossover + 1 is not, T = ⌈crossover · (2 prior + crossover) / (2 prior)⌉ (≥ crossover; equal
+// as prior grows). What `mla tune` stores from a crossover it measured over a context of `prior`
+// tokens; prior 0 (no T absorbs there) and crossover 0 give crossover.
+int cost_rule_threshold(int crossover, int prior);
+
 // Runs the chosen path with the best supported variant of `backend` ("cpu" or "ref").
 Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
                               std::string_view backend = "cpu");

@@ -202,7 +202,7 @@ int absorbed_up_to(const std::vector<SweepPoint>& pts) {
 int run_threshold(const ThresholdOptions& o) {
   const bench::MachineReport m = machine(true);
   ordered_json per_l = ordered_json::array();
-  int worst = 0;  // the threshold for the engine: the smallest crossover over the contexts
+  int worst = 0;  // the threshold for the engine: the smallest over the contexts
   bool first = true;
   for (int l : o.l) {
     std::vector<SweepPoint> pts;
@@ -222,12 +222,26 @@ int run_threshold(const ThresholdOptions& o) {
         fmt::print("L {:>6}  M {:>5}  absorbed {:>10.2f} ms  decompressed {:>10.2f} ms  {}\n", l,
                    mm, ta * 1e3, td * 1e3, td < ta ? "decompressed" : "absorbed");
     }
-    // The engine's rule is "s_q <= threshold → absorbed".
-    const int threshold = absorbed_up_to(pts);
-    worst = first ? threshold : std::min(worst, threshold);
-    first = false;
-    per_l.push_back({{"l", l}, {"threshold", threshold}, {"sweep", rows}});
-    if (!o.json) fmt::print("L {:>6}: absorbed up to M = {}\n", l, threshold);
+    // The engine's rule (choose_mla_path, PrefillPathRule::kCost) puts the crossover over l
+    // cached tokens below T: the T that puts it where it was measured. Over no context the rule
+    // absorbs nothing whatever T, so such a sweep does not enter the figure.
+    const int crossover = absorbed_up_to(pts);
+    const int threshold = cost_rule_threshold(crossover, l);
+    if (l > 0) {
+      worst = first ? threshold : std::min(worst, threshold);
+      first = false;
+    }
+    per_l.push_back(
+        {{"l", l}, {"crossover", crossover}, {"threshold", threshold}, {"sweep", rows}});
+    if (!o.json)
+      fmt::print("L {:>6}: absorbed up to M = {} (threshold {} under the engine's rule)\n", l,
+                 crossover, threshold);
+  }
+  if (first) {
+    fmt::print(stderr,
+               "mla bench threshold: no context L > 0 swept: the threshold applies only "
+               "over cached tokens\n");
+    return 1;
   }
   if (o.json)
     fmt::print("{}\n",
@@ -255,7 +269,8 @@ int run_threshold(const ThresholdOptions& o) {
 
 void add_threshold_flags(CLI::App* cmd, ThresholdOptions* o) {
   cmd->add_option("--m", o->m, "Chunk lengths to sweep (comma list)")->delimiter(',');
-  cmd->add_option("--l", o->l, "Context lengths (comma list)")->delimiter(',');
+  cmd->add_option("--l", o->l, "Cached tokens before the chunk (comma list; at least one > 0)")
+      ->delimiter(',');
   cmd->add_option("--h-q", o->h_q, "Heads")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--reps", o->reps, "Timed calls per point (median)")
       ->capture_default_str()
@@ -342,8 +357,8 @@ void register_tune(CLI::App& app, int* exit_code) {
   t->write = true;
   CLI::App* tune = app.add_subcommand(
       "tune",
-      "Measure the absorb/decompress crossover and store it in the tuning file (MLA_TUNE_FILE, "
-      "else ~/.cache/mla/tune.json) for the engine");
+      "Measure the absorb/decompress crossover and store the threshold that puts the engine's "
+      "rule there in the tuning file (MLA_TUNE_FILE, else ~/.cache/mla/tune.json)");
   add_threshold_flags(tune, t.get());
   tune->callback([t, exit_code] { *exit_code = run_threshold(*t); });
 }

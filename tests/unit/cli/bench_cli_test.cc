@@ -2,6 +2,7 @@
 // figures are positive, selections by flag work, and bad flags fail.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -95,9 +96,11 @@ TEST(BenchCli, TuneWritesTheThresholdFile) {
   const auto j = nlohmann::json::parse(in);
   // The default sweep is BF16 attention (the engine's default): its own figure, within the swept
   // range 0 (decompressed always) .. 16 (absorbed always); the FP32 field keeps its default.
+  // Stored is the engine's rule's T for the measured crossover over 64 cached tokens: at most
+  // ⌈16 · (128 + 16) / 128⌉ = 18 (BenchCli.ThresholdFitsTheEnginesRule has the relation).
   const int bf16 = j.at("prefill_absorption_threshold_bf16").get<int>();
   EXPECT_GE(bf16, 0);
-  EXPECT_LE(bf16, 16);
+  EXPECT_LE(bf16, 18);
 
   // An FP32-attention sweep writes the FP32 figure and keeps the BF16 one.
   setenv("MLA_TUNE_FILE", path.c_str(), 1);
@@ -109,7 +112,28 @@ TEST(BenchCli, TuneWritesTheThresholdFile) {
   EXPECT_EQ(j2.at("prefill_absorption_threshold_bf16").get<int>(), bf16);
   const int threshold = j2.at("prefill_absorption_threshold").get<int>();
   EXPECT_GE(threshold, 0);
-  EXPECT_LE(threshold, 16);
+  EXPECT_LE(threshold, 18);
+}
+
+// Per swept context l, the crossover m measured there and the T stored for it satisfy the
+// engine's rule (absorbed iff s_q (2 prior + s_q) <= 2 T prior) at its smallest T:
+// m (2l + m) <= 2 T l < m (2l + m) + 2l; the figure written is the smallest over the contexts.
+// A sweep over no cached context cannot set the rule's T: an error that says so.
+TEST(BenchCli, ThresholdFitsTheEnginesRule) {
+  const auto r = run_mla("bench threshold --m 4,8,16 --l 16,64 --h-q 4 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  int smallest = 1 << 30;
+  for (const auto& c : j.at("contexts")) {
+    const int64_t l = c.at("l"), m = c.at("crossover"), t = c.at("threshold");
+    EXPECT_LE(m * (2 * l + m), 2 * t * l) << c.dump();
+    EXPECT_LT(2 * t * l, m * (2 * l + m) + 2 * l) << c.dump();
+    smallest = std::min(smallest, int(t));
+  }
+  EXPECT_EQ(j.at("threshold").get<int>(), smallest);
+  const auto none = run_mla("bench threshold --m 4 --l 0 --h-q 4", true);
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.out.find("cached"), std::string::npos) << none.out;
 }
 
 TEST(BenchCli, BadFlagsFail) {

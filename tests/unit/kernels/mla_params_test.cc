@@ -265,5 +265,26 @@ TEST(MlaPath, CostRuleAbsorbsOnlyOverACachedContext) {
   EXPECT_EQ(choose_mla_path(1, 0, 1 << 24, kCost), MlaPath::kDecompressed);
 }
 
+// A crossover measured over a context, turned into the cost rule's T, is where the rule puts the
+// crossover over that context: chunks up to it absorbed, the next one not. Checked against
+// choose_mla_path itself over a grid (not the formula again), with T at its smallest.
+TEST(MlaPath, CostRuleThresholdPutsTheCrossoverWhereItWasMeasured) {
+  constexpr PrefillPathRule kCost = PrefillPathRule::kCost;
+  for (int prior : {1, 7, 64, 1024, 4096, 16384, 1 << 22})
+    for (int m : {1, 2, 100, 171, 230, 256, 1000, 4096}) {
+      const int t = cost_rule_threshold(m, prior);
+      EXPECT_GE(t, m);
+      EXPECT_EQ(choose_mla_path(m, t, prior, kCost), MlaPath::kAbsorbed) << m << " " << prior;
+      EXPECT_EQ(choose_mla_path(m + 1, t, prior, kCost), MlaPath::kDecompressed)
+          << m << " " << prior;
+      EXPECT_EQ(choose_mla_path(m, t - 1, prior, kCost), MlaPath::kDecompressed)
+          << m << " " << prior;
+    }
+  EXPECT_EQ(cost_rule_threshold(230, 1024), 256);  // the example above, backwards
+  EXPECT_EQ(cost_rule_threshold(256, 1 << 22), 257);
+  EXPECT_EQ(cost_rule_threshold(0, 1024), 0);   // every chunk decompressed
+  EXPECT_EQ(cost_rule_threshold(128, 0), 128);  // nothing to fit over no context
+}
+
 }  // namespace
 }  // namespace mla
