@@ -26,6 +26,12 @@ SETTINGS = [
     ("--attention-dtype bf16", ["--matmul-dtype", "f32", "--attention-dtype", "bf16"]),
     # int8 prefill tiles (prompts past the absorption threshold; decode stays bf16).
     ("--attention-dtype int8", ["--matmul-dtype", "f32", "--attention-dtype", "int8"]),
+    # The absorbed path (the decode kernel) for the whole prompt: over an int8 cache (--kv-dtype
+    # int8) int8 runs it on int8 dot products (MlaDecodeParams::int8_products), bf16 on BF16 ones.
+    ("--attention-dtype bf16, absorbed path", ["--matmul-dtype", "f32", "--attention-dtype", "bf16",
+                                               "--prefill-path", "absorbed"]),
+    ("--attention-dtype int8, absorbed path", ["--matmul-dtype", "f32", "--attention-dtype", "int8",
+                                               "--prefill-path", "absorbed"]),
     ("defaults (both bf16)", []),
     ("defaults + --lm-head-dtype fp8", ["--lm-head-dtype", "fp8"]),
     ("defaults + --lm-head-dtype int8", ["--lm-head-dtype", "int8"]),

@@ -61,6 +61,7 @@ Result<DecodeResult> bench_decode(const DecodeCase& c, const MachineReport& m, T
   p.s_q = c.s_q;
   p.h_q = c.h_q;
   p.q_dtype = c.q_dtype;
+  p.int8_products = c.int8_products;
   p.q = q.data();
   p.softmax_scale = float(1.0 / std::sqrt(192.0));
   p.causal = true;
@@ -81,10 +82,11 @@ Result<DecodeResult> bench_decode(const DecodeCase& c, const MachineReport& m, T
   r.gflops = flops / r.t.median_s * 1e-9;
   r.gbps = bytes / r.t.median_s * 1e-9;
   if (m.all.bf16_dot_gflops > 0) r.pct_of_bf16_peak = 100.0 * r.gflops / m.all.bf16_dot_gflops;
-  // The variant's own compute roof: the tile unit for AMX variants, vdpbf16ps for the other BF16
-  // ones, FP32 FMA otherwise.
+  // The variant's own compute roof: the tile unit for AMX variants, vpdpbusd for the int8 one,
+  // vdpbf16ps for the other BF16 ones, FP32 FMA otherwise.
   const bool amx = v->name.find(".amx.") != std::string::npos;
   const double peak = amx && m.all.amx_bf16_gflops > 0     ? m.all.amx_bf16_gflops
+                      : v->compute == Intermediates::kInt8 ? m.all.int8_dot_gops
                       : v->compute >= Intermediates::kBf16 ? m.all.bf16_dot_gflops
                                                            : m.all.fp32_fma_gflops;
   const double bound = std::min(peak, m.all.mem_bw_gbps * flops / bytes);

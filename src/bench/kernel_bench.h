@@ -25,6 +25,7 @@ struct DecodeCase {
   int b = 1, s_q = 1, h_q = 128, s_kv = 4096;
   DType kv_dtype = DType::kBF16;  // kBF16 or a quantised latent (kF8E4M3, kI8, kE2M1)
   DType q_dtype = DType::kBF16;
+  bool int8_products = false;  // MlaDecodeParams::int8_products
 };
 
 struct DecodeResult {

@@ -46,6 +46,7 @@ struct AbsorbedCall {
   DType absorbed_q_dtype = DType::kF32;  // kF32 or kBF16
   float* out = nullptr;                  // [b, s_q, h_q, d_v]
   float* lse = nullptr;                  // [b, h_q, s_q]
+  bool int8_products = false;            // MlaDecodeParams::int8_products
 };
 
 Status check_absorbed_q_dtype(const char* op, DType t) {
@@ -92,6 +93,7 @@ Status run_absorbed(const AbsorbedCall& c, ThreadPool& pool, std::string_view ba
   dp.causal = c.causal;
   dp.out = o_lat.data();
   dp.lse = c.lse;
+  dp.int8_products = c.int8_products && !ref;
   MLA_ASSIGN_OR_RETURN(const MlaDecodeVariant* v, select_variant(dp, backend));
   MLA_RETURN_IF_ERROR(run_variant(*v, dp, pool));
   if (ref) {
@@ -121,7 +123,8 @@ Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool, std::st
                        .causal = true,
                        .absorbed_q_dtype = p.absorbed_q_dtype,
                        .out = p.out,
-                       .lse = p.lse},
+                       .lse = p.lse,
+                       .int8_products = p.int8_products},
                       pool, backend);
 }
 
@@ -166,7 +169,8 @@ Result<MlaPath> mla_attention(const MlaAttentionParams& p, ThreadPool& pool,
                        .causal = p.causal,
                        .absorbed_q_dtype = p.absorbed_q_dtype,
                        .out = p.out,
-                       .lse = p.lse};
+                       .lse = p.lse,
+                       .int8_products = p.decompressed_dtype == DType::kI8};
   MLA_RETURN_IF_ERROR(run_absorbed(c, pool, backend));
   return path;
 }

@@ -53,8 +53,8 @@ struct MlaAttentionParams {
   // Absorbed path: the absorbed query's dtype; decompressed path: the up-projections' products
   // and the attention tiles (MlaPrefillParams::attention_dtype).
   DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;
-  // Decompressed path's MlaPrefillParams::attention_dtype when set (kI8: the int8 tiles); unset,
-  // absorbed_q_dtype.
+  // Decompressed path's MlaPrefillParams::attention_dtype when set (kI8: the int8 tiles, and on
+  // the absorbed path MlaDecodeParams::int8_products); unset, absorbed_q_dtype.
   std::optional<DType> decompressed_dtype;
   float* out = nullptr;  // [s_q, h_q, d_v] fp32
   float* lse = nullptr;  // [h_q, s_q] fp32
@@ -82,8 +82,9 @@ struct MlaDecodeBatchParams {
   const MlaAbsorbedWeights* w = nullptr;
   float softmax_scale = 1.0f;
   DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;
-  float* out = nullptr;  // [b, h_q, d_v] fp32
-  float* lse = nullptr;  // [b, h_q] fp32
+  float* out = nullptr;        // [b, h_q, d_v] fp32
+  float* lse = nullptr;        // [b, h_q] fp32
+  bool int8_products = false;  // MlaDecodeParams::int8_products (an INT8 cache's decode)
 };
 Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool,
                         std::string_view backend = "cpu");

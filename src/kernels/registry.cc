@@ -26,6 +26,8 @@ const char* intermediates_name(Intermediates c) {
       return "bf16";
     case Intermediates::kBf16Probs:
       return "bf16_probs";
+    case Intermediates::kInt8:
+      return "int8";
   }
   return "?";
 }
@@ -62,6 +64,14 @@ bool bf16pv_inputs(const MlaDecodeParams& p) {
 }
 bool bf16pv_decode(const MlaDecodeParams& p) {
   return cpu_supports(CpuIsa::kAvx512Bf16) && bf16pv_inputs(p);
+}
+// int8 products where asked for, over an INT8 cache with whole quads per 128-channel block
+// (r % 4) and q_pe in BF16 pairs (even d_r).
+bool int8_decode(const MlaDecodeParams& p) {
+  return p.int8_products && cpu_supports(CpuIsa::kAvx512Bf16) &&
+         __builtin_cpu_supports("avx512vnni") && p.cache.dtype == DType::kI8 &&
+         (p.q_dtype == DType::kBF16 || p.q_dtype == DType::kF32) && p.d_v % 4 == 0 &&
+         (p.d_qk - p.d_v) % 2 == 0;
 }
 bool amx_decode(const MlaDecodeParams& p) {
   return cpu_supports(CpuIsa::kAmxBf16) && bf16pv_inputs(p);
@@ -184,6 +194,8 @@ Status run_checked(const V& v, const P& p, ThreadPool& pool) {
 
 const std::vector<MlaDecodeVariant>& mla_decode_variants() {
   static const std::vector<MlaDecodeVariant> table = {
+      {"mla_decode.cpu.avx512vnni.int8", "cpu", Intermediates::kInt8, int8_decode,
+       cpu::mla_decode_avx512vnni},
       {"mla_decode.cpu.amx.bf16pv", "cpu", Intermediates::kBf16Probs, amx_decode,
        cpu::mla_decode_amx},
       {"mla_decode.cpu.avx512bf16.bf16pv", "cpu", Intermediates::kBf16Probs, bf16pv_decode,

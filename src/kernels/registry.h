@@ -24,7 +24,8 @@ namespace mla {
 // variant whose path kBf16 rounds x to BF16 for more than 16 rows (the BF16 GEMM); GGUF block
 // formats quantise x to int8 on the VNNI / AVX2 kernels whatever this says
 // (tests/common/linear_ggml_bounds.h has the bound per kernel).
-enum class Intermediates { kFp64, kFp32, kBf16, kBf16Probs };
+// kInt8: the query and probabilities as int8 / u8 codes (the int8 decode, asked for only).
+enum class Intermediates { kFp64, kFp32, kBf16, kBf16Probs, kInt8 };
 const char* intermediates_name(Intermediates c);
 
 template <typename Params>

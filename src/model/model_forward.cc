@@ -137,6 +137,7 @@ Status attention(const Model::Impl& m, const LayerRuntime& L, const ForwardBatch
     p.absorbed_q_dtype = m.options.attention_q_dtype;
     p.out = od;
     p.lse = lse;
+    p.int8_products = prefill_attention_dtype(m.options) == DType::kI8;
     MLA_RETURN_IF_ERROR(mla_decode_batch(p, pool, m.options.backend));
     for (size_t i = 0; i < n; ++i)
       std::memcpy(out + first_token[decode[i]] * H * d_v, &od[i * H * d_v],

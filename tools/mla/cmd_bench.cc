@@ -85,7 +85,8 @@ int run_decode(const DecodeOptions& o) {
               return 2;
             }
             bench::DecodeCase c{b,    s_q,  h_q,
-                                s_kv, *lat, o.q_dtype == "f32" ? DType::kF32 : DType::kBF16};
+                                s_kv, *lat, o.q_dtype == "bf16" ? DType::kBF16 : DType::kF32};
+            c.int8_products = o.q_dtype == "int8";
             fmt::print(stderr, "decode b={} s_q={} h_q={} s_kv={} kv={}...\n", b, s_q, h_q, s_kv,
                        kv);
             auto r = bench::bench_decode(c, m, default_thread_pool(), o.reps, o.variant);
@@ -313,9 +314,10 @@ void register_bench(CLI::App& app, int* exit_code) {
                   "Cache formats: bf16, fp8_e4m3, int8, nvfp4 (comma list)")
       ->delimiter(',');
   dec->add_option("--q-dtype", d->q_dtype,
-                  "Query dtype: bf16 (FlashMLA's) or f32 (the engine's absorbed query)")
+                  "Query dtype: bf16 (FlashMLA's), f32 (the engine's absorbed query) or int8 (an "
+                  "f32 query with int8 products asked for: the int8 variant over an int8 cache)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"bf16", "f32"}));
+      ->check(CLI::IsMember({"bf16", "f32", "int8"}));
   dec->add_option("--variant", d->variant,
                   "A registered variant (default: the best that supports the case)");
   dec->add_option("--reps", d->reps, "Timed calls (median; at least 0.2 s in all)")

@@ -235,6 +235,7 @@ void register_bench_model(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0, 100));
   cmd->add_option("--warmup", o->warmup, "Decode steps before the first segment (default 4)")
       ->check(CLI::Range(0, 1 << 20));
+  add_kv_dtype_flag(cmd, &o->rt.kv_dtype);
   add_attention_dtype_flag(cmd, &o->rt.attention_dtype);
   add_prefill_path_flag(cmd, &o->rt.prefill_path);
   add_matmul_dtype_flag(cmd, &o->rt.matmul_dtype);

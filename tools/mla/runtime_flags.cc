@@ -10,7 +10,7 @@
 namespace mla::cli {
 
 void add_runtime_flags(CLI::App* cmd, RuntimeFlags* f) {
-  cmd->add_option("--kv-dtype", f->kv_dtype, "KV cache records: bf16, fp8_e4m3, int8, nvfp4");
+  add_kv_dtype_flag(cmd, &f->kv_dtype);
   add_attention_dtype_flag(cmd, &f->attention_dtype);
   add_matmul_dtype_flag(cmd, &f->matmul_dtype);
   add_lm_head_dtype_flag(cmd, &f->lm_head_dtype);

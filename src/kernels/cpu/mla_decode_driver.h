@@ -14,6 +14,8 @@
 //                                                            multiple of 4·W)
 //   static constexpr int kRowBlock                           rows per work item
 //   void end_item()                                          optional: after a work item's tiles
+//   void unpermute_o(int R, RowBlockState)                   optional: O's channels into order
+//                                                            (a P·V that leaves them permuted)
 #pragma once
 
 #include <cmath>
@@ -176,6 +178,7 @@ void run_mla_decode(const MlaDecodeParams& p, ThreadPool& pool) {
       tile.pv(ST, R, n, corr, st);
     }
     if constexpr (requires { tile.end_item(); }) tile.end_item();  // e.g. release AMX state
+    if constexpr (requires { tile.unpermute_o(R, st); }) tile.unpermute_o(R, st);  // O in order
 
     if (plan.splits[b] == 1) {
       float* out = p.out + (int64_t(b) * rows + r0) * p.d_v;

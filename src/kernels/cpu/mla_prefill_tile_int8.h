@@ -24,6 +24,7 @@
 #pragma once
 
 #include "kernels/cpu/decode_bf16_common.h"
+#include "kernels/cpu/int8_quads.h"
 #include "kernels/cpu/mla_prefill_driver.h"
 
 namespace mla::cpu {
@@ -32,39 +33,6 @@ namespace {
 // The int8 tiles' limits: whole quads per part, and exact int32 → FP32 sums.
 inline bool int8_prefill_tiles_fit(const MlaPrefillParams& p) {
   return p.d_n % 4 == 0 && p.d_r % 4 == 0 && p.d_n <= 512 && p.d_r <= 512;
-}
-
-// codes[0, d) = rne(x / s) + offset with s = amax / 127 (0 for an all-zero part: codes = offset),
-// as bytes; returns s, and Σ (codes − offset) in *sum.
-inline float quantize_part_s8(const float* x, int d, int offset, uint8_t* codes, int32_t* sum) {
-  __m512 amax = _mm512_setzero_ps();
-  for (int c = 0; c < d; c += 16) {
-    const __mmask16 m = __mmask16(d - c >= 16 ? 0xFFFF : (1u << (d - c)) - 1);
-    amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + c)));
-  }
-  const float a = _mm512_reduce_max_ps(amax);
-  const float s = a / 127.0f, inv = a > 0 ? 1.0f / s : 0.0f;
-  const __m512 vinv = _mm512_set1_ps(inv);
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127),
-                off = _mm512_set1_epi32(offset);
-  __m512i total = _mm512_setzero_si512();
-  for (int c = 0; c < d; c += 16) {
-    const __mmask16 m = __mmask16(d - c >= 16 ? 0xFFFF : (1u << (d - c)) - 1);
-    __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), vinv));
-    q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
-    total = _mm512_add_epi32(total, q);
-    _mm512_mask_cvtepi32_storeu_epi8(codes + c, m, _mm512_add_epi32(q, off));
-  }
-  *sum = _mm512_reduce_add_epi32(total);
-  return s;
-}
-
-// Byte j of each lane from lane values x0 .. x3 (low bytes).
-inline __m512i quad_bytes(__m512i x0, __m512i x1, __m512i x2, __m512i x3) {
-  const __m512i b = _mm512_set1_epi32(0xFF);
-  return _mm512_or_si512(
-      _mm512_or_si512(_mm512_and_si512(x0, b), _mm512_slli_epi32(_mm512_and_si512(x1, b), 8)),
-      _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(x2, b), 16), _mm512_slli_epi32(x3, 24)));
 }
 
 // ST[kk][v0 + 16k ...] (=, or += when add) sq[lane] · s_kk · (Σ_{c4 in [c4a, c4b)}

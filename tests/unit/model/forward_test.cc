@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cache/sequence_blocks.h"
+#include "core/cpu_features.h"
 #include "exact_runtime.h"
 #include "kernels/registry.h"
 #include "logit_cosine.h"
@@ -380,6 +381,39 @@ TEST_P(ForwardTest, LowPrecisionAttentionFollowsFp32Attention) {
         EXPECT_NE(rb.prompt_hidden[0], bf16_prompt);
     }
   }
+}
+
+// Over an INT8 cache, int8 attention (the int8 tiles' setting) runs the absorbed path on int8
+// products too (MlaDecodeParams::int8_products; the kernel's arithmetic is checked in
+// mla_decode_int8_test.cc): the logits move off the BF16 products' (where the CPU has the
+// variant) and stay beside them. The cosine is a wiring check, not an error bound: int8
+// codes of the query and probabilities move attention outputs by ~1% of their size.
+TEST_P(ForwardTest, Int8CacheDecodesOnInt8Products) {
+  GenerateOptions go;
+  go.max_new_tokens = 4;
+  go.ignore_eos = true;
+  go.keep_decode_logits = true;
+  auto run = [&](const RuntimeOptions& ro) {
+    auto m = load(ro);
+    EXPECT_TRUE(m);
+    auto r = generate(*m, prompt(20), go, pool_);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *r : GenerateResult{};
+  };
+  RuntimeOptions bf16;
+  bf16.kv_dtype = KvCacheDtype::kINT8;
+  bf16.attention_q_dtype = DType::kBF16;
+  // The prompt too on the absorbed path (the decode kernel), so that nothing but that kernel's
+  // products tells the two runs apart.
+  bf16.prefill_path_rule = PrefillPathRule::kLength;
+  RuntimeOptions int8 = bf16;
+  int8.prefill_attention_dtype = DType::kI8;
+  const GenerateResult a = run(bf16), b = run(int8);
+  ASSERT_EQ(a.decode_logits.size(), b.decode_logits.size());
+  ASSERT_FALSE(a.decode_logits.empty());
+  EXPECT_GT(logit_cosine(a.decode_logits, b.decode_logits), 0.999);
+  if (cpu_supports(CpuIsa::kAvx512Bf16) && __builtin_cpu_supports("avx512vnni"))
+    EXPECT_NE(a.decode_logits, b.decode_logits);
 }
 
 TEST_P(ForwardTest, BadBatchesAreRefused) {

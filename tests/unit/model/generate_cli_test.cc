@@ -86,8 +86,9 @@ TEST_F(GenerateCli, RunsTheBf16AttentionKernels) {
   EXPECT_NE(bad.out.find("--attention-dtype"), std::string::npos) << bad.out;
 }
 
-// --attention-dtype int8 decodes on the BF16 kernels and runs the decompressed prefill's tiles on
-// int8 dot products; unset, the prefill tiles follow the query's dtype (bf16) except under
+// --attention-dtype int8 decodes on the BF16 kernels (over this BF16 cache) and runs the
+// decompressed prefill's tiles on int8 dot products; unset, the prefill tiles follow the query's
+// dtype (bf16) except under
 // --weight-dtype q8_0, whose products already run on int8. The JSON names both.
 TEST_F(GenerateCli, NamesThePrefillAttentionDtype) {
   const std::string m = make("v2-lite", "--fp8");
