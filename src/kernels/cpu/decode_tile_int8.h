@@ -12,9 +12,9 @@
 //                                 in unpack order (see `unpermute_o`)
 //   pq: [nblk][kTile / 4][ld] u32 probabilities times their key's block scale, as u8 per row
 //   rs: [nblk][ld] f32            and that row's unit: max over the tile / 255
-// Score of key t, row i: Σ_j ks[t][j] · sq[j][i] · (Σ_c ku[t][c] · qI[c][i] − cq[j][i]) + q_pe · k_pe.
-// Numerics: the query's codes carry |Δq| ≤ sq/2 per channel (q_pe: one BF16 rounding); the keys
-// are the cache's own values; each scaled probability p_t·ks[t][j] is rounded to a step of
+// Score of key t, row i: Σ_j ks[t][j] · sq[j][i] · (Σ_c ku[t][c] · qI[c][i] − cq[j][i]) + q_pe ·
+// k_pe. Numerics: the query's codes carry |Δq| ≤ sq/2 per channel (q_pe: one BF16 rounding); the
+// keys are the cache's own values; each scaled probability p_t·ks[t][j] is rounded to a step of
 // rs[j][i] (|Δ| ≤ rs/2 + its FP32 rounding), against the running maximum of its step as in the
 // BF16 variant. Integer sums are exact in FP32 (a block: 128 · 255 · 127 < 2^24; a tile's P·V:
 // 64 · 255 · 127). tests/unit/kernels/mla_decode_int8_test.cc checks the kernel against the same
@@ -33,9 +33,9 @@ namespace {
 // ST[kk][v ..] (=, or += when add) ks[kk][j] · sq[v ..] · (Σ_{c4 in [c4a, c4b)} dot4(ku_kk[c4],
 // qI[c4][v ..]) − cq[v ..]) for NK keys × NV vectors of rows: one 128-channel block j.
 template <int NV, int NK>
-inline void score_block_int8(const uint32_t* qI, int ld, int c4a, int c4b,
-                             const uint8_t* const* ku, const float* ks, int nblk, int j,
-                             const float* sq, const float* cq, bool add, float* ST) {
+inline void score_block_int8(const uint32_t* qI, int ld, int c4a, int c4b, const uint8_t* const* ku,
+                             const float* ks, int nblk, int j, const float* sq, const float* cq,
+                             bool add, float* ST) {
   __m512i acc[NK][NV];
   for (auto& a : acc)
     for (auto& x : a) x = _mm512_setzero_si512();
@@ -51,7 +51,8 @@ inline void score_block_int8(const uint32_t* qI, int ld, int c4a, int c4b,
     const __m512 s = _mm512_set1_ps(ks[int64_t(kk) * nblk + j]);
     for (int k = 0; k < NV; ++k) {
       float* dst = ST + int64_t(kk) * ld + 16 * k;
-      const __m512 dot = _mm512_sub_ps(_mm512_cvtepi32_ps(acc[kk][k]), _mm512_loadu_ps(cq + 16 * k));
+      const __m512 dot =
+          _mm512_sub_ps(_mm512_cvtepi32_ps(acc[kk][k]), _mm512_loadu_ps(cq + 16 * k));
       const __m512 scale = _mm512_mul_ps(_mm512_loadu_ps(sq + 16 * k), s);
       _mm512_storeu_ps(
           dst, add ? _mm512_fmadd_ps(dot, scale, _mm512_loadu_ps(dst)) : _mm512_mul_ps(dot, scale));
@@ -153,8 +154,8 @@ struct DecodeTileInt8 {
           qI[int64_t(c0 / 4 + c4) * ld + i] = load_u32(codes + 4 * c4);
       }
       for (int c2 = 0; c2 < d_r / 2; ++c2)
-        qR[int64_t(c2) * ld + i] = uint32_t(f32_to_bf16(q[r + 2 * c2])) |
-                                   uint32_t(f32_to_bf16(q[r + 2 * c2 + 1])) << 16;
+        qR[int64_t(c2) * ld + i] =
+            uint32_t(f32_to_bf16(q[r + 2 * c2])) | uint32_t(f32_to_bf16(q[r + 2 * c2 + 1])) << 16;
     }
   }
 
@@ -193,9 +194,9 @@ struct DecodeTileInt8 {
         __m512i x[4];
         for (int e = 0; e < 4; ++e)  // codes = (codes + 128) ^ 0x80; 0 past r and the keys
           x[e] = _mm512_maskz_mov_epi8(
-              m, _mm512_xor_si512(
-                     _mm512_maskz_loadu_epi8(m, ku.data() + int64_t(4 * t4 + e) * dv_pad + c),
-                     flip));
+              m,
+              _mm512_xor_si512(
+                  _mm512_maskz_loadu_epi8(m, ku.data() + int64_t(4 * t4 + e) * dv_pad + c), flip));
         const __m512i a = _mm512_unpacklo_epi8(x[0], x[1]), bb = _mm512_unpackhi_epi8(x[0], x[1]);
         const __m512i cc = _mm512_unpacklo_epi8(x[2], x[3]), d = _mm512_unpackhi_epi8(x[2], x[3]);
         _mm512_store_si512(dst + c, _mm512_unpacklo_epi16(a, cc));
@@ -270,8 +271,10 @@ struct DecodeTileInt8 {
         float* o = st.o + int64_t(i) * st.ld_o + c;
         const __m512 v0 = _mm512_loadu_ps(o), v1 = _mm512_loadu_ps(o + 16),
                      v2 = _mm512_loadu_ps(o + 32), v3 = _mm512_loadu_ps(o + 48);
-        const __m512 t0 = _mm512_shuffle_f32x4(v0, v1, 0x44), t1 = _mm512_shuffle_f32x4(v0, v1, 0xEE);
-        const __m512 t2 = _mm512_shuffle_f32x4(v2, v3, 0x44), t3 = _mm512_shuffle_f32x4(v2, v3, 0xEE);
+        const __m512 t0 = _mm512_shuffle_f32x4(v0, v1, 0x44),
+                     t1 = _mm512_shuffle_f32x4(v0, v1, 0xEE);
+        const __m512 t2 = _mm512_shuffle_f32x4(v2, v3, 0x44),
+                     t3 = _mm512_shuffle_f32x4(v2, v3, 0xEE);
         _mm512_storeu_ps(o, _mm512_shuffle_f32x4(t0, t2, 0x88));
         _mm512_storeu_ps(o + 16, _mm512_shuffle_f32x4(t0, t2, 0xDD));
         _mm512_storeu_ps(o + 32, _mm512_shuffle_f32x4(t1, t3, 0x88));

@@ -6,19 +6,24 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <limits>
 
 namespace mla::cpu {
 namespace {
 
 // codes[0, d) = rne(x / s) + offset with s = amax / 127 (0 for an all-zero part: codes = offset),
-// as bytes; returns s, and Σ (codes − offset) in *sum.
+// as bytes; returns s, and Σ (codes − offset) in *sum. A NaN among x makes s NaN (vmaxps alone
+// would drop it), so that every product scaled by s is NaN as it would be unquantised.
 inline float quantize_part_s8(const float* x, int d, int offset, uint8_t* codes, int32_t* sum) {
   __m512 amax = _mm512_setzero_ps();
+  __mmask16 nan = 0;
   for (int c = 0; c < d; c += 16) {
     const __mmask16 m = __mmask16(d - c >= 16 ? 0xFFFF : (1u << (d - c)) - 1);
-    amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + c)));
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + c);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
   }
-  const float a = _mm512_reduce_max_ps(amax);
+  const float a = nan ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(amax);
   const float s = a / 127.0f, inv = a > 0 ? 1.0f / s : 0.0f;
   const __m512 vinv = _mm512_set1_ps(inv);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127),

@@ -96,7 +96,8 @@ double worst_ratio(const Shape& k, std::string* variant) {
       const int64_t slot =
           int64_t(cache.block_table[size_t(b) * cache.max_blocks + t / 64]) * 64 + t % 64;
       const uint8_t* rec = cache.data.data() + slot * cache.row_bytes;
-      for (int c = 0; c < k.r; ++c) kc[size_t(t) * k.r + c] = int8_t(rec[lay.latent_offset_bytes + c]);
+      for (int c = 0; c < k.r; ++c)
+        kc[size_t(t) * k.r + c] = int8_t(rec[lay.latent_offset_bytes + c]);
       for (int j = 0; j < nblk; ++j) {
         float s;
         std::memcpy(&s, rec + lay.scale_offset_bytes + 4 * j, 4);
@@ -129,7 +130,8 @@ double worst_ratio(const Shape& k, std::string* variant) {
           mag += std::abs(term);
         }
         for (int c = 0; c < k.d_r; ++c) {
-          const double x = double(bf16_to_f32(f32_to_bf16(qi[k.r + c]))) * kpe[size_t(t) * k.d_r + c];
+          const double x =
+              double(bf16_to_f32(f32_to_bf16(qi[k.r + c]))) * kpe[size_t(t) * k.d_r + c];
           rope += x;
           rmag += std::abs(x);
         }
@@ -172,8 +174,8 @@ double worst_ratio(const Shape& k, std::string* variant) {
           }
         }
         const double want = o / l;
-        const double bound = (amb + rho_all * mag) / l +
-                             std::abs(want) * (rho_all + (s_kv + 4) * g) + 1e-30;
+        const double bound =
+            (amb + rho_all * mag) / l + std::abs(want) * (rho_all + (s_kv + 4) * g) + 1e-30;
         const double got = out[(size_t(b) * rows + row) * k.r + c];
         worst = std::max(worst, std::abs(got - want) / bound);
       }
@@ -192,6 +194,48 @@ TEST(MlaDecodeInt8, MatchesItsQuantisedArithmetic) {
     std::string variant;
     EXPECT_LE(worst_ratio(k, &variant), 1.0) << "h " << k.h << " r " << k.r << " s_kv " << k.s_kv;
     EXPECT_EQ(variant, "mla_decode.cpu.avx512vnni.int8");
+  }
+}
+
+// NaN comes out where unquantised attention has it: a NaN in one query row makes that row's
+// output NaN and leaves the others finite; a NaN in a key's k_pe (BF16 in the record) makes
+// every row that sees the key NaN.
+TEST(MlaDecodeInt8, NanReachesTheRowsThatSeeIt) {
+  if (!int8_decode_available()) GTEST_SKIP() << "no AVX512_VNNI + AVX512_BF16 on this CPU";
+  constexpr int kH = 16, kR = 512, kDr = 64, kKeys = 200;
+  for (const bool in_key : {false, true}) {
+    Rng rng(9);
+    PagedCache cache = make_paged_cache(rng, DType::kI8, {kKeys}, 64, kR, kDr, 1.0);
+    const KvRecordLayout lay = kv_record_layout(KvCacheDtype::kINT8, kR, kDr);
+    std::vector<float> q(size_t(kH) * (kR + kDr));
+    for (auto& x : q) x = float(rng.normal());
+    if (in_key) {
+      const uint16_t nan = 0x7fc0;  // k_pe channel 3 of key 130 (a later tile)
+      const int64_t slot = int64_t(cache.block_table[130 / 64]) * 64 + 130 % 64;
+      std::memcpy(cache.data.data() + slot * cache.row_bytes + lay.rope_offset_bytes + 6, &nan, 2);
+    } else {
+      q[size_t(5) * (kR + kDr) + 7] = NAN;  // row 5, latent channel 7
+    }
+    std::vector<float> out(size_t(kH) * kR), lse(kH);
+    MlaDecodeParams p;
+    set_decode_cache(cache, p);
+    p.s_q = 1;
+    p.h_q = kH;
+    p.q_dtype = DType::kF32;
+    p.q = q.data();
+    p.softmax_scale = 0.07f;
+    p.out = out.data();
+    p.lse = lse.data();
+    p.int8_products = true;
+    auto v = select_variant(p, "cpu");
+    ASSERT_TRUE(v.ok());
+    ThreadPool pool(2);
+    (*v)->run(p, pool);
+    for (int h = 0; h < kH; ++h) {
+      const bool want_nan = in_key || h == 5;
+      for (int c = 0; c < kR; ++c)
+        ASSERT_EQ(std::isnan(out[size_t(h) * kR + c]), want_nan) << "row " << h << " ch " << c;
+    }
   }
 }
 
