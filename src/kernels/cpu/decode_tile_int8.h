@@ -97,7 +97,8 @@ struct DecodeTileInt8 {
   AlignedBuffer<float> sq, cq, ks, rs, qrow;
   const uint8_t* rope[kTile] = {};
   const uint8_t* keys[kTile] = {};
-  KvRecordLayout layout;
+  KvRecordLayout layout;  // INT8 records
+  bool bf16 = false;      // a BF16 cache: its rows quantised per tile as the INT8 format would
   int r = 0, d_r = 0, r4 = 0, dv_pad = 0, nblk = 0, ld = 0;
   int64_t row_bytes = 0;
 
@@ -110,8 +111,9 @@ struct DecodeTileInt8 {
     r4 = r / 4;
     dv_pad = round_up(r, 64);
     nblk = (r + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+    bf16 = p.cache.dtype == DType::kBF16;
     layout = kv_record_layout(KvCacheDtype::kINT8, r, d_r);
-    row_bytes = layout.record_bytes;
+    row_bytes = bf16 ? int64_t(2) * (r + d_r) : layout.record_bytes;
     const int ldm = rows_pad(kRowBlock);
     ensure_scratch(qI, size_t(r4) * ldm);
     ensure_scratch(qR, size_t(std::max(1, d_r / 2)) * ldm);
@@ -159,6 +161,23 @@ struct DecodeTileInt8 {
     }
   }
 
+  // A BF16 latent row as codes + 128 per 128-channel block with scale amax / 127 (the INT8
+  // format's blocks; quantize_part_s8's rounding), the scales into ks_row.
+  void quantize_bf16_row(const uint16_t* src, uint8_t* dst, float* ks_row) {
+    float* x = qrow.data();  // the query's scratch: prepare_q is done with it
+    for (int c = 0; c < r; c += 16) {
+      const __mmask16 m = __mmask16(r - c >= 16 ? 0xFFFF : (1u << (r - c)) - 1);
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + c));
+      _mm512_mask_storeu_ps(x + c, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    for (int jb = 0; jb < nblk; ++jb) {
+      const int c0 = jb * kFp8ScaleBlock;
+      int32_t unused = 0;
+      ks_row[jb] =
+          quantize_part_s8(x + c0, std::min(kFp8ScaleBlock, r - c0), 128, dst + c0, &unused);
+    }
+  }
+
   // Keys t0 .. t0 + n: codes + 128 and block scales, k_pe in place, the codes as token quads.
   void load_tile(const MlaDecodeParams& p, int b, int t0, int n) {
     const __m512i flip = _mm512_set1_epi8(char(0x80));
@@ -173,6 +192,12 @@ struct DecodeTileInt8 {
         continue;
       }
       const uint8_t* rec = cache_row(p, b, t0 + j, row_bytes);
+      if (bf16) {
+        quantize_bf16_row(reinterpret_cast<const uint16_t*>(rec), dst,
+                          ks.data() + int64_t(j) * nblk);
+        rope[j] = rec + 2 * r;
+        continue;
+      }
       for (int c = 0; c < r; c += 64) {
         const __mmask64 m = r - c >= 64 ? ~__mmask64(0) : (__mmask64(1) << (r - c)) - 1;
         _mm512_mask_storeu_epi8(

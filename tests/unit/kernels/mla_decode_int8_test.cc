@@ -45,6 +45,7 @@ float quantise(const float* x, int d, int* codes) {
 
 struct Shape {
   int b, s_q, h, r, d_r, s_kv;
+  DType kv = DType::kI8;  // or kBF16: its rows quantised per tile by the kernel's rule
 };
 
 bool int8_decode_available() {
@@ -57,7 +58,7 @@ double worst_ratio(const Shape& k, std::string* variant) {
   const int d_qk = k.r + k.d_r, nblk = (k.r + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   std::vector<int32_t> lens(k.b);
   for (int b = 0; b < k.b; ++b) lens[b] = k.s_kv - 37 * b;  // unlike lengths, ragged tiles
-  const PagedCache cache = make_paged_cache(rng, DType::kI8, lens, 64, k.r, k.d_r, 1.0);
+  const PagedCache cache = make_paged_cache(rng, k.kv, lens, 64, k.r, k.d_r, 1.0);
   const KvRecordLayout lay = kv_record_layout(KvCacheDtype::kINT8, k.r, k.d_r);
   const int rows = k.s_q * k.h;
   std::vector<float> q(size_t(k.b) * rows * d_qk);
@@ -96,6 +97,25 @@ double worst_ratio(const Shape& k, std::string* variant) {
       const int64_t slot =
           int64_t(cache.block_table[size_t(b) * cache.max_blocks + t / 64]) * 64 + t % 64;
       const uint8_t* rec = cache.data.data() + slot * cache.row_bytes;
+      if (k.kv == DType::kBF16) {
+        std::vector<float> x(k.r);
+        for (int c = 0; c < k.r; ++c) {
+          uint16_t h;
+          std::memcpy(&h, rec + 2 * c, 2);
+          x[c] = bf16_to_f32(h);
+        }
+        for (int j = 0; j < nblk; ++j) {
+          const int c0 = j * kFp8ScaleBlock;
+          ks[size_t(t) * nblk + j] = quantise(x.data() + c0, std::min(kFp8ScaleBlock, k.r - c0),
+                                              kc.data() + size_t(t) * k.r + c0);
+        }
+        for (int c = 0; c < k.d_r; ++c) {
+          uint16_t h;
+          std::memcpy(&h, rec + 2 * (k.r + c), 2);
+          kpe[size_t(t) * k.d_r + c] = bf16_to_f32(h);
+        }
+        continue;
+      }
       for (int c = 0; c < k.r; ++c)
         kc[size_t(t) * k.r + c] = int8_t(rec[lay.latent_offset_bytes + c]);
       for (int j = 0; j < nblk; ++j) {
@@ -188,9 +208,11 @@ TEST(MlaDecodeInt8, MatchesItsQuantisedArithmetic) {
   if (!int8_decode_available()) GTEST_SKIP() << "no AVX512_VNNI + AVX512_BF16 on this CPU";
   // V2-Lite's 16 heads and V3's 128 (two row blocks at s_q 2) at DeepSeek dims; a latent of one
   // and a half scale blocks with 3 heads (padding lanes) and a small rope; ragged last tiles,
-  // two sequences of unlike lengths, key ranges split across the threads.
+  // two sequences of unlike lengths, key ranges split across the threads. Over a BF16 cache (64
+  // rows and more): V3's heads, and 64 rows of a latent and a half block.
   for (const Shape& k : {Shape{1, 1, 16, 512, 64, 300}, Shape{2, 2, 128, 512, 64, 150},
-                         Shape{2, 1, 3, 192, 16, 130}}) {
+                         Shape{2, 1, 3, 192, 16, 130}, Shape{1, 1, 128, 512, 64, 200, DType::kBF16},
+                         Shape{2, 2, 32, 192, 16, 130, DType::kBF16}}) {
     std::string variant;
     EXPECT_LE(worst_ratio(k, &variant), 1.0) << "h " << k.h << " r " << k.r << " s_kv " << k.s_kv;
     EXPECT_EQ(variant, "mla_decode.cpu.avx512vnni.int8");
@@ -239,25 +261,28 @@ TEST(MlaDecodeInt8, NanReachesTheRowsThatSeeIt) {
   }
 }
 
-// Asked for over a cache it does not read (BF16), or not asked for, the int8 variant is not
-// chosen: the request changes numerics only where it is honoured.
-TEST(MlaDecodeInt8, OnlyWhereAskedAndOverAnInt8Cache) {
+// Not asked for, over a cache it does not read (FP8), or over a BF16 cache with fewer than 64
+// rows a sequence (16 heads), the int8 variant is not chosen: the request changes numerics only
+// where it is honoured.
+TEST(MlaDecodeInt8, OnlyWhereAskedAndWhereItPays) {
   if (!int8_decode_available()) GTEST_SKIP() << "no AVX512_VNNI + AVX512_BF16 on this CPU";
   Rng rng(3);
-  for (DType kv : {DType::kBF16, DType::kI8})
-    for (bool ask : {false, true}) {
-      const PagedCache cache = make_paged_cache(rng, kv, {70}, 64, 512, 64, 1.0);
-      MlaDecodeParams p;
-      set_decode_cache(cache, p);
-      p.s_q = 1;
-      p.h_q = 16;
-      p.q_dtype = DType::kBF16;
-      p.int8_products = ask;
-      auto v = select_variant(p, "cpu");
-      ASSERT_TRUE(v.ok());
-      EXPECT_EQ((*v)->name == "mla_decode.cpu.avx512vnni.int8", ask && kv == DType::kI8)
-          << (*v)->name;
-    }
+  for (DType kv : {DType::kBF16, DType::kI8, DType::kF8E4M3})
+    for (int h : {16, 64})
+      for (bool ask : {false, true}) {
+        const PagedCache cache = make_paged_cache(rng, kv, {70}, 64, 512, 64, 1.0);
+        MlaDecodeParams p;
+        set_decode_cache(cache, p);
+        p.s_q = 1;
+        p.h_q = h;
+        p.q_dtype = DType::kBF16;
+        p.int8_products = ask;
+        auto v = select_variant(p, "cpu");
+        ASSERT_TRUE(v.ok());
+        const bool want = ask && (kv == DType::kI8 || (kv == DType::kBF16 && h >= 64));
+        EXPECT_EQ((*v)->name == "mla_decode.cpu.avx512vnni.int8", want)
+            << (*v)->name << " " << dtype_name(kv) << " h " << h;
+      }
 }
 
 }  // namespace
