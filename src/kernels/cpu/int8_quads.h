@@ -48,5 +48,25 @@ inline __m512i quad_bytes(__m512i x0, __m512i x1, __m512i x2, __m512i x3) {
       _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(x2, b), 16), _mm512_slli_epi32(x3, 24)));
 }
 
+// acc[r][k] = Σ_{t4 < nq} dot4(pq[t4][i + r], vq[t4][ch + 16k ..]) for NR rows from i and 64
+// channels from ch: P·V with the probabilities as u8 quads of four tokens (one lane a row,
+// broadcast) and V as s8 token quads (one lane a channel). The callers scale and add it to O.
+template <int NR>
+inline void pv_quads_int8(const uint32_t* pq, int ld, const uint32_t* vq, int dv_pad, int nq, int i,
+                          int ch, __m512i (&acc)[NR][4]) {
+  for (auto& a : acc)
+    for (auto& x : a) x = _mm512_setzero_si512();
+  for (int t4 = 0; t4 < nq; ++t4) {
+    const uint32_t* v = vq + int64_t(t4) * dv_pad + ch;
+    __m512i vv[4];
+    for (int k = 0; k < 4; ++k) vv[k] = _mm512_load_si512(v + 16 * k);
+    const uint32_t* pr = pq + int64_t(t4) * ld + i;
+    for (int r = 0; r < NR; ++r) {
+      const __m512i a = _mm512_set1_epi32(int(pr[r]));
+      for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_dpbusd_epi32(acc[r][k], a, vv[k]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mla::cpu

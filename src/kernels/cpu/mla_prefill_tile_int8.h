@@ -71,18 +71,7 @@ template <int NR>
 inline void pv_rows_int8(const uint32_t* pq, int ld, const uint32_t* vq, const float* vs,
                          int dv_pad, int nq, int i, int ch, const float* corr, RowBlockState st) {
   __m512i acc[NR][4];
-  for (auto& a : acc)
-    for (auto& x : a) x = _mm512_setzero_si512();
-  for (int t4 = 0; t4 < nq; ++t4) {
-    const uint32_t* v = vq + int64_t(t4) * dv_pad + ch;
-    __m512i vv[4];
-    for (int k = 0; k < 4; ++k) vv[k] = _mm512_load_si512(v + 16 * k);
-    const uint32_t* pr = pq + int64_t(t4) * ld + i;
-    for (int r = 0; r < NR; ++r) {
-      const __m512i a = _mm512_set1_epi32(int(pr[r]));
-      for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_dpbusd_epi32(acc[r][k], a, vv[k]);
-    }
-  }
+  pv_quads_int8<NR>(pq, ld, vq, dv_pad, nq, i, ch, acc);
   for (int r = 0; r < NR; ++r) {
     const __m512 c = _mm512_set1_ps(corr[i + r]);
     float* o = st.o + (i + r) * st.ld_o + ch;

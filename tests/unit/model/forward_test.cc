@@ -77,6 +77,16 @@ class ForwardTest : public ::testing::TestWithParam<const char*> {
     for (int i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + salt * 11 + 3) % 300));
     return p;
   }
+  // The model loaded with ro, generating from `tokens` (an empty result on failure).
+  GenerateResult generate_with(const RuntimeOptions& ro, const std::vector<int32_t>& tokens,
+                               const GenerateOptions& go) {
+    auto m = load(ro);
+    EXPECT_TRUE(m);
+    if (!m) return {};
+    auto r = generate(*m, tokens, go, pool_);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *r : GenerateResult{};
+  }
   test::TempDir dir_{"forward"};
   ThreadPool pool_{2};
 };
@@ -338,13 +348,7 @@ TEST_P(ForwardTest, LowPrecisionAttentionFollowsFp32Attention) {
   go.max_new_tokens = 4;
   go.ignore_eos = true;
   go.keep_prompt_activations = go.keep_decode_logits = true;
-  auto run = [&](const RuntimeOptions& ro) {
-    auto m = load(ro);
-    EXPECT_TRUE(m);
-    auto r = generate(*m, prompt(20), go, pool_);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? *r : GenerateResult{};
-  };
+  auto run = [&](const RuntimeOptions& ro) { return generate_with(ro, prompt(20), go); };
   for (const int threshold : {kDefaultPrefillAbsorptionThreshold, 0}) {
     RuntimeOptions f32;
     f32.kv_dtype = KvCacheDtype::kBF16;
@@ -393,13 +397,7 @@ TEST_P(ForwardTest, Int8CacheDecodesOnInt8Products) {
   go.max_new_tokens = 4;
   go.ignore_eos = true;
   go.keep_decode_logits = true;
-  auto run = [&](const RuntimeOptions& ro) {
-    auto m = load(ro);
-    EXPECT_TRUE(m);
-    auto r = generate(*m, prompt(20), go, pool_);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? *r : GenerateResult{};
-  };
+  auto run = [&](const RuntimeOptions& ro) { return generate_with(ro, prompt(20), go); };
   RuntimeOptions bf16;
   bf16.kv_dtype = KvCacheDtype::kINT8;
   bf16.attention_q_dtype = DType::kBF16;
