@@ -17,6 +17,7 @@
 #include "bench/machine_probe.h"
 #include "bench/serve_stats.h"
 #include "commands.h"
+#include "core/kv_format.h"
 #include "model/generator.h"
 #include "runtime_flags.h"
 #include "server/process_usage.h"
@@ -146,6 +147,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["active_weight_bytes_per_token"] = int64_t(weight_bytes);
     j["prompt_tokens"] = o.prompt_len;
     j["matmul_dtype"] = o.rt.matmul_dtype;
+    j["kv_dtype"] = std::string(kv_cache_dtype_name(ro->kv_dtype));
     j["attention_dtype"] = dtype_flag_name(ro->attention_q_dtype);
     j["prefill_attention_dtype"] = dtype_flag_name(prefill_attention_dtype((*model)->options()));
     j["lm_head_dtype"] = weight_dtype_flag_name((*model)->lm_head_dtype());

@@ -90,6 +90,23 @@ TEST_F(BenchModelCli, Fp8LmHeadReadsLessPerToken) {
             0);
 }
 
+// --kv-dtype sets the cache's records (the JSON names them); a format it does not know is refused
+// with the flag named.
+TEST_F(BenchModelCli, KvDtypeIsTheCaches) {
+  for (const char* kv : {"bf16", "int8"}) {
+    const auto r = run_mla("bench model -m '" + dir_.path() +
+                               "' --tokens 2 --segment 2 --warmup 0 --prompt-len 3 --sweeps 1 "
+                               "--json --kv-dtype " +
+                               kv,
+                           false);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(nlohmann::json::parse(r.out).at("kv_dtype").get<std::string>(), kv);
+  }
+  const auto bad = run_mla("bench model -m '" + dir_.path() + "' --kv-dtype int4", true);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("int4"), std::string::npos) << bad.out;
+}
+
 TEST_F(BenchModelCli, TableAndBadInput) {
   const auto r =
       run_mla("bench model -m '" + dir_.path() + "' --tokens 2 --segment 1 --sweeps 1", false);
