@@ -44,7 +44,7 @@ inline void score_block_int8(const uint32_t* qI, int ld, int c4a, int c4b, const
     for (int k = 0; k < NV; ++k) q[k] = _mm512_loadu_si512(qI + int64_t(c4) * ld + 16 * k);
     for (int kk = 0; kk < NK; ++kk) {
       const __m512i b = _mm512_set1_epi32(int(load_u32(ku[kk] + 4 * c4)));
-      for (int k = 0; k < NV; ++k) acc[kk][k] = _mm512_dpbusd_epi32(acc[kk][k], b, q[k]);
+      for (int k = 0; k < NV; ++k) acc[kk][k] = dpbusd_in_place(acc[kk][k], b, q[k]);
     }
   }
   for (int kk = 0; kk < NK; ++kk) {

@@ -48,6 +48,14 @@ inline __m512i quad_bytes(__m512i x0, __m512i x1, __m512i x2, __m512i x3) {
       _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(x2, b), 16), _mm512_slli_epi32(x3, 24)));
 }
 
+// acc + dot4(u8, s8) per int32 lane (vpdpbusd) with the accumulator updated in place: through the
+// intrinsic GCC 12 kept a second copy of a loop's 16 accumulators and moved them back every
+// iteration (one vmovdqa per product, and spills).
+inline __m512i dpbusd_in_place(__m512i acc, __m512i u8, __m512i s8) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "vm"(s8));
+  return acc;
+}
+
 // acc[r][k] = Σ_{t4 < nq} dot4(pq[t4][i + r], vq[t4][ch + 16k ..]) for NR rows from i and 64
 // channels from ch: P·V with the probabilities as u8 quads of four tokens (one lane a row,
 // broadcast) and V as s8 token quads (one lane a channel). The callers scale and add it to O.
@@ -63,7 +71,7 @@ inline void pv_quads_int8(const uint32_t* pq, int ld, const uint32_t* vq, int dv
     const uint32_t* pr = pq + int64_t(t4) * ld + i;
     for (int r = 0; r < NR; ++r) {
       const __m512i a = _mm512_set1_epi32(int(pr[r]));
-      for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_dpbusd_epi32(acc[r][k], a, vv[k]);
+      for (int k = 0; k < 4; ++k) acc[r][k] = dpbusd_in_place(acc[r][k], a, vv[k]);
     }
   }
 }

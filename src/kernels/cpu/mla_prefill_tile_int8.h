@@ -51,7 +51,7 @@ inline void score_block_rows_int8(const uint32_t* qT, int ld, int c4a, int c4b,
     for (int k = 0; k < NV; ++k) q[k] = _mm512_loadu_si512(qT + int64_t(c4) * ld + 16 * k);
     for (int kk = 0; kk < NK; ++kk) {
       const __m512i b = _mm512_set1_epi32(int(load_u32(keys[kk] + 4 * c4)));
-      for (int k = 0; k < NV; ++k) acc[kk][k] = _mm512_dpbusd_epi32(acc[kk][k], q[k], b);
+      for (int k = 0; k < NV; ++k) acc[kk][k] = dpbusd_in_place(acc[kk][k], q[k], b);
     }
   }
   for (int kk = 0; kk < NK; ++kk) {
