@@ -69,13 +69,14 @@ bool bf16pv_decode(const MlaDecodeParams& p) {
 // kInt8DecodeMinRows rows (heads × queries) a sequence: its keys are quantised per tile, a cost
 // that only as many rows repay (`mla bench decode --s-kv 4096 --kv-dtype bf16 --q-dtype
 // bf16|int8` on Zen 4: 16 and 32 heads even, 64 1.25x, 128 1.4x); whole quads per 128-channel
-// block (r % 4) and q_pe in BF16 pairs (even d_r).
+// block (r % 4) and q_pe in BF16 pairs (even d_r). Not on AMX: its BF16 tiles outrun vpdpbusd
+// several times over, so the request is declined there (for the more exact products).
 constexpr int kInt8DecodeMinRows = 64;
 bool int8_decode(const MlaDecodeParams& p) {
   const bool cache = p.cache.dtype == DType::kI8 ||
                      (p.cache.dtype == DType::kBF16 && p.s_q * p.h_q >= kInt8DecodeMinRows);
-  return p.int8_products && cache && cpu_supports(CpuIsa::kAvx512Bf16) &&
-         __builtin_cpu_supports("avx512vnni") &&
+  return p.int8_products && cache && !cpu_supports(CpuIsa::kAmxBf16) &&
+         cpu_supports(CpuIsa::kAvx512Bf16) && __builtin_cpu_supports("avx512vnni") &&
          (p.q_dtype == DType::kBF16 || p.q_dtype == DType::kF32) && p.d_v % 4 == 0 &&
          (p.d_qk - p.d_v) % 2 == 0;
 }
