@@ -21,7 +21,7 @@ inline constexpr int kDefaultPrefillAbsorptionThreshold = 256;
 
 // How a chunk of s_q queries after `prior` cached tokens picks its path under the threshold T
 // (the chunk length up to which the absorbed path is faster over a long cached context: what
-// `mla tune` measures, at 1K and 4K tokens of context).
+// `mla tune` fits to the crossovers it measures over the contexts it sweeps, cost_rule_threshold).
 //   kCost (the engine's): absorbed iff s_q · (prior + s_q / 2) ≤ T · prior. Per query the
 //     absorbed path's attention costs 2r + d_r per key against d_n + d_r + d_v decompressed
 //     (1,088 against 320 at DeepSeek dims), while the decompressed path up-projects every
@@ -84,7 +84,7 @@ struct MlaDecodeBatchParams {
   DType absorbed_q_dtype = kDefaultAbsorbedQueryDtype;
   float* out = nullptr;        // [b, h_q, d_v] fp32
   float* lse = nullptr;        // [b, h_q] fp32
-  bool int8_products = false;  // MlaDecodeParams::int8_products (an INT8 cache's decode)
+  bool int8_products = false;  // MlaDecodeParams::int8_products
 };
 Status mla_decode_batch(const MlaDecodeBatchParams& p, ThreadPool& pool,
                         std::string_view backend = "cpu");

@@ -40,10 +40,11 @@ struct MlaDecodeParams {
   // Optional, for checking only, written by the reference alone: Σ_t p_t |v_t| [b, s_q, h_q,
   // d_v], the magnitude that bounds the rounding of the probabilities of P·V to BF16.
   float* abs_out = nullptr;
-  // Asks for the latent part of both products on int8 dot products where the cache is INT8 and
-  // the CPU has them (mla_decode.cpu.avx512vnni.int8: the query quantised per 128-channel block,
-  // the probabilities as u8 steps; docs/kernels/mla_decode.md "int8 products over an INT8
-  // cache"). Other inputs run the variant they would run without it.
+  // Asks for the latent part of both products on int8 dot products (mla_decode.cpu.avx512vnni.int8:
+  // the query quantised per 128-channel block, the probabilities as u8 steps;
+  // docs/kernels/mla_decode.md "int8 products over an INT8 cache"), taken over an INT8 cache, or
+  // a BF16 one with at least 64 rows a sequence, on AVX512-VNNI CPUs without AMX. Other inputs
+  // run the variant they would run without it.
   bool int8_products = false;
 };
 

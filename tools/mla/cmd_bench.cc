@@ -315,7 +315,8 @@ void register_bench(CLI::App& app, int* exit_code) {
       ->delimiter(',');
   dec->add_option("--q-dtype", d->q_dtype,
                   "Query dtype: bf16 (FlashMLA's), f32 (the engine's absorbed query) or int8 (an "
-                  "f32 query with int8 products asked for: the int8 variant over an int8 cache)")
+                  "f32 query with int8 products asked for: the int8 variant over an int8 cache, or "
+                  "a bf16 one from 64 rows)")
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32", "int8"}));
   dec->add_option("--variant", d->variant,

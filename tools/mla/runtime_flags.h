@@ -15,8 +15,9 @@ namespace mla::cli {
 // --attention-dtype bf16|f32|int8: the absorbed query's dtype at the decode kernel
 // (kernels/mla_attention.h) and the decompressed prefill's tiles. bf16 runs the BF16-dot / AMX
 // kernels, FlashMLA's numerics; f32 the FP32 kernels, exact to FP32 activations; int8 runs the
-// prefill tiles on int8 dot products (AVX512_VNNI), and over an int8 KV cache the absorbed decode
-// too (else it decodes as bf16). Unset: bf16, with int8 where the weight products run on int8
+// prefill tiles on int8 dot products (AVX512_VNNI), and the absorbed decode too over an int8 KV
+// cache or, from 64 heads, a bf16 one (else it decodes as bf16). Unset: bf16, with int8 where the
+// weight products run on int8
 // (--weight-dtype q8_0, GGUF block formats: RuntimeOptions::prefill_attention_dtype).
 // Without `int8` (the crossover sweeps, whose tuning file keeps f32 and bf16): bf16|f32.
 inline void add_attention_dtype_flag(CLI::App* cmd, std::string* value, bool int8 = true) {
@@ -30,8 +31,8 @@ inline void add_attention_dtype_flag(CLI::App* cmd, std::string* value, bool int
   cmd->add_option("--attention-dtype", *value,
                   "Attention kernels: bf16 (default: BF16 / AMX kernels, probabilities in BF16 "
                   "too), f32 (FP32 kernels) or int8 (the decompressed prefill on int8 dot "
-                  "products, and the decode too over --kv-dtype int8, else as bf16; the default "
-                  "under --weight-dtype q8_0)")
+                  "products, and the decode too over --kv-dtype int8 or from 64 heads, else as "
+                  "bf16; the default under --weight-dtype q8_0)")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
 }
 // --kv-dtype bf16|fp8_e4m3|int8|nvfp4: the KV cache's records (core/kv_format.h).

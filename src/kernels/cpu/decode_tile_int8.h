@@ -1,8 +1,10 @@
 // Tile policy of the absorbed decode on int8 dot products (AVX512-VNNI vpdpbusd, u8 × s8 in quads
-// of four products per int32 lane, twice vdpbf16ps's rate) over an INT8 cache, whose latent is
-// already int8 codes with one FP32 scale per 128 channels (core/kv_format.h): the keys need no
-// conversion, only their codes + 128 for vpdpbusd's unsigned side. Rows (heads × queries) are
-// the lanes of the score product, channels the lanes of P·V, as in decode_tile_bf16pv.h.
+// of four products per int32 lane, twice vdpbf16ps's rate). An INT8 cache's latent is already
+// int8 codes with one FP32 scale per 128 channels (core/kv_format.h): its keys need only their
+// codes + 128 for vpdpbusd's unsigned side; a BF16 cache's rows are quantised per tile to the
+// same blocks (registry.cc takes it only where enough rows share that work). Rows (heads ×
+// queries) are the lanes of the score product, channels the lanes of P·V, as in
+// decode_tile_bf16pv.h.
 //   qI: [r4][ld] u32          the query's latent as s8 quads, per 128-channel block j its own
 //   sq, cq: [nblk][ld] f32    scale amax_j / 127 and 128 · Σ codes (the keys' + 128, taken off)
 //   qR: [d_r / 2][ld] u32     q_pe as BF16 channel pairs: k_pe is BF16 in the cache (exact)
@@ -18,7 +20,7 @@
 // rs[j][i] (|Δ| ≤ rs/2 + its FP32 rounding), against the running maximum of its step as in the
 // BF16 variant. Integer sums are exact in FP32 (a block: 128 · 255 · 127 < 2^24; a tile's P·V:
 // 64 · 255 · 127). tests/unit/kernels/mla_decode_int8_test.cc checks the kernel against the same
-// quantised arithmetic in FP64 and against the reference within the derived bound.
+// quantised arithmetic in FP64, within the FP32 roundings left.
 // Include inside the ISA's target region (avx512vnni, avx512bf16).
 #pragma once
 

@@ -20,8 +20,8 @@ void mla_decode_avx512bf16(const MlaDecodeParams& p, ThreadPool& pool);
 void mla_decode_avx512bf16pv(const MlaDecodeParams& p, ThreadPool& pool);
 // The same numerics on the AMX tile unit (tdpbf16ps for both products).
 void mla_decode_amx(const MlaDecodeParams& p, ThreadPool& pool);
-// int8 dot products (vpdpbusd) over an INT8 cache for the latent part of both products; q_pe on
-// vdpbf16ps. Only where MlaDecodeParams::int8_products asks for it.
+// int8 dot products (vpdpbusd) for the latent part of both products over an INT8 cache (or a BF16
+// one quantised per tile); q_pe on vdpbf16ps. Only where MlaDecodeParams::int8_products asks.
 void mla_decode_avx512vnni(const MlaDecodeParams& p, ThreadPool& pool);
 
 // The up-projections of the cached latents to K and V are weight products: they run on `linear`,

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -217,7 +218,10 @@ TEST(MlaDecodeInt8, MatchesItsQuantisedArithmetic) {
                          Shape{2, 1, 3, 192, 16, 130}, Shape{1, 1, 128, 512, 64, 200, DType::kBF16},
                          Shape{2, 2, 32, 192, 16, 130, DType::kBF16}}) {
     std::string variant;
-    EXPECT_LE(worst_ratio(k, &variant), 1.0) << "h " << k.h << " r " << k.r << " s_kv " << k.s_kv;
+    const double worst = worst_ratio(k, &variant);
+    std::printf("h %d r %d s_kv %d %s cache: worst |got - emulated| / bound %.3g\n", k.h, k.r,
+                k.s_kv, std::string(dtype_name(k.kv)).c_str(), worst);
+    EXPECT_LE(worst, 1.0) << "h " << k.h << " r " << k.r << " s_kv " << k.s_kv;
     EXPECT_EQ(variant, "mla_decode.cpu.avx512vnni.int8");
   }
 }
