@@ -63,8 +63,8 @@
 #  4. ROUNDS rounds; each runs, per row group (BF16; 8-bit; 8-bit at DEPTH context), every
 #     engine once, in an order rotated per round:
 #       mla           mla bench model -m DIR --threads T --prompt-len PP --tokens TG --json
-#                     (one run gives prefill PP and decode TG at context PP..PP+TG; the depth
-#                     group: --prompt-len DEPTH)
+#                     (the prefill row), and the same with --prompt-len 1 (the decode row: from
+#                     an empty context, as the peers' tgTG); the depth group: --prompt-len DEPTH
 #       llama.cpp     llama-bench -m X.gguf -t T -r 1 -o json -p PP -n TG   (depth: -p 0 -n TG
 #                     -d DEPTH)
 #       ik_llama.cpp  the same with each IK_CONFIGS flag set (depth: -p 0 -n 0 -gp DEPTH,TG)
@@ -74,7 +74,8 @@
 #     level does not skew.
 #     Raw JSON per run: WORK_DIR/runs/r<round>__<engine>__<config>__<group>.json, logs beside.
 #     A failed run is reported and left out (n/a); the others go on.
-#  5. prints the table (bench/peers_table.py table).
+#  5. prints the table (bench/peers_table.py table): medians over rounds and their ratios, and
+#     the median over rounds of the ratio of mla's run to ik_llama.cpp's in the same round.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -338,6 +339,7 @@ group_jobs() {
     done
   else
     echo "mla|default|$model|$(mla_cmd "$model" "$PP" "$flags")"
+    echo "mla|empty|$model|$(mla_cmd "$model" 1 "$flags")"
     echo "llama.cpp|default|$(gguf_of llama.cpp "$ggtype")|$(bench_of llama.cpp) -m $(gguf_of llama.cpp "$ggtype") -t $THREADS -r 1 -o json -p $PP -n $TG $LLAMA_ARGS"
     for s in "${ik_sets[@]}"; do
       echo "ik_llama.cpp|$(cfg_name "$s")|$(gguf_of ik_llama.cpp "$ggtype")|$(bench_of ik_llama.cpp) -m $(gguf_of ik_llama.cpp "$ggtype") -t $THREADS -r 1 -o json -p $PP -n $TG $s"
@@ -402,9 +404,8 @@ notes = [
     + {"gguf": "llama.cpp's Q8_0 GGUF file",
        "q8_0": "the FP8 checkpoint with `--weight-dtype q8_0` (requantised at load)"}.get(
            e["PEERS_MLA_8BIT"], "the FP8 checkpoint")
-    + " (depth row: "
-    f"--prompt-len {depth}); one run gives prefill {pp} and decode {tg}, the decode at context "
-    f"{pp}..{int(pp) + int(tg)} (the peers' tg{tg}: 0..{tg}).",
+    + f"; the decode rows from a second run with --prompt-len 1 (context 1..{int(tg) + 1}; the "
+    f"peers' tg{tg}: 0..{tg}); depth row: --prompt-len {depth}.",
     f"llama.cpp {e['PEERS_LLAMA_VERSION']}: `llama-bench -t {t} -r 1 -o json -p {pp} -n {tg}{largs}`"
     f" (depth row: `-p 0 -n {tg} -d {depth}`) on BF16 and Q8_0 GGUF from its own "
     "convert_hf_to_gguf.py.",
@@ -419,6 +420,7 @@ notes = [
     f"{e['PEERS_LOAD']} (the host's 2 cores are shared).",
 ]
 configs = {"mla/default": e["PEERS_MLA_ARGS"] or "defaults",
+           "mla/empty": ((e["PEERS_MLA_ARGS"] + " ") if e["PEERS_MLA_ARGS"] else "") + "--prompt-len 1",
            "llama.cpp/default": "defaults" + largs}
 configs.update({f"ik_llama.cpp/{names[s]}": s for s in sets})
 json.dump({"mla_8bit": e["PEERS_MLA_8BIT"], "threads": int(t), "pp": int(pp), "tg": int(tg), "depth": int(depth),

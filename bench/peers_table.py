@@ -9,7 +9,10 @@
 RUNS_DIR holds one JSON file per run, named r<round>__<engine>__<config>__<group>.json: `mla bench
 model --json` output for engine mla, `llama-bench -o json` output for the peers. Groups: bf16
 (prefill PP + decode TG on the BF16 weights), q8 (the same on FP8 for mla, Q8_0 for the peers),
-depth (decode TG after DEPTH tokens of context, FP8 / Q8_0).
+depth (decode TG after DEPTH tokens of context, FP8 / Q8_0). mla runs twice in the bf16 and q8
+groups: config `default` (--prompt-len PP: its prefill row) and config `empty` (--prompt-len 1:
+its decode row, from an empty context as the peers' tgTG); run directories without `empty` runs
+take mla's decode from `default`.
 """
 
 import json
@@ -175,15 +178,20 @@ def parse_run(engine, path):
     return out
 
 
+def mla_role(engine, config, metric):
+    """Whether a run's figure is kept: mla's `empty` runs (a 1-token prompt) give no prefill."""
+    return not (engine == "mla" and config == "empty" and metric == "pp")
+
+
 def fmt_ts(v):
     return "n/a" if v is None else (f"{v:.1f}" if v >= 10 else f"{v:.2f}")
 
 
 def cmd_table(runs_dir, meta_path):
     meta = json.load(open(meta_path))
-    samples = defaultdict(list)  # (engine, config, group, metric) -> [tokens/s per round]
+    samples = defaultdict(dict)  # (engine, config, group, metric) -> {round: tokens/s}
     extras = defaultdict(dict)  # (engine, config, group) -> extras of the last run read
-    per_bw = defaultdict(list)  # (engine, config, group) -> [decode tokens/s per probe GB/s]
+    per_bw = defaultdict(dict)  # (engine, config, group) -> {round: decode tokens/s per probe GB/s}
     rounds = set()
     for name in sorted(os.listdir(runs_dir)):
         if not name.endswith(".json"):
@@ -199,22 +207,39 @@ def cmd_table(runs_dir, meta_path):
             continue
         rounds.add(rnd)
         for metric in ("pp", "tg"):
-            if run.get(metric):
-                samples[(engine, config, group, metric)].append(run[metric])
+            if run.get(metric) and mla_role(engine, config, metric):
+                samples[(engine, config, group, metric)][rnd] = run[metric]
         try:  # the read probe peers.sh ran right before this run (GB/s)
             bw = float(open(os.path.join(runs_dir, name[:-5] + ".probe")).read())
         except (OSError, ValueError):
             bw = None
-        if bw and run.get("tg"):
-            per_bw[(engine, config, group)].append(run["tg"] / bw)
+        if bw and run.get("tg") and mla_role(engine, config, "tg"):
+            per_bw[(engine, config, group)][rnd] = run["tg"] / bw
         extras[(engine, config, group)].update(
             {k: v for k, v in run.items() if k not in ("pp", "tg")})
 
+    # mla's decode rows: its empty-context runs where the group has them (the peers' tgTG starts
+    # from an empty cache too), else the decode after its PP-token prompt.
+    empty_groups = {g for (e, c, g, m) in samples if e == "mla" and c == "empty"}
+    def usable(engine, config, group):
+        return engine != "mla" or config != "default" or group not in empty_groups
+
     def best(engine, group, metric):
         """(median tokens/s, config, n) of the engine's best configuration for the row."""
-        cands = [(statistics.median(v), c, len(v)) for (e, c, g, m), v in samples.items()
-                 if e == engine and g == group and m == metric and v]
+        cands = [(statistics.median(v.values()), c, len(v))
+                 for (e, c, g, m), v in samples.items()
+                 if e == engine and g == group and m == metric and v and
+                 (m == "pp" or usable(e, c, g))]
         return max(cands) if cands else (None, None, 0)
+
+    def paired(group, metric, config, peer, peer_config):
+        """Median and range over rounds of mla's / the peer's tokens/s in the same round: the
+        rounds rotate the order, and a run is compared with the peer's run minutes (not a whole
+        benchmark) away, which the host's moving bandwidth skews less."""
+        a = samples.get(("mla", config, group, metric), {})
+        b = samples.get((peer, peer_config, group, metric), {})
+        r = sorted(a[k] / b[k] for k in a.keys() & b.keys())
+        return (statistics.median(r), r[0], r[-1], len(r)) if r else None
 
     pp, tg, depth = meta["pp"], meta["tg"], meta["depth"]
     # MLA_8BIT=gguf: mla ran llama.cpp's own Q8_0 file in the 8-bit rows.
@@ -223,18 +248,23 @@ def cmd_table(runs_dir, meta_path):
     print(f"### mla vs llama.cpp vs ik_llama.cpp: {meta['threads']} threads, "
           f"median of {len(rounds)} interleaved round{'s' if len(rounds) != 1 else ''} (tokens/s, higher is better)\n")
     print(f"CPU: {meta.get('cpu', '?')}; model: {meta.get('model', '?')}\n")
-    print("| row | mla | llama.cpp | ik_llama.cpp (best flags) | mla/llama.cpp | mla/ik_llama.cpp |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| row | mla | llama.cpp | ik_llama.cpp (best flags) | mla/llama.cpp | mla/ik_llama.cpp "
+          "| mla/ik_llama.cpp per round |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     ik_names = meta.get("ik_configs", {})
     for label, group, metric in rows:
-        m, _, _ = best("mla", group, metric)
+        m, mc, _ = best("mla", group, metric)
         ll, _, _ = best("llama.cpp", group, metric)
         ik, ikc, _ = best("ik_llama.cpp", group, metric)
         ikcell = fmt_ts(ik) + (f" (`{ik_names.get(ikc, ikc)}`)" if ikc else "")
         r1 = f"{m / ll:.2f}x" if m and ll else "n/a"
         r2 = f"{m / ik:.2f}x" if m and ik else "n/a"
+        pr = paired(group, metric, mc, "ik_llama.cpp", ikc) if mc and ikc else None
+        r3 = f"{pr[0]:.2f}x [{pr[1]:.2f}-{pr[2]:.2f}]" if pr else "n/a"
         print(f"| {label.format(pp=pp, tg=tg, depth=depth)} | {fmt_ts(m)} | {fmt_ts(ll)} | "
-              f"{ikcell} | {r1} | {r2} |")
+              f"{ikcell} | {r1} | {r2} | {r3} |")
+    print("\nper round: the median [range] over rounds of mla's tokens/s over ik_llama.cpp's (the "
+          "flags above) in the same round, the ratio of medians beside it.")
 
     # Decode normalised by the read probe before each run: the host's bandwidth level changes
     # between runs, this ratio much less (same bytes per token for every engine of a row).
@@ -248,8 +278,8 @@ def cmd_table(runs_dir, meta_path):
                 continue
             med = {}
             for e in ENGINES:
-                c = [statistics.median(v) for (e2, _, g), v in per_bw.items()
-                     if e2 == e and g == group and v]
+                c = [statistics.median(v.values()) for (e2, c2, g), v in per_bw.items()
+                     if e2 == e and g == group and v and usable(e2, c2, g)]
                 med[e] = max(c) if c else None
             m, ll, ik = med["mla"], med["llama.cpp"], med["ik_llama.cpp"]
             cell = lambda v: "n/a" if v is None else f"{v:.3f}"
@@ -269,7 +299,7 @@ def cmd_table(runs_dir, meta_path):
         cells = []
         for _, g, mt in ROWS:
             v = samples.get((e, c, g, mt))
-            cells.append(f"{fmt_ts(statistics.median(v))} (n={len(v)})" if v else "n/a")
+            cells.append(f"{fmt_ts(statistics.median(v.values()))} (n={len(v)})" if v else "n/a")
         name = meta.get("configs", {}).get(f"{e}/{c}", c)
         print(f"| {e} | `{name}` | " + " | ".join(cells) + " |")
 
