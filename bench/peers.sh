@@ -20,6 +20,7 @@
 #   WORK_DIR          builds, GGUF files, logs and raw results (default: /work/peers/work)
 # Other settings (environment):
 #   ROUNDS=3          interleaved rounds; each runs every engine once per row group
+#   PAIRS=4           back-to-back decode pairs per decode row after the rounds (0: none)
 #   THREADS=2 PP=512 TG=64 DEPTH=4096
 #   STEPS=all         all | prepare (patch, build, convert; no benchmark) | bench (no build)
 #   JOBS=2            parallel build jobs (builds and conversions run under nice -n 19)
@@ -74,6 +75,9 @@
 #     level does not skew.
 #     Raw JSON per run: WORK_DIR/runs/r<round>__<engine>__<config>__<group>.json, logs beside.
 #     A failed run is reported and left out (n/a); the others go on.
+#     Then PAIRS back-to-back decode pairs per decode row, in ABBA order: mla's decode run
+#     (--prefill-warmup 0) and ik_llama.cpp's with its best decode flags of the rounds, one
+#     right after the other (WORK_DIR/runs/p<k>__...json; no probes).
 #  5. prints the table (bench/peers_table.py table): medians over rounds and their ratios, and
 #     the median over rounds of the ratio of mla's run to ik_llama.cpp's in the same round.
 set -euo pipefail
@@ -95,6 +99,7 @@ MODEL_FP8=${4:-${MODEL_FP8:-}}
 MLA_BIN=${5:-${MLA_BIN:-$repo/build/release/bin/mla}}
 WORK_DIR=${6:-${WORK_DIR:-/work/peers/work}}
 ROUNDS=${ROUNDS:-3}
+PAIRS=${PAIRS:-4}
 THREADS=${THREADS:-2}
 PP=${PP:-512}
 TG=${TG:-64}
@@ -113,6 +118,7 @@ case $STEPS in all | prepare | bench) ;; *) die "STEPS=$STEPS: want all, prepare
 for n in ROUNDS THREADS PP TG DEPTH JOBS; do
   [[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "$n=${!n}: want a positive integer"
 done
+[[ $PAIRS =~ ^[0-9]+$ ]] || die "PAIRS=$PAIRS: want a count (0: none)"
 for d in "$LLAMA_CPP_SRC" "$IK_LLAMA_CPP_SRC"; do
   [[ -f $d/CMakeLists.txt && -f $d/convert_hf_to_gguf.py ]] ||
     die "$d: not a llama.cpp-family source tree (no CMakeLists.txt or convert_hf_to_gguf.py)"
@@ -274,26 +280,29 @@ PEERS_CFG_NAMES="{"
 for s in "${ik_sets[@]}"; do PEERS_CFG_NAMES+="\"$(echo "$s" | sed -E 's/^ +| +$//g')\": \"$(cfg_name "$s")\", "; done
 export PEERS_CFG_NAMES="${PEERS_CFG_NAMES%, }}"
 
-# run_one ROUND ENGINE CONFIG GROUP -- COMMAND...: the JSON on stdout goes to the runs dir.
+# run_one RUN ENGINE CONFIG GROUP -- COMMAND...: the JSON on stdout goes to the runs dir. RUN:
+# r<round> (a round's run, after a read probe) or p<k> (a back-to-back decode pair's, none).
 failures=0
 run_one() {
   local round=$1 engine=$2 config=$3 group=$4
   shift 5
-  local base="$runs/r${round}__${engine}__${config}__${group}"
+  local base="$runs/${round}__${engine}__${config}__${group}"
   # The host's read bandwidth moves between levels from minute to minute (docs/BENCHMARKS.md):
   # a read probe right before each run lets the table compare decode per probe GB/s.
-  "$MLA_BIN" bench machine --json 2>/dev/null |
-    "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["mem_bw_gbps"])' \
-      >"$base.probe" 2>/dev/null || rm -f "$base.probe"
+  if [[ $round == r* ]]; then
+    "$MLA_BIN" bench machine --json 2>/dev/null |
+      "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["mem_bw_gbps"])' \
+        >"$base.probe" 2>/dev/null || rm -f "$base.probe"
+  fi
   local t0=$SECONDS
   if "$@" >"$base.json.tmp" 2>"$base.log"; then
     mv "$base.json.tmp" "$base.json"
-    log "round $round: $engine [$config] $group: $((SECONDS - t0)) s"
+    log "$round: $engine [$config] $group: $((SECONDS - t0)) s"
   else
     local rc=$?
     failures=$((failures + 1))
     mv "$base.json.tmp" "$base.failed.out"
-    log "round $round: $engine [$config] $group FAILED (exit $rc; $base.log):"
+    log "$round: $engine [$config] $group FAILED (exit $rc; $base.log):"
     tail -n 8 "$base.log" | sed 's/^/    /' >&2
   fi
 }
@@ -362,7 +371,38 @@ for ((r = 1; r <= ROUNDS; r++)); do
       IFS='|' read -r engine config weights cmd <<<"$job"
       read -r -a words <<<"$cmd"
       warm_page_cache "$weights"
-      run_one "$r" "$engine" "$config" "$group" -- "${words[@]}"
+      run_one "r$r" "$engine" "$config" "$group" -- "${words[@]}"
+    done
+  done
+done
+
+# Back-to-back decode pairs: mla's decode run (the empty-context one; depth: its only one) and
+# ik_llama.cpp's with its best decode flags of the rounds, one right after the other, the order
+# alternating (ABBA): the host's read bandwidth moves within seconds (docs/BENCHMARKS.md), so
+# the rounds' decode ratios, minutes apart, move with it.
+for group in bf16 q8 depth; do
+  ((PAIRS > 0)) || break
+  best_cfg=$("$PYTHON" "$helper" best-config "$runs" "$group")
+  [[ -n $best_cfg ]] || {
+    log "pairs $group: no ik_llama.cpp decode in the rounds; skipped"
+    continue
+  }
+  mapfile -t group_list < <(group_jobs "$group")
+  mla_job= ik_job=
+  for job in "${group_list[@]}"; do
+    IFS='|' read -r engine config _ _ <<<"$job"
+    [[ $engine == mla && ($config == empty || ($group == depth && $config == default)) ]] && mla_job=$job
+    [[ $engine == ik_llama.cpp && $config == "$best_cfg" ]] && ik_job=$job
+  done
+  for ((k = 1; k <= PAIRS; k++)); do
+    if ((k % 2)); then order=("$mla_job" "$ik_job"); else order=("$ik_job" "$mla_job"); fi
+    for job in "${order[@]}"; do
+      IFS='|' read -r engine config weights cmd <<<"$job"
+      read -r -a words <<<"$cmd"
+      # mla's untimed prefill warm-up is no use to a decode figure
+      [[ $engine == mla ]] && words=("${words[@]:0:${#words[@]}-1}" --prefill-warmup 0 --json)
+      warm_page_cache "$weights"
+      run_one "p$k" "$engine" "$config" "$group" -- "${words[@]}"
     done
   done
 done
@@ -382,6 +422,7 @@ export PEERS_BYTES="${bytes_json%, }}"
 export PEERS_IK_SETS="$IK_CONFIGS" PEERS_LLAMA_ARGS="$LLAMA_ARGS" PEERS_MLA_ARGS="$MLA_ARGS"
 export PEERS_MLA_8BIT=${MLA_8BIT:-fp8}
 export PEERS_THREADS=$THREADS PEERS_PP=$PP PEERS_TG=$TG PEERS_DEPTH=$DEPTH PEERS_ROUNDS=$ROUNDS
+export PEERS_PAIRS=$PAIRS
 export PEERS_LOAD="$load_before -> $load_after"
 export PEERS_WALL=$bench_s PEERS_FAILURES=$failures PEERS_MLA_BIN=$MLA_BIN
 PEERS_CPU=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n1) || PEERS_CPU="?"
@@ -415,7 +456,8 @@ notes = [
     "Both peers patched to load a 4-layer V2-Lite-shaped model (lite from q_lora_rank absent, "
     "not from 27 layers) and to convert its tiny tokenizer (pre-tokenizer deepseek-v3): see "
     "bench/peers.sh.",
-    f"Interleaved rounds: {e['PEERS_ROUNDS']}; benchmark wall time {wall // 60} min {wall % 60} s; "
+    f"Interleaved rounds: {e['PEERS_ROUNDS']}; back-to-back decode pairs per decode row: "
+    f"{e['PEERS_PAIRS']}; benchmark wall time {wall // 60} min {wall % 60} s; "
     f"failed runs: {e['PEERS_FAILURES']}; load average (1, 5, 15 min) before -> after: "
     f"{e['PEERS_LOAD']} (the host's 2 cores are shared).",
 ]

@@ -5,6 +5,7 @@
   peers_table.py check-model DIR bf16|fp8            the HF directory is what peers.sh expects
   peers_table.py gguf-bytes GGUF_PY_DIR FILE.gguf    active weight bytes read per decoded token
   peers_table.py table RUNS_DIR META.json            the Markdown table of the runs' medians
+  peers_table.py best-config RUNS_DIR GROUP          ik_llama.cpp's config with the best decode
 
 RUNS_DIR holds one JSON file per run, named r<round>__<engine>__<config>__<group>.json: `mla bench
 model --json` output for engine mla, `llama-bench -o json` output for the peers. Groups: bf16
@@ -12,7 +13,8 @@ model --json` output for engine mla, `llama-bench -o json` output for the peers.
 depth (decode TG after DEPTH tokens of context, FP8 / Q8_0). mla runs twice in the bf16 and q8
 groups: config `default` (--prompt-len PP: its prefill row) and config `empty` (--prompt-len 1:
 its decode row, from an empty context as the peers' tgTG); run directories without `empty` runs
-take mla's decode from `default`.
+take mla's decode from `default`. Files named p<k>__ENGINE__CONFIG__GROUP.json are back-to-back
+decode pairs (mla against ik_llama.cpp, k = 1, 2, ...): the table gives the median of their ratios.
 """
 
 import json
@@ -193,17 +195,22 @@ def cmd_table(runs_dir, meta_path):
     extras = defaultdict(dict)  # (engine, config, group) -> extras of the last run read
     per_bw = defaultdict(dict)  # (engine, config, group) -> {round: decode tokens/s per probe GB/s}
     rounds = set()
+    pairs = defaultdict(dict)  # (group, pair) -> {engine: decode tokens/s}
     for name in sorted(os.listdir(runs_dir)):
         if not name.endswith(".json"):
             continue
         parts = name[:-5].split("__")
-        if len(parts) != 4 or not parts[0].startswith("r"):
+        if len(parts) != 4 or not parts[0][:1] in ("r", "p"):
             continue
         rnd, engine, config, group = parts
         try:
             run = parse_run(engine, os.path.join(runs_dir, name))
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"warning: {name}: unreadable ({e}); skipped", file=sys.stderr)
+            continue
+        if rnd.startswith("p"):  # a back-to-back decode pair: tokens/s only
+            if run.get("tg"):
+                pairs[(group, rnd)][engine] = run["tg"]
             continue
         rounds.add(rnd)
         for metric in ("pp", "tg"):
@@ -248,9 +255,15 @@ def cmd_table(runs_dir, meta_path):
     print(f"### mla vs llama.cpp vs ik_llama.cpp: {meta['threads']} threads, "
           f"median of {len(rounds)} interleaved round{'s' if len(rounds) != 1 else ''} (tokens/s, higher is better)\n")
     print(f"CPU: {meta.get('cpu', '?')}; model: {meta.get('model', '?')}\n")
+    def back_to_back(group):
+        """Median [range] of mla's / ik_llama.cpp's decode over the back-to-back pairs."""
+        r = sorted(v["mla"] / v["ik_llama.cpp"] for (g, _), v in pairs.items()
+                   if g == group and v.get("mla") and v.get("ik_llama.cpp"))
+        return (statistics.median(r), r[0], r[-1], len(r)) if r else None
+
     print("| row | mla | llama.cpp | ik_llama.cpp (best flags) | mla/llama.cpp | mla/ik_llama.cpp "
-          "| mla/ik_llama.cpp per round |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "| mla/ik_llama.cpp per round | back to back |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     ik_names = meta.get("ik_configs", {})
     for label, group, metric in rows:
         m, mc, _ = best("mla", group, metric)
@@ -261,10 +274,16 @@ def cmd_table(runs_dir, meta_path):
         r2 = f"{m / ik:.2f}x" if m and ik else "n/a"
         pr = paired(group, metric, mc, "ik_llama.cpp", ikc) if mc and ikc else None
         r3 = f"{pr[0]:.2f}x [{pr[1]:.2f}-{pr[2]:.2f}]" if pr else "n/a"
+        bb = back_to_back(group) if metric == "tg" else None
+        r4 = f"{bb[0]:.2f}x [{bb[1]:.2f}-{bb[2]:.2f}] (n={bb[3]})" if bb else "n/a"
         print(f"| {label.format(pp=pp, tg=tg, depth=depth)} | {fmt_ts(m)} | {fmt_ts(ll)} | "
-              f"{ikcell} | {r1} | {r2} | {r3} |")
+              f"{ikcell} | {r1} | {r2} | {r3} | {r4} |")
     print("\nper round: the median [range] over rounds of mla's tokens/s over ik_llama.cpp's (the "
-          "flags above) in the same round, the ratio of medians beside it.")
+          "flags above) in the same round, the ratio of medians beside it. back to back: the "
+          "median [range] of that ratio over pairs of decode runs started one right after the "
+          "other (ABBA order, ik_llama.cpp with the flags of its best decode in the rounds): "
+          "the host's read bandwidth moves within seconds, so decode ratios between runs "
+          "minutes apart move with it.")
 
     # Decode normalised by the read probe before each run: the host's bandwidth level changes
     # between runs, this ratio much less (same bytes per token for every engine of a row).
@@ -324,6 +343,24 @@ def cmd_table(runs_dir, meta_path):
             print(f"- {n}")
 
 
+def cmd_best_config(runs_dir, group):
+    """The ik_llama.cpp config (file-name part) with the best median decode of the group's
+    rounds; nothing when there is none."""
+    tg = defaultdict(list)
+    for name in os.listdir(runs_dir):
+        parts = name[:-5].split("__") if name.endswith(".json") else []
+        if len(parts) == 4 and parts[0].startswith("r") and parts[1] == "ik_llama.cpp" \
+                and parts[3] == group:
+            try:
+                v = parse_run("ik_llama.cpp", os.path.join(runs_dir, name)).get("tg")
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if v:
+                tg[parts[2]].append(v)
+    if tg:
+        print(max(tg, key=lambda c: statistics.median(tg[c])))
+
+
 def main(argv):
     if len(argv) >= 3 and argv[0] == "patch":
         cmd_patch(argv[1], argv[2])
@@ -331,6 +368,8 @@ def main(argv):
         cmd_check_model(argv[1], argv[2])
     elif len(argv) == 3 and argv[0] == "gguf-bytes":
         cmd_gguf_bytes(argv[1], argv[2])
+    elif len(argv) == 3 and argv[0] == "best-config":
+        cmd_best_config(argv[1], argv[2])
     elif len(argv) == 3 and argv[0] == "table":
         cmd_table(argv[1], argv[2])
     else:
