@@ -224,12 +224,15 @@ inline void gemm_pack_w16(const uint16_t* src, int64_t ld, int valid, int64_t in
 // pairs [0, np). BF16 (scale null): the sums continue from tot unless `first`. FP8 (scale: 16H
 // per-row values, scale · 2^8): each call is one scale block, its sum scaled and added to tot in
 // FP32. G·H accumulators, G broadcasts and H loads per pair.
-// `ahead` (or null): H vectors at ahead + h · ldw to request into L2, one line each per pair,
-// while this tile runs (the tiles of the first x rows over a block of a weight read in place).
-// Into L2, not L1: the next block (24 KiB at H = 3) beside the current one and the x block
-// overflowed L1 (BF16_R16 at 40 rows of x from DRAM 3-4% faster, docs/BENCHMARKS.md "The prefill
-// GEMMs at an expert's token counts").
-template <int G, int H>
+// kAhead: H vectors at ahead + h · ldw to request into L2, one line each per pair, while this
+// tile runs (the tiles of the first x rows over a block of a weight read in place). Into L2, not
+// L1: the next block (24 KiB at H = 3) beside the current one and the x block overflowed L1
+// (BF16_R16 at 40 rows of x from DRAM 3-4% faster, docs/BENCHMARKS.md "The prefill GEMMs at an
+// expert's token counts"). A template flag, not a null test in the loop: with the test and the
+// pointer live in every tile, GCC 12 kept two of the 8 x row offsets in xmm registers and two on
+// the stack (two vmovq and two loads beside the 24 dot products of each pair): 0.88 → 0.94 of the
+// vdpbf16ps peak on one core (docs/BENCHMARKS.md "The BF16 GEMM's loop without the prefetch test").
+template <int G, int H, bool kAhead>
 inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t ldw,
                            int64_t np, const float* scale, bool first, float* tot, int64_t ldt,
                            const uint32_t* ahead, float* out, int64_t ldo) {
@@ -238,7 +241,7 @@ inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, in
     for (int h = 0; h < H; ++h)
       acc[g][h] = scale || first ? _mm512_setzero_ps() : _mm512_load_ps(tot + g * ldt + 16 * h);
   for (int64_t p = 0; p < np; ++p) {
-    if (ahead)
+    if constexpr (kAhead)
       for (int h = 0; h < H; ++h) _mm_prefetch(ahead + h * ldw + 16 * p, _MM_HINT_T1);
     __m512bh wv[H];
     // Unaligned loads: a kBF16R16 weight is read in place (64-byte aligned when the loader made
@@ -273,8 +276,12 @@ void gemm_bf16_tiles(const uint32_t* x, int64_t ldx, int64_t rows, const uint32_
   int64_t g = 0;
   for (; g + G <= rows; g += G) {
     next->request(per);
-    gemm_bf16_tile<G, H>(x + g * ldx, ldx, w, ldw, np, scale, first, tot + g * ldt, ldt, ahead,
-                         out + g * ldo, ldo);
+    if (ahead)
+      gemm_bf16_tile<G, H, true>(x + g * ldx, ldx, w, ldw, np, scale, first, tot + g * ldt, ldt,
+                                 ahead, out + g * ldo, ldo);
+    else
+      gemm_bf16_tile<G, H, false>(x + g * ldx, ldx, w, ldw, np, scale, first, tot + g * ldt, ldt,
+                                  nullptr, out + g * ldo, ldo);
   }
   if constexpr (G > 1)
     if (g < rows)
