@@ -78,8 +78,9 @@
 #     Then PAIRS back-to-back decode pairs per decode row, in ABBA order: mla's decode run
 #     (--prefill-warmup 0) and ik_llama.cpp's with its best decode flags of the rounds, one
 #     right after the other (WORK_DIR/runs/p<k>__...json; no probes).
-#  5. prints the table (bench/peers_table.py table): medians over rounds and their ratios, and
-#     the median over rounds of the ratio of mla's run to ik_llama.cpp's in the same round.
+#  5. prints the table (bench/peers_table.py table): medians over rounds and their ratios, the
+#     median over rounds of the ratio of mla's run to ik_llama.cpp's in the same round, and the
+#     median over the back-to-back pairs.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -400,7 +401,7 @@ for group in bf16 q8 depth; do
       IFS='|' read -r engine config weights cmd <<<"$job"
       read -r -a words <<<"$cmd"
       # mla's untimed prefill warm-up is no use to a decode figure
-      [[ $engine == mla ]] && words=("${words[@]:0:${#words[@]}-1}" --prefill-warmup 0 --json)
+      [[ $engine == mla ]] && words+=(--prefill-warmup 0)
       warm_page_cache "$weights"
       run_one "p$k" "$engine" "$config" "$group" -- "${words[@]}"
     done

@@ -180,9 +180,78 @@ def parse_run(engine, path):
     return out
 
 
-def mla_role(engine, config, metric):
-    """Whether a run's figure is kept: mla's `empty` runs (a 1-token prompt) give no prefill."""
-    return not (engine == "mla" and config == "empty" and metric == "pp")
+def spread(ratios):
+    """(median, min, max, n) of a list of ratios, or None for none."""
+    r = sorted(ratios)
+    return (statistics.median(r), r[0], r[-1], len(r)) if r else None
+
+
+class Runs:
+    """The runs of a RUNS_DIR, by round (r<k>) and back-to-back pair (p<k>)."""
+
+    def __init__(self, runs_dir):
+        self.samples = defaultdict(dict)  # (engine, config, group, metric) -> {round: tokens/s}
+        self.extras = defaultdict(dict)  # (engine, config, group) -> extras of the last run read
+        self.per_bw = defaultdict(dict)  # (engine, config, group) -> {round: tg per probe GB/s}
+        self.pairs = defaultdict(dict)  # (group, pair) -> {engine: decode tokens/s}
+        self.rounds = set()
+        for name in sorted(os.listdir(runs_dir)):
+            if not name.endswith(".json"):
+                continue
+            parts = name[:-5].split("__")
+            if len(parts) != 4 or parts[0][:1] not in ("r", "p"):
+                continue
+            rnd, engine, config, group = parts
+            try:
+                run = parse_run(engine, os.path.join(runs_dir, name))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                print(f"warning: {name}: unreadable ({e}); skipped", file=sys.stderr)
+                continue
+            if rnd.startswith("p"):  # a back-to-back decode pair: tokens/s only
+                if run.get("tg"):
+                    self.pairs[(group, rnd)][engine] = run["tg"]
+                continue
+            self.rounds.add(rnd)
+            for metric in ("pp", "tg"):
+                # mla's `empty` runs (a 1-token prompt) give no prefill figure
+                if run.get(metric) and not (engine == "mla" and config == "empty" and metric == "pp"):
+                    self.samples[(engine, config, group, metric)][rnd] = run[metric]
+            try:  # the read probe peers.sh ran right before this run (GB/s)
+                bw = float(open(os.path.join(runs_dir, name[:-5] + ".probe")).read())
+            except (OSError, ValueError):
+                bw = None
+            if bw and run.get("tg"):
+                self.per_bw[(engine, config, group)][rnd] = run["tg"] / bw
+            self.extras[(engine, config, group)].update(
+                {k: v for k, v in run.items() if k not in ("pp", "tg")})
+        # mla's decode rows: its empty-context runs where the group has them (the peers' tgTG
+        # starts from an empty cache too), else the decode after its PP-token prompt.
+        self.empty_groups = {g for (e, c, g, _) in self.samples if e == "mla" and c == "empty"}
+
+    def feeds(self, engine, config, group, metric):
+        """Whether the runs of a configuration stand for the engine in a row."""
+        return (metric == "pp" or engine != "mla" or config != "default" or
+                group not in self.empty_groups)
+
+    def best(self, engine, group, metric):
+        """(median tokens/s, config, n) of the engine's best configuration for the row."""
+        cands = [(statistics.median(v.values()), c, len(v))
+                 for (e, c, g, m), v in self.samples.items()
+                 if e == engine and g == group and m == metric and v and self.feeds(e, c, g, m)]
+        return max(cands) if cands else (None, None, 0)
+
+    def paired(self, group, metric, config, peer, peer_config):
+        """spread() over rounds of mla's / the peer's tokens/s in the same round: the rounds
+        rotate the order, and a run is compared with the peer's run minutes (not a whole
+        benchmark) away, which the host's moving bandwidth skews less."""
+        a = self.samples.get(("mla", config, group, metric), {})
+        b = self.samples.get((peer, peer_config, group, metric), {})
+        return spread(a[k] / b[k] for k in a.keys() & b.keys())
+
+    def back_to_back(self, group):
+        """spread() of mla's / ik_llama.cpp's decode over the group's back-to-back pairs."""
+        return spread(v["mla"] / v["ik_llama.cpp"] for (g, _), v in self.pairs.items()
+                      if g == group and v.get("mla") and v.get("ik_llama.cpp"))
 
 
 def fmt_ts(v):
@@ -191,76 +260,15 @@ def fmt_ts(v):
 
 def cmd_table(runs_dir, meta_path):
     meta = json.load(open(meta_path))
-    samples = defaultdict(dict)  # (engine, config, group, metric) -> {round: tokens/s}
-    extras = defaultdict(dict)  # (engine, config, group) -> extras of the last run read
-    per_bw = defaultdict(dict)  # (engine, config, group) -> {round: decode tokens/s per probe GB/s}
-    rounds = set()
-    pairs = defaultdict(dict)  # (group, pair) -> {engine: decode tokens/s}
-    for name in sorted(os.listdir(runs_dir)):
-        if not name.endswith(".json"):
-            continue
-        parts = name[:-5].split("__")
-        if len(parts) != 4 or not parts[0][:1] in ("r", "p"):
-            continue
-        rnd, engine, config, group = parts
-        try:
-            run = parse_run(engine, os.path.join(runs_dir, name))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            print(f"warning: {name}: unreadable ({e}); skipped", file=sys.stderr)
-            continue
-        if rnd.startswith("p"):  # a back-to-back decode pair: tokens/s only
-            if run.get("tg"):
-                pairs[(group, rnd)][engine] = run["tg"]
-            continue
-        rounds.add(rnd)
-        for metric in ("pp", "tg"):
-            if run.get(metric) and mla_role(engine, config, metric):
-                samples[(engine, config, group, metric)][rnd] = run[metric]
-        try:  # the read probe peers.sh ran right before this run (GB/s)
-            bw = float(open(os.path.join(runs_dir, name[:-5] + ".probe")).read())
-        except (OSError, ValueError):
-            bw = None
-        if bw and run.get("tg") and mla_role(engine, config, "tg"):
-            per_bw[(engine, config, group)][rnd] = run["tg"] / bw
-        extras[(engine, config, group)].update(
-            {k: v for k, v in run.items() if k not in ("pp", "tg")})
-
-    # mla's decode rows: its empty-context runs where the group has them (the peers' tgTG starts
-    # from an empty cache too), else the decode after its PP-token prompt.
-    empty_groups = {g for (e, c, g, m) in samples if e == "mla" and c == "empty"}
-    def usable(engine, config, group):
-        return engine != "mla" or config != "default" or group not in empty_groups
-
-    def best(engine, group, metric):
-        """(median tokens/s, config, n) of the engine's best configuration for the row."""
-        cands = [(statistics.median(v.values()), c, len(v))
-                 for (e, c, g, m), v in samples.items()
-                 if e == engine and g == group and m == metric and v and
-                 (m == "pp" or usable(e, c, g))]
-        return max(cands) if cands else (None, None, 0)
-
-    def paired(group, metric, config, peer, peer_config):
-        """Median and range over rounds of mla's / the peer's tokens/s in the same round: the
-        rounds rotate the order, and a run is compared with the peer's run minutes (not a whole
-        benchmark) away, which the host's moving bandwidth skews less."""
-        a = samples.get(("mla", config, group, metric), {})
-        b = samples.get((peer, peer_config, group, metric), {})
-        r = sorted(a[k] / b[k] for k in a.keys() & b.keys())
-        return (statistics.median(r), r[0], r[-1], len(r)) if r else None
-
+    runs = Runs(runs_dir)
+    samples, extras, per_bw, best = runs.samples, runs.extras, runs.per_bw, runs.best
     pp, tg, depth = meta["pp"], meta["tg"], meta["depth"]
     # MLA_8BIT=gguf: mla ran llama.cpp's own Q8_0 file in the 8-bit rows.
     eight = "Q8_0, the same GGUF file" if meta.get("mla_8bit") == "gguf" else "FP8 (mla) vs Q8_0"
     rows = [(lbl.replace("FP8 (mla) vs Q8_0", eight), g, mt) for lbl, g, mt in ROWS]
     print(f"### mla vs llama.cpp vs ik_llama.cpp: {meta['threads']} threads, "
-          f"median of {len(rounds)} interleaved round{'s' if len(rounds) != 1 else ''} (tokens/s, higher is better)\n")
+          f"median of {len(runs.rounds)} interleaved round{'s' if len(runs.rounds) != 1 else ''} (tokens/s, higher is better)\n")
     print(f"CPU: {meta.get('cpu', '?')}; model: {meta.get('model', '?')}\n")
-    def back_to_back(group):
-        """Median [range] of mla's / ik_llama.cpp's decode over the back-to-back pairs."""
-        r = sorted(v["mla"] / v["ik_llama.cpp"] for (g, _), v in pairs.items()
-                   if g == group and v.get("mla") and v.get("ik_llama.cpp"))
-        return (statistics.median(r), r[0], r[-1], len(r)) if r else None
-
     print("| row | mla | llama.cpp | ik_llama.cpp (best flags) | mla/llama.cpp | mla/ik_llama.cpp "
           "| mla/ik_llama.cpp per round | back to back |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -272,9 +280,9 @@ def cmd_table(runs_dir, meta_path):
         ikcell = fmt_ts(ik) + (f" (`{ik_names.get(ikc, ikc)}`)" if ikc else "")
         r1 = f"{m / ll:.2f}x" if m and ll else "n/a"
         r2 = f"{m / ik:.2f}x" if m and ik else "n/a"
-        pr = paired(group, metric, mc, "ik_llama.cpp", ikc) if mc and ikc else None
+        pr = runs.paired(group, metric, mc, "ik_llama.cpp", ikc) if mc and ikc else None
         r3 = f"{pr[0]:.2f}x [{pr[1]:.2f}-{pr[2]:.2f}]" if pr else "n/a"
-        bb = back_to_back(group) if metric == "tg" else None
+        bb = runs.back_to_back(group) if metric == "tg" else None
         r4 = f"{bb[0]:.2f}x [{bb[1]:.2f}-{bb[2]:.2f}] (n={bb[3]})" if bb else "n/a"
         print(f"| {label.format(pp=pp, tg=tg, depth=depth)} | {fmt_ts(m)} | {fmt_ts(ll)} | "
               f"{ikcell} | {r1} | {r2} | {r3} | {r4} |")
@@ -298,7 +306,7 @@ def cmd_table(runs_dir, meta_path):
             med = {}
             for e in ENGINES:
                 c = [statistics.median(v.values()) for (e2, c2, g), v in per_bw.items()
-                     if e2 == e and g == group and v and usable(e2, c2, g)]
+                     if e2 == e and g == group and v and runs.feeds(e2, c2, g, "tg")]
                 med[e] = max(c) if c else None
             m, ll, ik = med["mla"], med["llama.cpp"], med["ik_llama.cpp"]
             cell = lambda v: "n/a" if v is None else f"{v:.3f}"
@@ -345,20 +353,10 @@ def cmd_table(runs_dir, meta_path):
 
 def cmd_best_config(runs_dir, group):
     """The ik_llama.cpp config (file-name part) with the best median decode of the group's
-    rounds; nothing when there is none."""
-    tg = defaultdict(list)
-    for name in os.listdir(runs_dir):
-        parts = name[:-5].split("__") if name.endswith(".json") else []
-        if len(parts) == 4 and parts[0].startswith("r") and parts[1] == "ik_llama.cpp" \
-                and parts[3] == group:
-            try:
-                v = parse_run("ik_llama.cpp", os.path.join(runs_dir, name)).get("tg")
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if v:
-                tg[parts[2]].append(v)
-    if tg:
-        print(max(tg, key=lambda c: statistics.median(tg[c])))
+    rounds, as the table chooses it; nothing when there is none."""
+    config = Runs(runs_dir).best("ik_llama.cpp", group, "tg")[1]
+    if config:
+        print(config)
 
 
 def main(argv):

@@ -19,6 +19,13 @@ class BenchModelCli : public ::testing::Test {
     const auto r = run_mla("make-tiny --family v2-lite --seed 4 --out '" + dir_.path() + "'", true);
     ASSERT_EQ(r.exit_code, 0) << r.out;
   }
+  // The shortest measured run (2 decode steps, one segment, one probe sweep) with `flags`.
+  mla::test::RunResult quick_json(const std::string& flags) const {
+    return run_mla("bench model -m '" + dir_.path() +
+                       "' --tokens 2 --segment 2 --warmup 0 --prompt-len 3 --sweeps 1 --json " +
+                       flags,
+                   false);
+  }
   mla::test::TempDir dir_{"bench_model"};
 };
 
@@ -65,11 +72,7 @@ TEST_F(BenchModelCli, EverySegmentIsHeldToTheProbesBesideIt) {
 // one FP32 scale per 128x128 block, so a decode token reads exactly that much less.
 TEST_F(BenchModelCli, Fp8LmHeadReadsLessPerToken) {
   auto bytes = [&](const std::string& flag) {
-    const auto r = run_mla("bench model -m '" + dir_.path() +
-                               "' --tokens 2 --segment 2 --warmup 0 --prompt-len 3 --sweeps 1 "
-                               "--json " +
-                               flag,
-                           false);
+    const auto r = quick_json(flag);
     EXPECT_EQ(r.exit_code, 0) << r.out;
     const auto j = nlohmann::json::parse(r.out);
     return std::make_pair(j.at("active_weight_bytes_per_token").get<int64_t>(),
@@ -94,11 +97,7 @@ TEST_F(BenchModelCli, Fp8LmHeadReadsLessPerToken) {
 // with the flag named.
 TEST_F(BenchModelCli, KvDtypeIsTheCaches) {
   for (const char* kv : {"bf16", "int8"}) {
-    const auto r = run_mla("bench model -m '" + dir_.path() +
-                               "' --tokens 2 --segment 2 --warmup 0 --prompt-len 3 --sweeps 1 "
-                               "--json --kv-dtype " +
-                               kv,
-                           false);
+    const auto r = quick_json(std::string("--kv-dtype ") + kv);
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_EQ(nlohmann::json::parse(r.out).at("kv_dtype").get<std::string>(), kv);
   }
