@@ -181,8 +181,9 @@ const bool registered = [] {
     for (auto [out, in] : shapes) {
       if (mla::dtype_is_ggml_block(dt) && in % mla::dtype_block(dt).elems != 0) continue;
       if (mla::dtype_is_row_interleaved(dt) && !mla::repack_fits(dt, out, in)) continue;
-      // 40: an expert's tokens in a 512-token prefill chunk; 2,048: a whole default chunk.
-      for (int64_t n : {1, 4, 16, 40, 64, 512, 2048}) {
+      // 40: an expert's tokens in a 512-token prefill chunk of V2-Lite (DeepSeek-V3's: ~16);
+      // 2,048: a whole default chunk.
+      for (int64_t n : {1, 4, 8, 16, 40, 64, 512, 2048}) {
         const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
                                  std::to_string(out) + "x" + std::to_string(in) + "/n" +
                                  std::to_string(n) + "/dot";
@@ -195,13 +196,15 @@ const bool registered = [] {
                                        LinearPath::kDot, true)
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
-        // The BF16 GEMM (path kBf16, n > 16) beside the FP32 products of the same shape; at an
-        // expert's token counts also on one L3-resident copy (what the weight's DRAM reads cost).
+        // The BF16 GEMM beside the FP32 products of the same shape (path kBf16Gemm: from
+        // kLinearGemmMinRows rows, as a prefill chunk's experts run; the same as kBf16 above
+        // kLinearBatchInvariantRows); at an expert's token counts also on one L3-resident copy
+        // (what the weight's DRAM reads cost).
         for (bool l3 : {false, true})
-          if (n > 16 && (!l3 || n <= 64))
+          if (n >= 4 && (!l3 || n <= 64))
             benchmark::RegisterBenchmark(
                 (name.substr(0, name.size() - 4) + (l3 ? "/bf16/l3" : "/bf16")).c_str(), BM_Linear,
-                dt, out, in, n, LinearPath::kBf16, l3)
+                dt, out, in, n, LinearPath::kBf16Gemm, l3)
                 ->Unit(benchmark::kMicrosecond)
                 ->UseRealTime();
       }

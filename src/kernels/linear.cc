@@ -63,8 +63,9 @@ Status validate(const LinearWeight& w) {
 
 namespace {
 
-LinearPath path_of(DType math) {
-  return math == DType::kBF16 ? LinearPath::kBf16 : LinearPath::kAuto;
+LinearPath path_of(DType math, int64_t batch_rows = 0) {
+  if (math != DType::kBF16) return LinearPath::kAuto;
+  return batch_rows > kLinearBatchInvariantRows ? LinearPath::kBf16Gemm : LinearPath::kBf16;
 }
 
 // validate(LinearParams) with errors prefixed by the entry point's name.
@@ -155,10 +156,10 @@ Status linear(const LinearWeight& w, int64_t n, const float* x, float* y, Thread
 }
 
 Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, std::string_view backend,
-                   DType math) {
+                   DType math, int64_t batch_rows) {
   MLA_RETURN_IF_ERROR(check_backend(backend, "linear_many"));
   MLA_RETURN_IF_ERROR(validate_jobs(jobs, "linear_many"));
-  return run_on(LinearParams{jobs, path_of(math)}, backend, pool);
+  return run_on(LinearParams{jobs, path_of(math, batch_rows)}, backend, pool);
 }
 
 }  // namespace mla

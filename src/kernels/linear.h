@@ -96,7 +96,18 @@ bool linear_pair_fits(const LinearWeight& a, const LinearWeight& b);
 //          BF16 as well) run on BF16 dot products (x rounded to BF16 once, FP32 accumulation:
 //          cpu/linear_gemm_bf16.h) in the variants that have them; everything else as kDot
 //          (linear()'s math kBF16).
-enum class LinearPath { kAuto, kDot, kBf16 };
+//   kBf16Gemm: kBf16, and products of fewer rows on the GEMMs too, down to the row count where
+//          the GEMM stops being faster for the weight's format (measured per format:
+//          cpu/linear_driver.h): for the jobs of a pass of more than kLinearBatchInvariantRows
+//          rows (a prefill chunk's experts, ~16 tokens each in DeepSeek-V3), which would otherwise
+//          run on FP32 FMAs at half the rate of the BF16 dot products (linear_many's batch_rows).
+enum class LinearPath { kAuto, kDot, kBf16, kBf16Gemm };
+
+// Path kBf16 keeps FP32 products for up to this many rows of x, so that a row gets the same bits
+// alone or in a batch of up to this many rows (decode batching). A pass of more rows (a prefill
+// chunk) has no such property to keep: its dense products are GEMMs and each expert's product
+// runs on the path its own token count picks.
+constexpr int64_t kLinearBatchInvariantRows = 16;
 
 // The parameters of a linear variant (kernels/registry.h): every job in one pass over the pool's
 // threads. linear() is one job, linear_many() several; a CPU variant computes a job the same way,
@@ -118,7 +129,10 @@ using LinearRunFn = void (*)(const LinearParams& p, ThreadPool& pool);
 // threads: for many small products (the experts of an MoE layer in decode), where a pass each
 // costs more in waking and waiting than the work it splits. The y of different jobs must not
 // overlap.
+// batch_rows: the rows of the pass the jobs come from (the forward's tokens; 0: unknown); above
+// kLinearBatchInvariantRows, math kBF16 runs on path kBf16Gemm.
 Status linear_many(std::span<const LinearJob> jobs, ThreadPool& pool,
-                   std::string_view backend = "cpu", DType math = DType::kF32);
+                   std::string_view backend = "cpu", DType math = DType::kF32,
+                   int64_t batch_rows = 0);
 
 }  // namespace mla

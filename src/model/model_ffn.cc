@@ -46,8 +46,10 @@ void for_each_item(ThreadPool& pool, int64_t n, size_t floats, Fn&& fn) {
   pool.parallel_for(n, [&](int64_t i, int) { fn(i); });
 }
 
+// batch_rows: the forward's rows (linear_many's batch_rows: above 16, a prefill chunk's experts
+// of few tokens run on the GEMMs too).
 Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float* x, float* out,
-                        ThreadPool& pool, const std::string& be, DType math) {
+                        ThreadPool& pool, const std::string& be, DType math, int64_t batch_rows) {
   size_t h_size = 0, y_size = 0;
   for (const SwigluRun& r : runs) {
     h_size += size_t(r.n * r.mlp->width);
@@ -77,7 +79,7 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
     }
     h_at += size_t(r.n * r.mlp->width);
   }
-  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math));
+  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math, batch_rows));
   constexpr int64_t kSiluSpan = 16384;
   for (const auto& [at, size] : unfused)
     for_each_item(pool, (int64_t(size) + kSiluSpan - 1) / kSiluSpan, size, [&](int64_t c) {
@@ -93,7 +95,7 @@ Status run_swiglu_group(std::span<const SwigluRun> runs, int64_t D, const float*
     h_at += size_t(r.n * r.mlp->width);
     y_at += size_t(r.n * D);
   }
-  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math));
+  MLA_RETURN_IF_ERROR(linear_many(jobs, pool, be, math, batch_rows));
   // out[t] += s · y, the runs in order (a token's experts add in ascending expert order, as
   // before); threads split the D columns, so no two write the same element.
   constexpr int64_t kColSpan = 256;
@@ -124,7 +126,7 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
     if (L.mlp.width == 0) return Status();  // across ranks: this rank holds none of its columns
     const SwigluRun dense{&L.mlp, n, nullptr, nullptr};
     return run_swiglu_group(std::span<const SwigluRun>(&dense, 1), D, x, out, pool, be,
-                            m.options.matmul_dtype);
+                            m.options.matmul_dtype, n);
   }
 
   const MoeRouting& r = m.routing;
@@ -172,7 +174,7 @@ Status run_ffn(const Model::Impl& m, const LayerRuntime& L, int64_t n, const flo
     if (i == runs.size() || (i > first && bytes + b > kSwigluGroupBytes)) {
       MLA_RETURN_IF_ERROR(
           run_swiglu_group(std::span<const SwigluRun>(runs.data() + first, i - first), D, x, out,
-                           pool, be, m.options.matmul_dtype));
+                           pool, be, m.options.matmul_dtype, n));
       first = i;
       bytes = 0;
     }

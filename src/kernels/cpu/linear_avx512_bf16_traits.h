@@ -20,7 +20,7 @@ struct LinAvx512Bf16Base : LinAvx512Vbmi, GgmlVnniHooks {
   // The GEMM hooks of run_linear_many.
   static constexpr bool kBf16Gemm = true;
   static constexpr int kGemmTileRows = cpu::kGemmTileRows;
-  static bool gemm_takes(const LinearWeight& w, int64_t n) { return gemm_bf16_takes(w, n); }
+  static bool gemm_takes(const LinearWeight& w) { return gemm_bf16_takes(w); }
   static int64_t gemm_chunk_rows(const LinearWeight& w, int threads) {
     return gemm_bf16_chunk_rows(w, threads);
   }

@@ -1,7 +1,7 @@
 // The FP32 products of a kBF16R16 weight (BF16 repacked at load, core/ggml_repack.h) for the
-// FP32 paths of linear_driver.h: decode (and every product of up to kLinWidenMinRows rows of x on
-// path kBf16), and every n on paths kAuto / kDot. Products of more rows on path kBf16 take the
-// BF16 GEMM (linear_gemm_bf16.h), which reads the same layout.
+// FP32 paths of linear_driver.h: decode (and every product below lin_gemm_min_rows rows of x on
+// paths kBf16 / kBf16Gemm), and every n on paths kAuto / kDot. Products of more rows on those
+// paths take the BF16 GEMM (linear_gemm_bf16.h), which reads the same layout.
 //
 // A 64-byte vector of the layout is pair p of 16 rows (row r's values 2p, 2p + 1 in lane r):
 // its even values are the vector shifted left by 16 bits and its odd values the vector with the

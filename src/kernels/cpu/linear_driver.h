@@ -45,6 +45,22 @@ constexpr int64_t kLinL2Bytes = 256 << 10;
 // registers and 1.23 / 3.46 / 6.41 ms widened (equal at n = 16).
 constexpr int64_t kLinWidenMinRows = 16;
 
+// The fewest rows of x a BF16 path runs on a GEMM (the BF16 one, or the int8 one of the GGUF
+// formats) for weights of dtype t; 0 for the FP32 paths. On path kBf16,
+// kLinearBatchInvariantRows + 1: decode batches keep the FP32 products (the same bits for a row
+// alone or in a batch). On path kBf16Gemm, where the GEMM overtakes the FP32 products (2 threads,
+// the 1,408 × 2,048 and 2,048 × 1,408 expert shapes of `mla_bench_linear`, Zen 4:
+// docs/BENCHMARKS.md "Experts with few tokens on the GEMMs"): BF16 from 4 rows (1.3x there, 2x at 8
+// and 16), FP8 from 8 (1.2x; 0.8x at 4: the chunk's widening is spent on too few rows), the int8
+// GEMM of the GGUF formats from 16 (1.15x; even at 8).
+inline int64_t lin_gemm_min_rows(LinearPath path, DType t) {
+  if (path == LinearPath::kBf16) return kLinearBatchInvariantRows + 1;
+  if (path != LinearPath::kBf16Gemm) return 0;
+  if (t == DType::kF8E4M3 || t == DType::kF8E4M3R16) return 8;
+  if (dtype_is_ggml_block(t)) return 16;
+  return 4;
+}
+
 // Columns per NaN scan of FP8 rows in the dot path (a multiple of every kW; the scanned bytes are
 // in L1 when the dot loop reads them).
 constexpr int64_t kLinScanCols = 512;
@@ -401,7 +417,8 @@ void lin_widen(const LinearWeight& w, int64_t o0, int64_t rows, int64_t k0, int6
 // Decode-sized jobs: the last `threads` chunks of the pass are cut into kLinTailSplit pieces
 // each (whole 8-row blocks). The threads reach the end of the pass up to one chunk apart; with
 // ~2 MiB chunks one of them then waited ~60 µs at every pass, six passes a layer.
-// path kBf16 in a variant whose traits have the BF16 GEMM (L::kBf16Gemm, linear_gemm_bf16.h):
+// paths kBf16 / kBf16Gemm in a variant whose traits have the BF16 GEMM (L::kBf16Gemm,
+// linear_gemm_bf16.h; jobs of at least lin_gemm_min_rows rows):
 // the jobs it takes get their x as BF16 panels first (one parallel pass; jobs with the same x
 // share them), and their chunks run on the GEMM.
 // A SwiGLU job (LinearJob::up) makes each chunk of rows of its gate and of its up product on the
@@ -458,7 +475,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   };
   static thread_local Plan plan_store;
   Plan& plan = plan_store;
-  // Path kBf16 only (empty otherwise): per job, its index into panel_at, -1 for FP32 products.
+  // Paths kBf16 / kBf16Gemm only (empty otherwise): per job, its index into panel_at, -1 for
+  // FP32 products.
   // The panels live in one per-thread buffer kept between calls (as large as the largest pass
   // so far: a prefill chunk's x in BF16): fresh buffers per call cost ~3% of a prefill in page
   // faults.
@@ -469,14 +487,15 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   static thread_local AlignedBuffer<uint32_t> panel_store;
   uint32_t* store = nullptr;  // the caller's panel_store (a lambda on a worker names its own)
   if constexpr (requires { L::kBf16Gemm; }) {
-    if (path == LinearPath::kBf16) {
+    if (path == LinearPath::kBf16 || path == LinearPath::kBf16Gemm) {
       panel_of.assign(jobs.size(), -1);
       std::vector<size_t>& owner = plan.owner;  // the job whose x each panel holds
       owner.clear();
       size_t panel_end = 0;
       for (size_t j = 0; j < jobs.size(); ++j) {
         const LinearJob& job = jobs[j];
-        if (job.n == 0 || !L::gemm_takes(*job.w, job.n)) continue;
+        if (job.n == 0 || job.n < lin_gemm_min_rows(path, job.w->dtype) || !L::gemm_takes(*job.w))
+          continue;
         for (size_t p = 0; p < owner.size() && panel_of[j] < 0; ++p) {
           const LinearJob& o = jobs[owner[p]];
           if (o.x == job.x && o.x_rows == job.x_rows && o.n == job.n && o.w->in == job.w->in)
@@ -507,8 +526,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
   // GGUF block formats on integer dot products (traits with L::kGgmlInt: linear_ggml_vnni*.h,
   // linear_ggml_avx2.h): each job's x quantised once, jobs with the same x and the same x layout
   // (L::ggml_x_layout: the GEMV's per weight block size, 32 or 256 values, or the int8 GEMM's for
-  // path kBf16 above kLinWidenMinRows rows) sharing it. Empty when no job takes the path (nothing
-  // is allocated).
+  // the BF16 paths from lin_gemm_min_rows rows) sharing it. Empty when no job takes the path
+  // (nothing is allocated).
   std::vector<int64_t>& xq_at = plan.xq_at;      // per job: byte offset into xq_store, -1: other
   std::vector<uint8_t>& xq_gemm = plan.xq_gemm;  // per job: runs on the int8 GEMM
   xq_at.clear();
@@ -527,8 +546,8 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         xq_at.assign(jobs.size(), -1);
         xq_gemm.assign(jobs.size(), 0);
       }
-      const bool gemm =
-          path == LinearPath::kBf16 && job.n > kLinWidenMinRows && L::ggml_gemm_takes(*job.w);
+      const int64_t min_rows = lin_gemm_min_rows(path, job.w->dtype);
+      const bool gemm = min_rows > 0 && job.n >= min_rows && L::ggml_gemm_takes(*job.w);
       xq_gemm[j] = gemm;
       const int layout = L::ggml_x_layout(job.w->dtype, gemm);
       for (size_t p = 0; p < j && xq_at[j] < 0; ++p)

@@ -1,6 +1,7 @@
-// The BF16 GEMM of linear_driver.h (LinearPath::kBf16): y [n, out] = x [n, in] · W_realᵀ for
-// n > kLinWidenMinRows on AVX512_BF16 dot products (vdpbf16ps: 16 FP32 lanes, each adding the
-// products of one pair of adjacent BF16 values along the reduction axis), FP32 accumulation.
+// The BF16 GEMM of linear_driver.h (LinearPath::kBf16 / kBf16Gemm): y [n, out] = x [n, in] ·
+// W_realᵀ for n ≥ lin_gemm_min_rows on AVX512_BF16 dot products (vdpbf16ps: 16 FP32 lanes, each
+// adding the products of one pair of adjacent BF16 values along the reduction axis), FP32
+// accumulation.
 //
 // Layout:
 //   x is rounded to BF16 once per product into rows of pairs, kp = ceil(in / 2) words a row:
@@ -41,11 +42,9 @@ constexpr int64_t kGemmMaxChunkRows = 96;
 static_assert(kGemmMaxChunkRows <= kAmxMaxCols, "gemm_amx_rows sums a whole chunk's rows");
 constexpr int64_t kGemmWidenAheadBytes = 8192;  // gemm_widen_fp8's prefetch distance
 
-// Whether linear_driver's kBf16 path runs this product on the GEMM: more rows than a decode batch
-// (those keep the FP32 products, bit for bit the same for a row alone or in a batch), and a
-// weight whose pairs never straddle an FP8 scale block.
-inline bool gemm_bf16_takes(const LinearWeight& w, int64_t n) {
-  if (n <= kLinWidenMinRows) return false;
+// Whether linear_driver's BF16 paths run products with this weight on the GEMM (those with
+// enough rows: lin_gemm_min_rows): a weight whose pairs never straddle an FP8 scale block.
+inline bool gemm_bf16_takes(const LinearWeight& w) {
   if (w.dtype == DType::kBF16 || w.dtype == DType::kBF16R16 || w.dtype == DType::kF32) return true;
   if (w.dtype == DType::kF8E4M3R16) return true;  // validate(): block_cols even
   return w.dtype == DType::kF8E4M3 && w.block_cols % 2 == 0;
@@ -236,8 +235,15 @@ template <int G, int H, bool kAhead>
 inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t ldw,
                            int64_t np, const float* scale, bool first, float* tot, int64_t ldt,
                            const uint32_t* ahead, float* out, int64_t ldo) {
+  // Every loop over the G × H accumulators is unrolled, the epilogue's branches taken outside its
+  // loops: with a branch per accumulator GCC left that loop rolled and indexed acc in memory, so
+  // the FP8 tile (an epilogue every scale block of 64 pairs) copied its 24 accumulators to the
+  // stack and back each block (~10% of its `perf` samples; docs/BENCHMARKS.md "The FP8 GEMM's
+  // epilogue in registers").
   __m512 acc[G][H];
+#pragma GCC unroll 32
   for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
     for (int h = 0; h < H; ++h)
       acc[g][h] = scale || first ? _mm512_setzero_ps() : _mm512_load_ps(tot + g * ldt + 16 * h);
   for (int64_t p = 0; p < np; ++p) {
@@ -253,16 +259,30 @@ inline void gemm_bf16_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, in
       for (int h = 0; h < H; ++h) acc[g][h] = _mm512_dpbf16_ps(acc[g][h], xv, wv[h]);
     }
   }
-  for (int g = 0; g < G; ++g)
-    for (int h = 0; h < H; ++h) {
-      __m512 v = acc[g][h];
-      if (scale) {
-        const __m512 s = _mm512_load_ps(scale + 16 * h);
-        v = first ? _mm512_mul_ps(v, s)
-                  : _mm512_fmadd_ps(v, s, _mm512_load_ps(tot + g * ldt + 16 * h));
-      }
-      _mm512_storeu_ps(out + g * ldo + 16 * h, v);
-    }
+  if (!scale) {
+#pragma GCC unroll 32
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) _mm512_storeu_ps(out + g * ldo + 16 * h, acc[g][h]);
+    return;
+  }
+  __m512 s[H];
+#pragma GCC unroll 4
+  for (int h = 0; h < H; ++h) s[h] = _mm512_load_ps(scale + 16 * h);
+  if (first) {
+#pragma GCC unroll 32
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h)
+        _mm512_storeu_ps(out + g * ldo + 16 * h, _mm512_mul_ps(acc[g][h], s[h]));
+  } else {
+#pragma GCC unroll 32
+    for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h)
+        _mm512_storeu_ps(out + g * ldo + 16 * h,
+                         _mm512_fmadd_ps(acc[g][h], s[h], _mm512_load_ps(tot + g * ldt + 16 * h)));
+  }
 }
 
 // Rows [0, rows) of x in register tiles of G rows (the last ones in tiles of G / 2, .. 1 rows).

@@ -1,5 +1,5 @@
 // The int8 GEMM of GGUF block-format weights on AVX512-VNNI (prefill chunks and expert batches:
-// path kBf16, more than kLinWidenMinRows rows of x): y [n, out] = x [n, in] · Wᵀ with both
+// the BF16 paths from lin_gemm_min_rows rows of x): y [n, out] = x [n, in] · Wᵀ with both
 // operands as 8-bit codes and vpdpbusd (64 products per instruction, twice the BF16 dot
 // product's 32), as llama.cpp and ik_llama.cpp run their quantised prefill.
 //

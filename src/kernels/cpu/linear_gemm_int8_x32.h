@@ -1,6 +1,6 @@
 // The int8 GEMM of the block formats with one scale per 32 values and no mins (Q8_0, Q4_0 and
-// Q8_0_R16; path kBf16 above kLinWidenMinRows rows of x on AVX512-VNNI): y [n, out] = x [n, in] ·
-// Wᵀ on vpdpbusd, with x quantised per 32 values as the GEMV (and llama.cpp's Q8_0 products) do.
+// Q8_0_R16; the BF16 paths from lin_gemm_min_rows rows of x on AVX512-VNNI): y [n, out] = x [n, in]
+// · Wᵀ on vpdpbusd, with x quantised per 32 values as the GEMV (and llama.cpp's Q8_0 products) do.
 //
 // W is read in the Q8_0_R16 layout (core/ggml_repack.h): groups of 16 rows, units of two blocks,
 // each block 8 vectors of quads (vector q: codes 4q .. 4q + 3 of the 16 rows, one int32 lane a

@@ -1,7 +1,7 @@
 // The driver's integer path for GGUF blocks (linear_driver.h, traits with kGgmlInt) on
 // AVX512-VNNI: the K formats with x quantised per 256 (linear_ggml_vnni_k.h), Q8_0 / Q4_0 per
 // 32 on the same kernel as without VNNI (linear_ggml_avx2.h, which measured faster), and with
-// `gemm` (path kBf16, more than kLinWidenMinRows rows of x) every format on the int8 GEMM of
+// `gemm` (the BF16 paths, from lin_gemm_min_rows rows of x) every format on the int8 GEMM of
 // linear_gemm_int8.h, x per 32 (Q8_0, Q4_0) or per 256 (the K formats) in its own layouts. The
 // traits of linear.cpu.avx512bf16 and of the VNNI variants take these hooks in place of
 // GgmlAvx2Hooks (using-declarations: both are bases). Include after the ISA's `#pragma GCC target`

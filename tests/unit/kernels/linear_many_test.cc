@@ -43,7 +43,7 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
   xp.back() = xp[xp.size() - 2];
   ThreadPool pool(3);
   for (const LinearVariant* v : cpu_linear_variants_here()) {
-    for (LinearPath path : {LinearPath::kAuto, LinearPath::kBf16}) {
+    for (LinearPath path : {LinearPath::kAuto, LinearPath::kBf16, LinearPath::kBf16Gemm}) {
       std::vector<std::vector<float>> many(std::size(shapes)), one(std::size(shapes));
       std::vector<LinearJob> jobs;
       for (size_t j = 0; j < std::size(shapes); ++j) {
@@ -81,6 +81,35 @@ TEST(LinearMany, EveryJobEqualsItsOwnLinearCall) {
       ASSERT_TRUE(linear(weights[j].w, shapes[j].n, xp[j], ref_alone.data(), pool, "ref").ok());
     }
     EXPECT_EQ(ref[j], ref_alone) << "job " << j;
+  }
+}
+
+// math kBF16 with batch_rows: up to 16 (a decode batch), each job runs on path kBf16 (its
+// few-row products FP32, as linear() with math kBF16 computes them); above 16 (a prefill chunk's
+// experts), on path kBf16Gemm of the best variant.
+TEST(LinearMany, BatchRowsAboveTheDecodeBatchesPickTheGemmPath) {
+  Rng rng(23);
+  const TestWeight a = make_weight(rng, DType::kF8E4M3, 130, 260, 1);
+  const TestWeight b = make_weight(rng, DType::kBF16, 70, 260, 1);
+  const int64_t n = 8;
+  std::vector<float> x(size_t(n * 260));
+  for (auto& v : x) v = float(rng.normal());
+  ThreadPool pool(2);
+  const LinearVariant* best = cpu_linear_variants_here().front();
+  for (int64_t batch_rows : {0, 16, 17, 512}) {
+    std::vector<float> ya(size_t(n * a.w.out)), yb(size_t(n * b.w.out));
+    const LinearJob jobs[] = {{&a.w, n, x.data(), ya.data()}, {&b.w, n, x.data(), yb.data()}};
+    ASSERT_TRUE(linear_many(jobs, pool, "cpu", DType::kBF16, batch_rows).ok());
+    std::vector<float> wa(ya.size()), wb(yb.size());
+    if (batch_rows > kLinearBatchInvariantRows) {
+      run_product(*best, a.w, n, x.data(), wa.data(), pool, LinearPath::kBf16Gemm);
+      run_product(*best, b.w, n, x.data(), wb.data(), pool, LinearPath::kBf16Gemm);
+    } else {
+      ASSERT_TRUE(linear(a.w, n, x.data(), wa.data(), pool, "cpu", DType::kBF16).ok());
+      ASSERT_TRUE(linear(b.w, n, x.data(), wb.data(), pool, "cpu", DType::kBF16).ok());
+    }
+    EXPECT_EQ(ya, wa) << "batch_rows " << batch_rows;
+    EXPECT_EQ(yb, wb) << "batch_rows " << batch_rows;
   }
 }
 

@@ -41,7 +41,24 @@ int check(const std::vector<float>& y, const std::vector<double>& want,
 }
 
 const char* path_name(LinearPath p) {
-  return p == LinearPath::kDot ? "dot" : (p == LinearPath::kBf16 ? "bf16" : "auto");
+  switch (p) {
+    case LinearPath::kDot:
+      return "dot";
+    case LinearPath::kBf16:
+      return "bf16";
+    case LinearPath::kBf16Gemm:
+      return "bf16gemm";
+    default:
+      return "auto";
+  }
+}
+
+// Whether path p may run a product of n rows on the BF16 GEMM (x rounded to BF16): kBf16 above
+// the decode batches, kBf16Gemm from 4 rows (its smallest per-format minimum; a product below a
+// format's own minimum keeps the FP32 products, inside the BF16 bound as well).
+bool may_round_x(LinearPath p, int64_t n) {
+  return (p == LinearPath::kBf16 && n > kLinearBatchInvariantRows) ||
+         (p == LinearPath::kBf16Gemm && n >= 4);
 }
 
 const LinearVariant* variant(const char* name) {
@@ -67,7 +84,8 @@ TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
   // 23 = 16 + 4 + 2 + 1 x rows: every register tile height of the BF16 GEMM (8, 4, 2, 1).
   const std::vector<int64_t> ns = {0, 1, 3, 8, 9, 23, 64, 200};
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3, DType::kI8};
-  const LinearPath paths[] = {LinearPath::kDot, LinearPath::kAuto, LinearPath::kBf16};
+  const LinearPath paths[] = {LinearPath::kDot, LinearPath::kAuto, LinearPath::kBf16,
+                              LinearPath::kBf16Gemm};
   ThreadPool pool(3);  // more threads than this machine's cores: chunks interleave
   Rng rng(42);
   int case_index = 0;
@@ -98,7 +116,7 @@ TEST(Linear, EveryCpuVariantAndPathMatchesTheReference) {
           for (LinearPath p : paths) {
             std::vector<float> y(want.size(), -12345.0f);
             run_product(*v, t.w, n, x.data(), y.data(), pool, p);
-            const bool bf16 = p == LinearPath::kBf16 && n > 16;
+            const bool bf16 = may_round_x(p, n);
             check(y, want, abs_sum, s.in, shape + " " + v->name + " " + path_name(p),
                   bf16 ? &w_abs_sum : nullptr, unit, dt == DType::kF32);
           }
@@ -170,6 +188,36 @@ TEST(Linear, Bf16PathKeepsDecodeBatchesAndRowsIndependent) {
         if (v->name == "linear.cpu.avx512bf16") {
           EXPECT_NE(y17, f32) << what;
         }
+      }
+    }
+}
+
+// Path kBf16Gemm (a prefill chunk's experts of few tokens): BF16 and FP8 products of 8 rows
+// really run on the BF16 GEMM where the CPU has it (outputs differ from the FP32 products), with
+// each row's output the same as in a product of more rows (17: path kBf16's GEMM); 2 rows, under
+// every format's minimum, keep the FP32 products bit for bit.
+TEST(Linear, Bf16GemmPathTakesProductsOfFewRows) {
+  ThreadPool pool(3);
+  Rng rng(17);
+  for (DType dt : {DType::kF8E4M3, DType::kBF16})
+    for (auto [out, in] : {std::pair<int64_t, int64_t>{300, 2100}, {37, 131}}) {
+      const TestWeight t = make_weight(rng, dt, out, in, 2);
+      std::vector<float> x(size_t(17 * in));
+      for (auto& e : x) e = float(rng.normal());
+      const std::string what = std::string(dtype_name(dt)) + " out " + std::to_string(out);
+      for (const LinearVariant* v : cpu_linear_variants_here()) {
+        std::vector<float> y8(size_t(8 * out)), f32(y8.size()), y17(size_t(17 * out));
+        run_product(*v, t.w, 8, x.data(), y8.data(), pool, LinearPath::kBf16Gemm);
+        run_product(*v, t.w, 8, x.data(), f32.data(), pool, LinearPath::kDot);
+        run_product(*v, t.w, 17, x.data(), y17.data(), pool, LinearPath::kBf16);
+        if (v->name == "linear.cpu.avx512bf16") {
+          EXPECT_NE(y8, f32) << what;
+          for (size_t k = 0; k < y8.size(); ++k) ASSERT_EQ(y8[k], y17[k]) << what << " " << k;
+        }
+        std::vector<float> a(size_t(2 * out)), b(a.size());
+        run_product(*v, t.w, 2, x.data(), a.data(), pool, LinearPath::kDot);
+        run_product(*v, t.w, 2, x.data(), b.data(), pool, LinearPath::kBf16Gemm);
+        ASSERT_EQ(a, b) << v->name << " " << what;
       }
     }
 }
