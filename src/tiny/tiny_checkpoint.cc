@@ -1,6 +1,9 @@
 // write_tiny_checkpoint: config.json (tiny_config.cc) → ModelConfig → expected tensors (the same
 // table the loader checks) → random BF16 / block-FP8 data → safetensors shards + index.json;
-// tokenizer.json or tiktoken.model and tokenizer_config.json from tiny_tokenizer.cc.
+// tokenizer.json or tiktoken.model and tokenizer_config.json from tiny_tokenizer.cc. The shards
+// are planned from the tensors' byte counts and each shard's data is made when it is written, so
+// that --real-dims checkpoints larger than memory (DeepSeek-V3's layers, ~11 GB of FP8 experts
+// each) hold one shard at a time.
 #include "tiny/tiny_checkpoint.h"
 
 #include <fmt/format.h>
@@ -11,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/dtype.h"
 #include "core/rng.h"
@@ -96,6 +100,25 @@ void add_tensor(const ModelConfig& c, const ExpectedTensor& e, bool fp8, uint64_
   out->push_back({fp8_scale_name(e.name), DType::kF32, grid, to_f32(scale)});
 }
 
+// The bytes add_tensor appends for e (its weight, and its scale grid when block-FP8).
+uint64_t tensor_bytes(const ModelConfig& c, const ExpectedTensor& e, bool fp8) {
+  uint64_t n = 1;
+  for (int64_t d : e.shape) n *= uint64_t(d);
+  if (e.role == WeightRole::kRouterBias) return 4 * n;
+  if (!fp8 || !e.fp8_in_release) return 2 * n;
+  const std::vector<int64_t> grid = fp8_scale_shape(c, e.shape);
+  return n + 4 * uint64_t(grid[0] * grid[1]);
+}
+
+// A tensor of the checkpoint before its data is made (add_tensor, when its shard is written), or
+// one made up front (K2's small inv_freq buffers).
+struct PlannedTensor {
+  ExpectedTensor e;
+  bool fp8 = false;
+  std::optional<Tensor> made;
+  uint64_t bytes = 0;
+};
+
 Status write_text(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
   {
@@ -121,20 +144,26 @@ Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& o,
   const bool fp8 = c.quantization.quant_method == QuantMethod::kFp8;
   MLA_ASSIGN_OR_RETURN(const TinyTokenizerFiles tokenizer, tiny_tokenizer_files(o.family, c));
 
-  std::vector<Tensor> tensors;
-  for (const ExpectedTensor& e : expected_tensors(c)) add_tensor(c, e, fp8, o.seed, &tensors);
-  for (const ExpectedTensor& e : mtp_tensors(c))
-    add_tensor(c, e, fp8 && e.fp8_in_release, o.seed, &tensors);
+  std::vector<PlannedTensor> plan;
+  for (const ExpectedTensor& e : expected_tensors(c))
+    plan.push_back({e, fp8, std::nullopt, tensor_bytes(c, e, fp8)});
+  for (const ExpectedTensor& e : mtp_tensors(c)) {
+    const bool f = fp8 && e.fp8_in_release;
+    plan.push_back({e, f, std::nullopt, tensor_bytes(c, e, f)});
+  }
   if (c.model_type == "kimi_k2") {  // K2's unused buffers, inv_freq[k] = theta^(-2k/d_r)
     const int half = c.qk_rope_head_dim / 2;
     std::vector<float> inv(static_cast<size_t>(half));
     for (int k = 0; k < half; ++k)
       inv[size_t(k)] = float(std::pow(c.rope_theta, -2.0 * k / c.qk_rope_head_dim));
-    for (int i = 0; i < c.num_hidden_layers; ++i)
-      tensors.push_back({fmt::format("model.layers.{}.self_attn.rotary_emb.inv_freq", i),
-                         DType::kBF16,
-                         {half},
-                         to_bf16(inv)});
+    for (int i = 0; i < c.num_hidden_layers; ++i) {
+      Tensor t{fmt::format("model.layers.{}.self_attn.rotary_emb.inv_freq", i),
+               DType::kBF16,
+               {half},
+               to_bf16(inv)};
+      const uint64_t bytes = t.bytes.size();
+      plan.push_back({{}, false, std::move(t), bytes});
+    }
   }
 
   std::error_code ec;
@@ -153,25 +182,37 @@ Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& o,
   TinyCheckpointInfo info;
   info.config = c;
   info.files = {"config.json", tok_file, "tokenizer_config.json"};
-  info.tensors = int64_t(tensors.size());
-  for (const Tensor& t : tensors) info.tensor_bytes += t.bytes.size();
+  for (const PlannedTensor& t : plan) info.tensor_bytes += t.bytes;
 
-  // Consecutive runs of tensors of about equal bytes per shard.
-  const int shards = std::min<int>(o.shards, int(tensors.size()));
-  std::vector<std::vector<TensorToWrite>> parts(static_cast<size_t>(shards));
+  // Consecutive runs of tensors of about equal bytes per shard (a block-FP8 weight and its scale
+  // grid in the same one); each shard's data made, written and freed before the next.
+  const int shards = std::min<int>(o.shards, int(plan.size()));
+  std::vector<std::vector<size_t>> parts(static_cast<size_t>(shards));
   uint64_t before = 0;
-  for (const Tensor& t : tensors) {
+  for (size_t i = 0; i < plan.size(); ++i) {
     const size_t s = std::min<size_t>(size_t(before * shards / info.tensor_bytes), shards - 1);
-    parts[s].push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
-    before += t.bytes.size();
+    parts[s].push_back(i);
+    before += plan[i].bytes;
   }
   Json weight_map = Json::object();
   for (int s = 0; s < shards; ++s) {
     const std::string file = shards == 1
                                  ? std::string(kSingleCheckpointFile)
                                  : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards);
-    MLA_RETURN_IF_ERROR(write_safetensors((dir / file).string(), parts[s], {{"format", "pt"}}));
-    for (const TensorToWrite& t : parts[s]) weight_map[t.name] = file;
+    std::vector<Tensor> tensors;
+    for (size_t i : parts[s]) {
+      PlannedTensor& t = plan[i];
+      if (t.made)
+        tensors.push_back(std::move(*t.made));
+      else
+        add_tensor(c, t.e, t.fp8, o.seed, &tensors);
+    }
+    std::vector<TensorToWrite> part;
+    for (const Tensor& t : tensors)
+      part.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
+    MLA_RETURN_IF_ERROR(write_safetensors((dir / file).string(), part, {{"format", "pt"}}));
+    for (const TensorToWrite& t : part) weight_map[t.name] = file;
+    info.tensors += int64_t(part.size());
     info.files.push_back(file);
   }
   const fs::path index = dir / kCheckpointIndexFile, single = dir / kSingleCheckpointFile;

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 
 #include "checkpoint_test_util.h"
 #include "core/dtype.h"
@@ -147,6 +149,40 @@ TEST(TinyCheckpoint, SameSeedSameBytesOtherSeedOtherBytes) {
   EXPECT_EQ(read_text(a.file(f)), read_text(b.file(f)));
   EXPECT_NE(read_text(a.file(f)), read_text(c.file(f)));
   EXPECT_EQ(read_text(a.file(kCheckpointIndexFile)), read_text(b.file(kCheckpointIndexFile)));
+}
+
+// The shards are planned from byte counts and made one at a time: every tensor is written once,
+// the index's total_size is the sum of the data bytes, and a block-FP8 weight's scale grid sits in
+// its weight's shard (the two are made together).
+TEST(TinyCheckpoint, ShardsHoldEachFp8WeightWithItsScales) {
+  TempDir dir;
+  TinyCheckpointOptions o;
+  o.family = "v3";
+  o.shards = 7;
+  Result<TinyCheckpointInfo> info = write_tiny_checkpoint(o, dir.path());
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  const nlohmann::json index = nlohmann::json::parse(read_text(dir.file(kCheckpointIndexFile)));
+  const nlohmann::json& map = index["weight_map"];
+  EXPECT_EQ(int64_t(map.size()), info->tensors);
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), info->tensor_bytes);
+  int scales = 0;
+  std::set<std::string> files;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    files.insert(it.value().get<std::string>());
+    const std::string& name = it.key();
+    const std::string suffix = "_scale_inv";
+    if (name.size() < suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    ++scales;
+    const std::string weight = name.substr(0, name.size() - suffix.size());
+    ASSERT_TRUE(map.contains(weight)) << name;
+    EXPECT_EQ(map[weight], it.value()) << name;
+  }
+  EXPECT_GT(scales, 10);
+  EXPECT_EQ(files.size(), 7u);
+  Result<ModelWeights> w = load_model_weights(dir.path());
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
 }
 
 TEST(TinyCheckpoint, OneLayerIsMoeAndRelayoutRemovesTheOtherForm) {
