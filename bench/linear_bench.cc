@@ -173,9 +173,11 @@ const bool registered = [] {
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   // Square and tall shapes, the V2-Lite expert shapes (gate / up 1408 × 2048, down 2048 × 1408)
-  // and its dense first layer's (gate / up 10944 × 2048, down 2048 × 10944).
+  // and its dense first layer's (gate / up 10944 × 2048, down 2048 × 10944), and DeepSeek-V3's
+  // expert shapes (gate / up 2048 × 7168, down 7168 × 2048).
   const std::pair<int64_t, int64_t> shapes[] = {{2048, 2048}, {4096, 2048},  {1408, 2048},
-                                                {2048, 1408}, {10944, 2048}, {2048, 10944}};
+                                                {2048, 1408}, {10944, 2048}, {2048, 10944},
+                                                {2048, 7168}, {7168, 2048}};
   for (DType dt : {DType::kBF16, DType::kBF16R16, DType::kF8E4M3, DType::kF8E4M3R16, DType::kQ8_0,
                    DType::kQ8_0R16, DType::kQ4_K, DType::kQ4_KR16, DType::kQ6_K})
     for (auto [out, in] : shapes) {
