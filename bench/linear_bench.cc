@@ -198,10 +198,10 @@ const bool registered = [] {
                                        LinearPath::kDot, true)
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
-        // The BF16 GEMM beside the FP32 products of the same shape (path kBf16Gemm: from
-        // kLinearGemmMinRows rows, as a prefill chunk's experts run; the same as kBf16 above
-        // kLinearBatchInvariantRows); at an expert's token counts also on one L3-resident copy
-        // (what the weight's DRAM reads cost).
+        // The BF16 GEMM beside the FP32 products of the same shape (path kBf16Gemm, as a
+        // prefill chunk's experts run: from the format's lin_gemm_min_rows, below it the FP32
+        // products again; the same as kBf16 above kLinearBatchInvariantRows); at an expert's
+        // token counts also on one L3-resident copy (what the weight's DRAM reads cost).
         for (bool l3 : {false, true})
           if (n >= 4 && (!l3 || n <= 64))
             benchmark::RegisterBenchmark(

@@ -56,6 +56,23 @@ std::vector<uint8_t> to_f32(const std::vector<float>& v) {
   return out;
 }
 
+// How add_tensor stores e: F32 (router biases), BF16, or block-FP8 with an F32 scale grid.
+DType stored_dtype(const ExpectedTensor& e, bool fp8) {
+  if (e.role == WeightRole::kRouterBias) return DType::kF32;
+  return fp8 && e.fp8_in_release ? DType::kF8E4M3 : DType::kBF16;
+}
+
+// The bytes add_tensor appends for e (its weight, and its scale grid when block-FP8): what the
+// shards are planned from before their data is made.
+uint64_t tensor_bytes(const ModelConfig& c, const ExpectedTensor& e, bool fp8) {
+  uint64_t n = 1;
+  for (int64_t d : e.shape) n *= uint64_t(d);
+  const DType t = stored_dtype(e, fp8);
+  if (t != DType::kF8E4M3) return n * uint64_t(dtype_bytes(t, 1));
+  const std::vector<int64_t> grid = fp8_scale_shape(c, e.shape);
+  return n + 4 * uint64_t(grid[0] * grid[1]);
+}
+
 // Appends the weight and, when FP8, its block scales: scale = amax(block) / 448, stored as
 // weight_scale_inv because dequantisation multiplies by it (docs/MODELS.md §Safetensors and FP8).
 void add_tensor(const ModelConfig& c, const ExpectedTensor& e, bool fp8, uint64_t seed,
@@ -71,12 +88,9 @@ void add_tensor(const ModelConfig& c, const ExpectedTensor& e, bool fp8, uint64_
                                     : 1.0 / std::sqrt(double(e.shape.back()));
   const double mean = e.role == WeightRole::kNorm ? 1.0 : 0.0;
   for (float& x : v) x = float(mean + std_dev * rng.normal());
-  if (e.role == WeightRole::kRouterBias) {
-    out->push_back({e.name, DType::kF32, e.shape, to_f32(v)});
-    return;
-  }
-  if (!fp8 || !e.fp8_in_release) {
-    out->push_back({e.name, DType::kBF16, e.shape, to_bf16(v)});
+  const DType stored = stored_dtype(e, fp8);
+  if (stored != DType::kF8E4M3) {
+    out->push_back({e.name, stored, e.shape, stored == DType::kF32 ? to_f32(v) : to_bf16(v)});
     return;
   }
   const int64_t rows = e.shape[0], cols = e.shape[1];
@@ -98,16 +112,6 @@ void add_tensor(const ModelConfig& c, const ExpectedTensor& e, bool fp8, uint64_
     }
   out->push_back({e.name, DType::kF8E4M3, e.shape, std::move(q)});
   out->push_back({fp8_scale_name(e.name), DType::kF32, grid, to_f32(scale)});
-}
-
-// The bytes add_tensor appends for e (its weight, and its scale grid when block-FP8).
-uint64_t tensor_bytes(const ModelConfig& c, const ExpectedTensor& e, bool fp8) {
-  uint64_t n = 1;
-  for (int64_t d : e.shape) n *= uint64_t(d);
-  if (e.role == WeightRole::kRouterBias) return 4 * n;
-  if (!fp8 || !e.fp8_in_release) return 2 * n;
-  const std::vector<int64_t> grid = fp8_scale_shape(c, e.shape);
-  return n + 4 * uint64_t(grid[0] * grid[1]);
 }
 
 // A tensor of the checkpoint before its data is made (add_tensor, when its shard is written), or
@@ -182,7 +186,8 @@ Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& o,
   TinyCheckpointInfo info;
   info.config = c;
   info.files = {"config.json", tok_file, "tokenizer_config.json"};
-  for (const PlannedTensor& t : plan) info.tensor_bytes += t.bytes;
+  uint64_t planned = 0;
+  for (const PlannedTensor& t : plan) planned += t.bytes;
 
   // Consecutive runs of tensors of about equal bytes per shard (a block-FP8 weight and its scale
   // grid in the same one); each shard's data made, written and freed before the next.
@@ -190,7 +195,7 @@ Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& o,
   std::vector<std::vector<size_t>> parts(static_cast<size_t>(shards));
   uint64_t before = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
-    const size_t s = std::min<size_t>(size_t(before * shards / info.tensor_bytes), shards - 1);
+    const size_t s = std::min<size_t>(size_t(before * shards / planned), shards - 1);
     parts[s].push_back(i);
     before += plan[i].bytes;
   }
@@ -211,7 +216,10 @@ Result<TinyCheckpointInfo> write_tiny_checkpoint(const TinyCheckpointOptions& o,
     for (const Tensor& t : tensors)
       part.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
     MLA_RETURN_IF_ERROR(write_safetensors((dir / file).string(), part, {{"format", "pt"}}));
-    for (const TensorToWrite& t : part) weight_map[t.name] = file;
+    for (const TensorToWrite& t : part) {
+      weight_map[t.name] = file;
+      info.tensor_bytes += t.byte_size;
+    }
     info.tensors += int64_t(part.size());
     info.files.push_back(file);
   }

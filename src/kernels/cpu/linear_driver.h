@@ -495,8 +495,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       size_t panel_end = 0;
       for (size_t j = 0; j < jobs.size(); ++j) {
         const LinearJob& job = jobs[j];
-        if (job.n == 0 || job.n < lin_gemm_min_rows(path, job.w->dtype) || !L::gemm_takes(*job.w))
-          continue;
+        if (job.n < lin_gemm_min_rows(path, job.w->dtype) || !L::gemm_takes(*job.w)) continue;
         for (size_t p = 0; p < owner.size() && panel_of[j] < 0; ++p) {
           const LinearJob& o = jobs[owner[p]];
           if (o.x == job.x && o.x_rows == job.x_rows && o.n == job.n && o.w->in == job.w->in)
