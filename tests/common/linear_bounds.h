@@ -72,14 +72,18 @@ inline double gemm_unit(const TestWeight& t) {
   return m;
 }
 
-// Whether a product takes the BF16 GEMM (bound_bf16), else the FP32 products (bound): a variant
-// with BF16 intermediates (linear.cpu.avx512bf16) on path kBf16 with more than 16 rows, for the
+// Whether a product may take the BF16 GEMM (bound_bf16, which holds for the FP32 products too),
+// else the FP32 products (bound): a variant with BF16 intermediates (linear.cpu.avx512bf16) on
+// path kBf16 with more than 16 rows, or on path kBf16Gemm from 4 rows (the smallest of the
+// formats' minimums, cpu/linear_driver.h lin_gemm_min_rows), for the
 // weights the GEMM takes (cpu/linear_gemm_bf16.h gemm_bf16_takes: BF16 and BF16_R16, F32,
 // F8_E4M3_R16, FP8 whose scale blocks hold whole column pairs). F16 and int8 keep the FP32 products
 // on every path.
 inline bool takes_bf16_gemm(Intermediates compute, LinearPath path, int64_t n,
                             const LinearWeight& w) {
-  if (compute != Intermediates::kBf16 || path != LinearPath::kBf16 || n <= 16) return false;
+  if (compute != Intermediates::kBf16) return false;
+  if (!(path == LinearPath::kBf16 && n > 16) && !(path == LinearPath::kBf16Gemm && n >= 4))
+    return false;
   return w.dtype == DType::kBF16 || w.dtype == DType::kBF16R16 || w.dtype == DType::kF32 ||
          w.dtype == DType::kF8E4M3R16 || (w.dtype == DType::kF8E4M3 && w.block_cols % 2 == 0);
 }

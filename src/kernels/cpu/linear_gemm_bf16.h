@@ -128,11 +128,13 @@ struct F8Widen {
 // hardware prefetcher stops at each 4 KiB page, and the first load of every row had stalled on
 // DRAM (11% of the FP8 GEMM in `perf`); prefill 512 of the 4-layer FP8 model went from 0.62-0.65
 // to 0.68-0.69 of the BF16 dot peak (no prefetch / 2 / 4 / 8 KiB ahead, alternated 3 times).
-inline void gemm_widen_fp8_run(const uint8_t* src, int64_t count, uint16_t* d) {
+inline void gemm_widen_fp8_run(const uint8_t* src, int64_t count, uint16_t* d,
+                               WeightAhead* next = nullptr) {
   const F8Widen t;
   int64_t k = 0;
   for (; k + 64 <= count; k += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(src + k + kGemmWidenAheadBytes), _MM_HINT_T0);
+    if (next) next->request(1);
     __m512i lo, hi;
     t.widen(_mm512_loadu_si512(src + k), lo, hi);
     _mm512_storeu_si512(d + k, lo);
@@ -309,6 +311,28 @@ void gemm_bf16_tiles(const uint32_t* x, int64_t ldx, int64_t rows, const uint32_
                                 ldt, ahead, out + g * ldo, ldo, next, per);
 }
 
+// scales[b · ld + r] = the scale of W row r0 + r in scale block b (columns [b · block_cols,
+// (b + 1) · block_cols)), with the 2^8 of the widening, for b < the grid's columns; rows ≥ rows
+// (a ragged vector's padding) 0. Filled a run of rows sharing a scale row at a time: a division
+// per entry (lin_block_scale) had been ~7% of the FP8 GEMM at 16 rows of x and V3's 2,048 × 7,168
+// (56 blocks × 48 rows a chunk, `perf`).
+inline void gemm_fp8_scales(const LinearWeight& w, int64_t r0, int64_t rows, int64_t ld,
+                            float* scales) {
+  const int64_t blocks = (w.in + w.block_cols - 1) / w.block_cols;
+  for (int64_t r = 0; r < rows;) {
+    const int64_t grid_row = (r0 + r) / w.block_rows;
+    const int64_t end = std::min(rows, (grid_row + 1) * w.block_rows - r0);
+    for (int64_t b = 0; b < blocks; ++b) {
+      float s;
+      std::memcpy(&s, w.scale_inv + 4 * (grid_row * blocks + b), 4);
+      std::fill(scales + b * ld + r, scales + b * ld + end, s * 256.0f);
+    }
+    r = end;
+  }
+  for (int64_t b = 0; b < blocks; ++b)
+    std::fill(scales + b * ld + rows, scales + (b + 1) * ld, 0.0f);
+}
+
 // Pairs per column block of BF16 weights: a block of x rows and of the W vectors stay in L1
 // while every register tile reads them.
 constexpr int64_t kGemmBlockPairs = 128;
@@ -330,19 +354,31 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   static thread_local AlignedBuffer<uint16_t> rows_scratch;
   static thread_local AlignedBuffer<uint32_t> packed_scratch;
   static thread_local AlignedBuffer<float> scale_scratch;
+  static thread_local AlignedBuffer<uint32_t> step_scratch;
   constexpr int64_t ldt = kGemmMaxChunkRows;
   alignas(64) float tot[kGemmXBlock * ldt];
   const int64_t rows = r1 - r0, kp = gemm_pairs(w.in), vecs = (rows + 15) / 16;
   const int64_t ldw = kp * 16;  // words from one vector of 16 W rows to the next
   // BF16_R16 is read in place (r0 is a multiple of 48); the others are laid out in scratch.
   const bool in_place = D == DType::kBF16 && w.dtype == DType::kBF16R16;
-  uint32_t* dst = in_place ? nullptr : ensure_scratch(packed_scratch, size_t(vecs * ldw));
+  bool amx = false;
+  if constexpr (requires { L::kAmx; })
+    amx = gemm_amx_fits(w.in, D == DType::kF8E4M3 ? w.block_cols : 0);
+  // A kF8E4M3R16 weight against one block of x rows (an expert's few tokens) is widened one
+  // (vectors, scale block) step at a time into L1 (`step_scratch`), just before its tiles: widened
+  // whole, the chunk's BF16 copy (48-96 rows × in × 2 bytes: 0.7-1.4 MB at V3's 7,168) went to L2
+  // and back for the one or two tiles that read each of its vectors.
+  const bool by_step =
+      D == DType::kF8E4M3 && w.dtype == DType::kF8E4M3R16 && !amx && n <= kGemmXBlock;
+  uint32_t* dst =
+      in_place || by_step ? nullptr : ensure_scratch(packed_scratch, size_t(vecs * ldw));
   const uint32_t* wp = in_place ? reinterpret_cast<const uint32_t*>(w.data + r0 * w.in * 2) : dst;
   if (D == DType::kBF16 && w.dtype == DType::kBF16) {
     const uint16_t* src = reinterpret_cast<const uint16_t*>(w.data) + r0 * w.in;
     for (int64_t v = 0; v < vecs; ++v)
       gemm_pack_w16(src + v * 16 * w.in, w.in, int(std::min<int64_t>(16, rows - 16 * v)), w.in,
                     dst + v * ldw);
+  } else if (by_step) {                       // widened in the loop below
   } else if (w.dtype == DType::kF8E4M3R16) {  // groups of 16 rows, widened in order
     gemm_widen_fp8_run(w.data + r0 * w.in, rows * w.in, reinterpret_cast<uint16_t*>(dst));
   } else if (!in_place) {
@@ -365,16 +401,15 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   float* scales = nullptr;
   if constexpr (D == DType::kF8E4M3) {
     scales = ensure_scratch(scale_scratch, size_t(blocks * vecs * 16));
-    for (int64_t b = 0; b < blocks; ++b)
-      for (int64_t r = 0; r < 16 * vecs; ++r)
-        scales[b * vecs * 16 + r] = r < rows ? lin_block_scale(w, r0 + r, 2 * b * block) : 0.0f;
+    gemm_fp8_scales(w, r0, rows, 16 * vecs,
+                    scales);  // blocks: the grid's columns (block_cols even)
   }
   // On AMX (traits with kAmx: linear.cpu.amx) every row of x runs on the tile unit
   // (linear_gemm_amx.h; the panel's rows past n are zero); weights whose rows or scale blocks
   // are not whole 16-pair steps take the tiles below.
   int64_t i_start = 0;
   if constexpr (requires { L::kAmx; }) {
-    if (gemm_amx_fits(w.in, D == DType::kF8E4M3 ? w.block_cols : 0)) {
+    if (amx) {
       using T = typename L::AmxTiles;
       T::begin();
       for (int64_t i0 = 0; i0 < n; i0 += kAmxXRows)
@@ -386,10 +421,12 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   }
   // Lines of `next` per register tile: the chunk runs ceil(x rows / kGemmXRows) tiles per
   // (vectors, column block) step (an estimate: the last tiles of a block may be smaller).
-  const int64_t per = D == DType::kF8E4M3
+  const int64_t per = D == DType::kF8E4M3 && !by_step
                           ? next.per_step((n - i_start + kGemmXRows - 1) / kGemmXRows *
                                           ((vecs + kGemmWVecs - 1) / kGemmWVecs) * blocks)
                           : 0;
+  uint32_t* step =
+      by_step ? ensure_scratch(step_scratch, size_t(kGemmWVecs * 16 * block)) : nullptr;
   for (int64_t i0 = i_start; i0 < n; i0 += kGemmXBlock) {
     const int64_t x_rows = std::min<int64_t>(kGemmXBlock, n - i0);
     const uint32_t* xb = panels + i0 * kp;
@@ -399,6 +436,14 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
         const int64_t p0 = b * block, np = std::min(kp, p0 + block) - p0;
         const float* sc = scales ? scales + b * vecs * 16 + v * 16 : nullptr;
         const uint32_t* wv = wp + v * ldw + p0 * 16;
+        int64_t ldv = ldw;
+        if (by_step) {  // vector h's pairs [p0, p0 + np) at step + h · 16 · block words
+          for (int64_t j = 0; j < h; ++j)
+            gemm_widen_fp8_run(w.data + (r0 + 16 * (v + j)) * w.in + 32 * p0, 32 * np,
+                               reinterpret_cast<uint16_t*>(step + j * 16 * block), &next);
+          wv = step;
+          ldv = 16 * block;
+        }
         float* t = tot + v * 16;
         // A weight read in place comes from DRAM on the first pass over x: its tiles request
         // the next block's lines (the next vectors' first block after the last).
@@ -415,13 +460,13 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
         float* o = last ? y + i0 * w.out + r0 + v * 16 : t;
         const int64_t ldo = last ? w.out : ldt;
         if (h == 3)
-          gemm_bf16_tiles<kGemmXRows, 3>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
+          gemm_bf16_tiles<kGemmXRows, 3>(xb + p0, kp, x_rows, wv, ldv, np, sc, b == 0, t, ldt,
                                          ahead, o, ldo, &next, per);
         else if (h == 2)
-          gemm_bf16_tiles<kGemmXRows, 2>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
+          gemm_bf16_tiles<kGemmXRows, 2>(xb + p0, kp, x_rows, wv, ldv, np, sc, b == 0, t, ldt,
                                          ahead, o, ldo, &next, per);
         else
-          gemm_bf16_tiles<kGemmXRows, 1>(xb + p0, kp, x_rows, wv, ldw, np, sc, b == 0, t, ldt,
+          gemm_bf16_tiles<kGemmXRows, 1>(xb + p0, kp, x_rows, wv, ldv, np, sc, b == 0, t, ldt,
                                          ahead, o, ldo, &next, per);
         if (b + 1 == blocks && !last)  // a ragged last vector: its live rows from tot
           for (int64_t i = 0; i < x_rows; ++i)

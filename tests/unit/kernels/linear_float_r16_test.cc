@@ -110,7 +110,8 @@ TEST(FloatR16, EveryCpuVariantAndPathMatchesTheReference) {
       ASSERT_EQ(want, want_r16) << "the reference reads the repacked rows as the stored ones";
       ref::linear(a.w, n, xa.data(), abs_sum.data());
       for (const LinearVariant* v : cpu_linear_variants_here())
-        for (LinearPath p : {LinearPath::kAuto, LinearPath::kDot, LinearPath::kBf16}) {
+        for (LinearPath p :
+             {LinearPath::kAuto, LinearPath::kDot, LinearPath::kBf16, LinearPath::kBf16Gemm}) {
           std::vector<float> y(want.size(), -12345.0f);
           run_product(*v, r.w, n, x.data(), y.data(), pool, p);
           const bool gemm = takes_bf16_gemm(v->compute, p, n, r.w);
@@ -175,6 +176,32 @@ TEST(FloatR16, ARowOfXGetsTheSameOutputAloneAndInABatch) {
                   << " output " << o;
           }
         }
+  }
+}
+
+// The GEMM widens an FP8 weight's chunk whole for more than one block of x rows (48) and one
+// (vectors, scale block) step at a time for fewer: the same BF16 values through the same tiles,
+// so a row of x gets the same bits in a product of 8, 17, 48 or 64 rows (a prefill chunk's
+// experts hold any number of tokens). Rows of 160 (a ragged last chunk) and scale blocks of 16
+// rows (several scale rows a chunk) by 64 columns (2,100: a ragged last block).
+TEST(FloatR16, AGemmRowGetsTheSameOutputWhateverTheRowsAroundIt) {
+  ThreadPool pool(3);
+  Rng rng(13);
+  for (auto [t, out, in] : {std::tuple{DType::kF8E4M3, 160, 2100}, {DType::kBF16, 160, 2100}}) {
+    const Repacked r = make_repacked(rng, t, out, in, 2, 16, 64);
+    std::vector<float> x(size_t(64 * in));
+    for (auto& e : x) e = float(rng.normal());
+    for (const LinearVariant* v : cpu_linear_variants_here()) {
+      std::vector<float> all(size_t(64 * out));
+      run_product(*v, r.w, 64, x.data(), all.data(), pool, LinearPath::kBf16Gemm);
+      for (int64_t n : {8, 17, 48}) {
+        std::vector<float> y(size_t(n * out));
+        run_product(*v, r.w, n, x.data() + (64 - n) * in, y.data(), pool, LinearPath::kBf16Gemm);
+        for (size_t k = 0; k < y.size(); ++k)
+          ASSERT_EQ(y[k], all[size_t((64 - n) * out) + k])
+              << v->name << " " << dtype_name(t) << " n " << n << " element " << k;
+      }
+    }
   }
 }
 
