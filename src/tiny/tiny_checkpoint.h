@@ -33,6 +33,9 @@ struct TinyCheckpointOptions {
   // widths, vocabulary) instead of the tiny ones, with `layers` decoder layers: random weights of
   // the real shape for benchmarks (V2-Lite with 4 layers is ~3 GB in FP8). Not for CI.
   bool real_dims = false;
+  // The family's multi-token-prediction layers (num_nextn_predict_layers: 1 for v3 and kimi-k2);
+  // false writes none (a --real-dims V3 MTP layer is another ~11 GB MoE layer of FP8 experts).
+  bool mtp = true;
 };
 inline constexpr int kMaxTinyLayers = 64;
 inline constexpr int kMaxTinyShards = 16;

@@ -212,7 +212,8 @@ Json config_json(const Family& f, const TinyCheckpointOptions& o) {
     j["topk_group"] = c.topk_group;
     j["v_head_dim"] = c.v_head_dim;
   }
-  if (f.model_type != std::string_view("deepseek_v2")) j["num_nextn_predict_layers"] = f.nextn;
+  if (f.model_type != std::string_view("deepseek_v2"))
+    j["num_nextn_predict_layers"] = o.mtp ? f.nextn : 0;
   return j;
 }
 }  // namespace

@@ -21,6 +21,7 @@ struct MakeTinyOptions {
   uint64_t seed = 0;
   int shards = 2;
   bool real_dims = false;
+  bool no_mtp = false;
 };
 
 int run_make_tiny(const MakeTinyOptions& o) {
@@ -31,6 +32,7 @@ int run_make_tiny(const MakeTinyOptions& o) {
   t.seed = o.seed;
   t.shards = o.shards;
   t.real_dims = o.real_dims;
+  t.mtp = !o.no_mtp;
   Result<TinyCheckpointInfo> info = write_tiny_checkpoint(t, o.out);
   if (!info.ok()) {
     fmt::print(stderr, "error: {}\n", info.status().message());
@@ -75,6 +77,9 @@ void register_make_tiny(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, kMaxTinyShards));
   cmd->add_flag("--real-dims", opts->real_dims,
                 "The released model's dims with --layers layers (GBs: for benchmarks)");
+  cmd->add_flag("--no-mtp", opts->no_mtp,
+                "Without the multi-token-prediction layer (v3, kimi-k2: a --real-dims MoE layer "
+                "less on disk)");
   cmd->callback([opts, exit_code] { *exit_code = run_make_tiny(*opts); });
 }
 

@@ -33,6 +33,22 @@ TEST_F(MakeTinyCli, WritesALoadableCheckpoint) {
   EXPECT_TRUE(w->layers[1].kv_b_proj.fp8());
 }
 
+// --no-mtp: config.json holds no MTP layer and the files no tensor of one (V3's follows the
+// decoder layers: model.layers.<num_hidden_layers>.*), where the default writes both.
+TEST_F(MakeTinyCli, NoMtpWritesNoMultiTokenPredictionLayer) {
+  for (const bool mtp : {true, false}) {
+    const std::string out = dir_.file(mtp ? "with" : "without");
+    const test::RunResult r = test::run_mla(
+        "make-tiny --family v3 --layers 2 --out '" + out + "'" + (mtp ? "" : " --no-mtp"), true);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    Result<ModelWeights> w = load_model_weights(out);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    EXPECT_EQ(w->config.num_nextn_predict_layers, mtp ? 1 : 0);
+    EXPECT_EQ(w->checkpoint.find("model.layers.2.eh_proj.weight") != nullptr, mtp) << out;
+    EXPECT_EQ(w->checkpoint.find("model.layers.2.mlp.experts.0.up_proj.weight") != nullptr, mtp);
+  }
+}
+
 TEST_F(MakeTinyCli, BadFlagsFail) {
   for (const std::string args :
        {"make-tiny --family v9 --out x", "make-tiny --family v3",
