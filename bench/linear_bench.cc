@@ -19,6 +19,7 @@
 #include "core/aligned_buffer.h"
 #include "core/ggml_quant.h"
 #include "core/ggml_repack.h"
+#include "core/huge_pages.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/linear.h"
@@ -59,6 +60,9 @@ const WeightSet& weights(DType dt, int64_t out, int64_t in) {
   s.bytes = out * mla::dtype_bytes(dt, in);
   s.copies = int(std::max<int64_t>(1, (int64_t(256) << 20) / s.bytes));
   s.data = mla::AlignedBuffer<uint8_t>(size_t(s.bytes) * s.copies);
+  // On 2 MiB pages, as the loader's repacked weights (WeightArena) and a mapped file's large
+  // folios are: on 4 KiB pages the rows read from DRAM also paid page walks the engine does not.
+  mla::advise_huge_pages(s.data.data(), size_t(s.bytes) * s.copies);
   std::vector<float> row(size_t(block ? in : 0));
   for (int64_t o = 0; block && o < out; ++o) {  // GGUF blocks: quantised N(0, 1) rows
     for (float& v : row) v = float(rng.normal());

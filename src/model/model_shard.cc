@@ -2,7 +2,6 @@
 #include "model/model_shard.h"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/ggml_quant.h"
+#include "core/huge_pages.h"
 
 namespace mla {
 
@@ -28,15 +28,6 @@ int64_t column_granule(const LinearWeight& w) {
 }
 
 namespace {
-
-// Large copies on 2 MiB pages where the kernel allows (THP "madvise"): decode reads every active
-// weight through the TLB, and 4 KiB pages cost the repacked Q8_0 model 8% (WeightArena's note).
-void advise_huge_pages(void* p, size_t bytes) {
-  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_HUGEPAGE);
-}
 
 // A GGUF block format cut inside its blocks (a head's columns of o_proj narrower than a Q4_K
 // block): the slice as F32, the format's values exactly (its dequantisation is defined in FP32).
