@@ -188,8 +188,9 @@ const bool registered = [] {
       if (mla::dtype_is_ggml_block(dt) && in % mla::dtype_block(dt).elems != 0) continue;
       if (mla::dtype_is_row_interleaved(dt) && !mla::repack_fits(dt, out, in)) continue;
       // 40: an expert's tokens in a 512-token prefill chunk of V2-Lite (DeepSeek-V3's: ~16);
-      // 2,048: a whole default chunk; 6: where the FP32 products pass over W twice (4 + 2 rows).
-      for (int64_t n : {1, 4, 6, 8, 16, 40, 64, 512, 2048}) {
+      // 2,048: a whole default chunk; 5 and 6: where the FP32 products pass over W twice (4 + 1,
+      // 4 + 2 rows).
+      for (int64_t n : {1, 4, 5, 6, 8, 16, 40, 64, 512, 2048}) {
         const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
                                  std::to_string(out) + "x" + std::to_string(in) + "/n" +
                                  std::to_string(n) + "/dot";
