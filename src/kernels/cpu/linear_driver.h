@@ -51,9 +51,10 @@ constexpr int64_t kLinWidenMinRows = 16;
 // alone or in a batch). On path kBf16Gemm, where the GEMM overtakes the FP32 products (2 threads,
 // the 1,408 × 2,048 and 2,048 × 1,408 expert shapes of `mla_bench_linear`, Zen 4:
 // docs/BENCHMARKS.md "Experts with few tokens on the GEMMs"): BF16 from 4 rows (1.3x there, 2x at 8
-// and 16), FP8 from 5 (1.3-1.5x at V2-Lite's and V3's expert shapes, where the FP32 products pass
-// over W twice, 4 rows and 1; even at 4: docs/BENCHMARKS.md "The FP8 GEMM at an expert's few
-// tokens"), the int8 GEMM of the GGUF formats from 16 (1.15x; even at 8).
+// and 16), FP8 from 5 (where the FP32 products pass over W twice, 4 rows and 1: repacked 1.3-1.5x
+// at V2-Lite's and V3's expert shapes, row-major 1.1-1.3x; even at 4: docs/BENCHMARKS.md "The
+// FP8 GEMM at an expert's few tokens"), the int8 GEMM of the GGUF formats from 16 (1.15x; even
+// at 8).
 inline int64_t lin_gemm_min_rows(LinearPath path, DType t) {
   if (path == LinearPath::kBf16) return kLinearBatchInvariantRows + 1;
   if (path != LinearPath::kBf16Gemm) return 0;

@@ -124,7 +124,8 @@ struct F8Widen {
 // byte tables of kFp8Fp32Bytes give the top two bytes of each FP32 value · 2^-8, which are its
 // BF16 bits exactly (≤ 8 significant bits; NaN codes give a NaN); one byte permute puts the
 // columns where the in-lane byte unpacks leave them in order: 6 shuffles per 64 values, against
-// 18 through FP32 and a conversion. A chunk's rows are one run of bytes, read 8 KiB ahead: the
+// 18 through FP32 and a conversion. A chunk's rows are one run of bytes (by step: one run per
+// vector and scale block), read 8 KiB ahead: the
 // hardware prefetcher stops at each 4 KiB page, and the first load of every row had stalled on
 // DRAM (11% of the FP8 GEMM in `perf`); prefill 512 of the 4-layer FP8 model went from 0.62-0.65
 // to 0.68-0.69 of the BF16 dot peak (no prefetch / 2 / 4 / 8 KiB ahead, alternated 3 times).
@@ -343,11 +344,14 @@ constexpr int kGemmXBlock = 48;  // x rows whose sums sit in `tot` across the co
 // W rows [r0, r1) (r1 - r0 ≤ kGemmMaxChunkRows) against every row of x (all n rows, panels: BF16
 // pairs row after row, kp words a row). D: kF8E4M3 (scaled column blocks) or kBF16 (unscaled: BF16
 // weights, and F32 ones rounded). The chunk's rows are first laid out as pair-interleaved
-// vectors of 16 rows (gemm_pack_w16; FP8 widened and F32 rounded to BF16 rows before); per block
-// of kGemmXBlock x rows the sums sit in `tot` (L1) across the column blocks, the last block's to y.
+// vectors of 16 rows (gemm_pack_w16; FP8 widened and F32 rounded to BF16 rows before), or, for
+// a kF8E4M3R16 weight and one block of x rows off AMX (`by_step`), widened one step of 3 vectors
+// × one scale block at a time; per block of kGemmXBlock x rows the sums sit in `tot` (L1) across
+// the column blocks, the last block's to y.
 // `next`: the weight bytes this thread reads next, requested a few lines per register tile where
-// the chunk was widened from FP8, so that the next chunk's widening reads them from L2 (prefill
-// 512 of the 4-layer FP8 model 2-3% faster; BF16 weights, read in place, measured 2% slower).
+// the chunk was widened from FP8 (by step: a line per 64 bytes widened), so that the next chunk's
+// widening reads them from L2 (prefill 512 of the 4-layer FP8 model 2-3% faster; BF16 weights,
+// read in place, measured 2% slower).
 template <class L, DType D>
 void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, float* y, int64_t r0,
                      int64_t r1, WeightAhead next) {
@@ -365,7 +369,8 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   if constexpr (requires { L::kAmx; })
     amx = gemm_amx_fits(w.in, D == DType::kF8E4M3 ? w.block_cols : 0);
   // A kF8E4M3R16 weight against one block of x rows (an expert's few tokens) is widened one
-  // (vectors, scale block) step at a time into L1 (`step_scratch`), just before its tiles: widened
+  // (vectors, scale block) step at a time into L1 (`step_scratch`: 12 KiB for 128-column scale
+  // blocks), just before its tiles: widened
   // whole, the chunk's BF16 copy (48-96 rows × in × 2 bytes: 0.7-1.4 MB at V3's 7,168) went to L2
   // and back for the one or two tiles that read each of its vectors.
   const bool by_step =
@@ -435,15 +440,12 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t p0 = b * block, np = std::min(kp, p0 + block) - p0;
         const float* sc = scales ? scales + b * vecs * 16 + v * 16 : nullptr;
-        const uint32_t* wv = wp + v * ldw + p0 * 16;
-        int64_t ldv = ldw;
-        if (by_step) {  // vector h's pairs [p0, p0 + np) at step + h · 16 · block words
-          for (int64_t j = 0; j < h; ++j)
-            gemm_widen_fp8_run(w.data + (r0 + 16 * (v + j)) * w.in + 32 * p0, 32 * np,
-                               reinterpret_cast<uint16_t*>(step + j * 16 * block), &next);
-          wv = step;
-          ldv = 16 * block;
-        }
+        // by_step: vector j's pairs [p0, p0 + np) at step + j · 16 · block words.
+        const uint32_t* wv = by_step ? step : wp + v * ldw + p0 * 16;
+        const int64_t ldv = by_step ? 16 * block : ldw;
+        for (int64_t j = 0; by_step && j < h; ++j)
+          gemm_widen_fp8_run(w.data + (r0 + 16 * (v + j)) * w.in + 32 * p0, 32 * np,
+                             reinterpret_cast<uint16_t*>(step + j * 16 * block), &next);
         float* t = tot + v * 16;
         // A weight read in place comes from DRAM on the first pass over x: its tiles request
         // the next block's lines (the next vectors' first block after the last).
