@@ -125,10 +125,11 @@ struct F8Widen {
 // BF16 bits exactly (≤ 8 significant bits; NaN codes give a NaN); one byte permute puts the
 // columns where the in-lane byte unpacks leave them in order: 6 shuffles per 64 values, against
 // 18 through FP32 and a conversion. A chunk's rows are one run of bytes (by step: one run per
-// vector and scale block), read 8 KiB ahead: the
-// hardware prefetcher stops at each 4 KiB page, and the first load of every row had stalled on
-// DRAM (11% of the FP8 GEMM in `perf`); prefill 512 of the 4-layer FP8 model went from 0.62-0.65
-// to 0.68-0.69 of the BF16 dot peak (no prefetch / 2 / 4 / 8 KiB ahead, alternated 3 times).
+// vector and scale block), read 8 KiB ahead: the hardware prefetcher stops at each 4 KiB page,
+// and the first load of every row had stalled on DRAM (11% of the FP8 GEMM in `perf`); prefill
+// 512 of the 4-layer FP8 model went from 0.62-0.65 to 0.68-0.69 of the BF16 dot peak (no
+// prefetch / 2 / 4 / 8 KiB ahead, alternated 3 times). `next` (by step): one line of the next
+// chunk requested per 64 bytes widened.
 inline void gemm_widen_fp8_run(const uint8_t* src, int64_t count, uint16_t* d,
                                WeightAhead* next = nullptr) {
   const F8Widen t;
@@ -370,9 +371,9 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
     amx = gemm_amx_fits(w.in, D == DType::kF8E4M3 ? w.block_cols : 0);
   // A kF8E4M3R16 weight against one block of x rows (an expert's few tokens) is widened one
   // (vectors, scale block) step at a time into L1 (`step_scratch`: 12 KiB for 128-column scale
-  // blocks), just before its tiles: widened
-  // whole, the chunk's BF16 copy (48-96 rows × in × 2 bytes: 0.7-1.4 MB at V3's 7,168) went to L2
-  // and back for the one or two tiles that read each of its vectors.
+  // blocks), just before its tiles: widened whole, the chunk's BF16 copy (48-96 rows × in × 2
+  // bytes: 0.7-1.4 MB at V3's 7,168) went to L2 and back for the one or two tiles that read each
+  // of its vectors.
   const bool by_step =
       D == DType::kF8E4M3 && w.dtype == DType::kF8E4M3R16 && !amx && n <= kGemmXBlock;
   uint32_t* dst =
@@ -406,8 +407,8 @@ void gemm_bf16_chunk(const LinearWeight& w, int64_t n, const uint32_t* panels, f
   float* scales = nullptr;
   if constexpr (D == DType::kF8E4M3) {
     scales = ensure_scratch(scale_scratch, size_t(blocks * vecs * 16));
-    gemm_fp8_scales(w, r0, rows, 16 * vecs,
-                    scales);  // blocks: the grid's columns (block_cols even)
+    // blocks: the grid's columns (block_cols even).
+    gemm_fp8_scales(w, r0, rows, 16 * vecs, scales);
   }
   // On AMX (traits with kAmx: linear.cpu.amx) every row of x runs on the tile unit
   // (linear_gemm_amx.h; the panel's rows past n are zero); weights whose rows or scale blocks
