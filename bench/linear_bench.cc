@@ -190,7 +190,7 @@ const bool registered = [] {
       // 40: an expert's tokens in a 512-token prefill chunk of V2-Lite (DeepSeek-V3's: ~16);
       // 2,048: a whole default chunk; 5 and 6: where the FP32 products pass over W twice (4 + 1,
       // 4 + 2 rows).
-      for (int64_t n : {1, 4, 5, 6, 8, 16, 40, 64, 512, 2048}) {
+      for (int64_t n : {1, 2, 4, 5, 6, 8, 16, 40, 64, 512, 2048}) {
         const std::string name = std::string("linear/") + std::string(mla::dtype_name(dt)) + "/" +
                                  std::to_string(out) + "x" + std::to_string(in) + "/n" +
                                  std::to_string(n) + "/dot";
@@ -208,7 +208,7 @@ const bool registered = [] {
         // products again; the same as kBf16 above kLinearBatchInvariantRows); at an expert's
         // token counts also on one L3-resident copy (what the weight's DRAM reads cost).
         for (bool l3 : {false, true})
-          if (n >= 4 && (!l3 || n <= 64))
+          if (!l3 || n <= 64)
             benchmark::RegisterBenchmark(
                 (name.substr(0, name.size() - 4) + (l3 ? "/bf16/l3" : "/bf16")).c_str(), BM_Linear,
                 dt, out, in, n, LinearPath::kBf16Gemm, l3)

@@ -98,9 +98,11 @@ bool linear_pair_fits(const LinearWeight& a, const LinearWeight& b);
 //          (linear()'s math kBF16).
 //   kBf16Gemm: kBf16, and products of fewer rows on the GEMMs too, down to the row count where
 //          the GEMM stops being faster for the weight's format (measured per format:
-//          cpu/linear_driver.h): for the jobs of a pass of more than kLinearBatchInvariantRows
-//          rows (a prefill chunk's experts, ~16 tokens each in DeepSeek-V3), which would otherwise
-//          run on FP32 FMAs at half the rate of the BF16 dot products (linear_many's batch_rows).
+//          cpu/linear_driver.h), and below it BF16_R16 / F8_E4M3_R16 weights on BF16 dot
+//          products as well (cpu/linear_r16_dot.h): for the jobs of a pass of more than
+//          kLinearBatchInvariantRows rows (a prefill chunk's experts, ~16 tokens each in
+//          DeepSeek-V3), which would otherwise run on FP32 FMAs at half the rate of the BF16 dot
+//          products (linear_many's batch_rows).
 enum class LinearPath { kAuto, kDot, kBf16, kBf16Gemm };
 
 // Path kBf16 keeps FP32 products for up to this many rows of x, so that a row gets the same bits

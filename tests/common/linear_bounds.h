@@ -51,6 +51,11 @@ inline double bound(int64_t in, double abs_sum) {
 // F32 weights (`w_rounds`) are rounded to BF16 in the panel as well (relative u_b each): the
 // products are then off by (2·u_b + u_b²)·|x·w| before the sums. (Their draws here are normal
 // values, none below 2^-126, so none flushes to zero.)
+// The dot products of 1-4 rows on path kBf16Gemm (cpu/linear_r16_dot.h) round x · s · 2^8 (FP8)
+// to BF16 instead: the FP32 product, then BF16, u + u_b + u·u_b, where the bound counts u_b; the
+// sums take in + 3 roundings, so γ_m's spare m − (in + 3) ≥ in + 1 ≥ 3 roundings cover the extra
+// u. A flushed x · s · 2^8 moves y by at most 2^-126 · |code · 2^-8| ≤ 1.75 · 2^-126 a term,
+// inside m · unit · 2^-126.
 inline double bound_bf16(int64_t in, double abs_sum, double w_abs_sum, double unit,
                          bool w_rounds = false) {
   const double u = std::ldexp(1.0, -24), ub = std::ldexp(1.0, -8), m = double(2 * in + 4);
@@ -72,17 +77,18 @@ inline double gemm_unit(const TestWeight& t) {
   return m;
 }
 
-// Whether a product may take the BF16 GEMM (bound_bf16, which holds for the FP32 products too),
-// else the FP32 products (bound): a variant with BF16 intermediates (linear.cpu.avx512bf16) on
-// path kBf16 with more than 16 rows, or on path kBf16Gemm from 4 rows (the smallest of the
-// formats' minimums, cpu/linear_driver.h lin_gemm_min_rows), for the
-// weights the GEMM takes (cpu/linear_gemm_bf16.h gemm_bf16_takes: BF16 and BF16_R16, F32,
-// F8_E4M3_R16, FP8 whose scale blocks hold whole column pairs). F16 and int8 keep the FP32 products
-// on every path.
+// Whether a product may run on BF16 dot products (bound_bf16, which holds for the FP32 products
+// too), else the FP32 products (bound): a variant with BF16 intermediates (linear.cpu.avx512bf16)
+// on path kBf16 with more than 16 rows (the GEMM), or on path kBf16Gemm from 4 rows (the GEMM,
+// from the smallest of the formats' minimums, cpu/linear_driver.h lin_gemm_min_rows) and below
+// them for BF16_R16 and F8_E4M3_R16 (cpu/linear_r16_dot.h), for the weights the GEMM takes
+// (cpu/linear_gemm_bf16.h gemm_bf16_takes: BF16 and BF16_R16, F32, F8_E4M3_R16, FP8 whose scale
+// blocks hold whole column pairs). F16 and int8 keep the FP32 products on every path.
 inline bool takes_bf16_gemm(Intermediates compute, LinearPath path, int64_t n,
                             const LinearWeight& w) {
   if (compute != Intermediates::kBf16) return false;
-  if (!(path == LinearPath::kBf16 && n > 16) && !(path == LinearPath::kBf16Gemm && n >= 4))
+  const bool r16 = w.dtype == DType::kBF16R16 || w.dtype == DType::kF8E4M3R16;
+  if (!(path == LinearPath::kBf16 && n > 16) && !(path == LinearPath::kBf16Gemm && (n >= 4 || r16)))
     return false;
   return w.dtype == DType::kBF16 || w.dtype == DType::kBF16R16 || w.dtype == DType::kF32 ||
          w.dtype == DType::kF8E4M3R16 || (w.dtype == DType::kF8E4M3 && w.block_cols % 2 == 0);

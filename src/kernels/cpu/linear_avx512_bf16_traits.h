@@ -10,6 +10,7 @@
 #include "kernels/cpu/linear_f8_r16.h"
 #include "kernels/cpu/linear_gemm_bf16.h"
 #include "kernels/cpu/linear_ggml_vnni_hooks.h"
+#include "kernels/cpu/linear_r16_dot.h"
 
 namespace mla::cpu {
 namespace {
@@ -44,6 +45,11 @@ struct LinAvx512Bf16Base : LinAvx512Vbmi, GgmlVnniHooks {
   static void f8_r16_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
                            int64_t r1) {
     cpu::f8_r16_chunk(w, n, x, y, r0, r1);
+  }
+  // The same weights on BF16 dot products below the GEMM's minimum rows (path kBf16Gemm).
+  static void r16_dot_chunk(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
+                            int64_t r1) {
+    cpu::r16_dot_chunk(w, n, x, y, r0, r1);
   }
   // GGUF block formats on AVX512-VNNI (every AVX512_BF16 CPU has it; checked anyway).
   MLA_GGML_VNNI_HOOKS;

@@ -707,11 +707,17 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         return lin_dot_chunk<L, DType::kF8E4M3>(w, job.n, x_of[j], y, r0, r1);
       case DType::kI8:
         return lin_dot_chunk<L, DType::kI8>(w, job.n, x_of[j], y, r0, r1);
-      case DType::kBF16R16:  // the variant that asks for the layout has its kernel
+      // The variant that asks for the R16 layouts has their kernels: on path kBf16Gemm (below
+      // the GEMM's minimum rows) BF16 dot products, else the FP32 products.
+      case DType::kBF16R16:
+        if constexpr (requires { &L::r16_dot_chunk; })
+          if (path == LinearPath::kBf16Gemm) return L::r16_dot_chunk(w, job.n, x_of[j], y, r0, r1);
         if constexpr (requires { &L::bf16_r16_chunk; })
           return L::bf16_r16_chunk(w, job.n, x_of[j], y, r0, r1);
         return lin_ggml_chunk<L>(w, job.n, x_of[j], y, r0, r1);
       case DType::kF8E4M3R16:
+        if constexpr (requires { &L::r16_dot_chunk; })
+          if (path == LinearPath::kBf16Gemm) return L::r16_dot_chunk(w, job.n, x_of[j], y, r0, r1);
         if constexpr (requires { &L::f8_r16_chunk; })
           return L::f8_r16_chunk(w, job.n, x_of[j], y, r0, r1);
         return lin_ggml_chunk<L>(w, job.n, x_of[j], y, r0, r1);

@@ -1,7 +1,8 @@
 // BF16 and block-FP8 weights repacked at load (DType::kBF16R16, kF8E4M3R16, core/ggml_repack.h):
 // the repacked rows hold the stored rows bit for bit; linear() on them, on every CPU variant and
 // path, stays inside the bound of the kernel that runs it (the FP32 products of linear_bf16_r16.h
-// / linear_f8_r16.h, the BF16 GEMM reading the layout, FP32 decoding on variants without them);
+// / linear_f8_r16.h, the BF16 dot products of linear_r16_dot.h below the GEMM's minimum on path
+// kBf16Gemm, the BF16 GEMM reading the layout, FP32 decoding on variants without them);
 // an FP8 NaN code makes its output NaN; a row of x gets the same bits alone as in a decode batch;
 // linear_many equals linear; and the layouts are asked for only where they fit and the variant
 // runs them.
@@ -77,7 +78,8 @@ TEST(FloatR16, EveryCpuVariantAndPathMatchesTheReference) {
   Rng rng(7);
   // in: a single pair, 2 mod 4 (a lone pair at the end of an FP8 group), not a multiple of 16 or
   // 32, over one L2 chunk; out: one group, 3 (one GEMM register tile), 5 (a partial one), 10.
-  // FP8 scale blocks: one group of rows by one pair, ragged at both edges, and DeepSeek's 128².
+  // FP8 scale blocks: one group of rows by one pair, ragged at both edges, DeepSeek's 128², and
+  // 16 rows under rows so short that a thread's chunk spans many scale rows.
   const std::vector<Shape> shapes = {{DType::kBF16, 16, 2},
                                      {DType::kBF16, 48, 78},
                                      {DType::kBF16, 80, 300},
@@ -87,7 +89,8 @@ TEST(FloatR16, EveryCpuVariantAndPathMatchesTheReference) {
                                      {DType::kF8E4M3, 48, 78, 32, 24},
                                      {DType::kF8E4M3, 80, 300, 16, 64},
                                      {DType::kF8E4M3, 160, 2100},
-                                     {DType::kF8E4M3, 96, 2048}};
+                                     {DType::kF8E4M3, 96, 2048},
+                                     {DType::kF8E4M3, 512, 64, 16, 32}};
   // Around the register tiles (1-4 rows of x), the FP32 / GEMM threshold (16) and every GEMM
   // tile height (23 = 16 + 4 + 2 + 1).
   const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 9, 16, 17, 23, 64};
@@ -143,7 +146,7 @@ TEST(FloatR16, AnFp8NanCodeMakesItsOutputNan) {
   for (int64_t n : {1, 3, 20}) {
     std::vector<float> x(size_t(n * in), 0.5f), y(size_t(n * out));
     for (const LinearVariant* v : cpu_linear_variants_here())
-      for (LinearPath p : {LinearPath::kAuto, LinearPath::kBf16}) {
+      for (LinearPath p : {LinearPath::kAuto, LinearPath::kBf16, LinearPath::kBf16Gemm}) {
         run_product(*v, r.w, n, x.data(), y.data(), pool, p);
         for (int64_t i = 0; i < n; ++i)
           for (int64_t o = 0; o < out; ++o)
@@ -153,7 +156,8 @@ TEST(FloatR16, AnFp8NanCodeMakesItsOutputNan) {
   }
 }
 
-// Decode batches: the engine's greedy output must not depend on what else is running.
+// Decode batches: the engine's greedy output must not depend on what else is running (and an
+// expert's few tokens of a prefill chunk get the bits each would get alone).
 TEST(FloatR16, ARowOfXGetsTheSameOutputAloneAndInABatch) {
   ThreadPool pool(3);
   Rng rng(11);
@@ -163,8 +167,11 @@ TEST(FloatR16, ARowOfXGetsTheSameOutputAloneAndInABatch) {
                             {DType::kF8E4M3, 144, 260}}) {
     const Repacked r = make_repacked(rng, t, out, in, 1, 16, 64);
     for (const LinearVariant* v : cpu_linear_variants_here())
-      for (LinearPath p : {LinearPath::kAuto, LinearPath::kBf16})
-        for (int64_t n : {2, 5, 16}) {
+      for (LinearPath p : {LinearPath::kAuto, LinearPath::kBf16, LinearPath::kBf16Gemm})
+        for (int64_t n : {2, 3, 4, 5, 16}) {
+          // kBf16Gemm keeps the property only below the GEMM's minimum (BF16 4 rows, FP8 5): its
+          // dot products of 1-4 rows (cpu/linear_r16_dot.h) treat each row alone.
+          if (p == LinearPath::kBf16Gemm && n >= (t == DType::kBF16 ? 4 : 5)) continue;
           std::vector<float> x(size_t(n * in)), y(size_t(n * out)), one(static_cast<size_t>(out));
           for (auto& e : x) e = float(rng.normal());
           run_product(*v, r.w, n, x.data(), y.data(), pool, p);
