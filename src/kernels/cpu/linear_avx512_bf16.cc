@@ -1,5 +1,6 @@
 // linear.cpu.avx512bf16: linear.cpu.avx512vbmi (the same FP32 products, bit for bit, for
-// LinearPath kAuto / kDot and for every product below lin_gemm_min_rows rows), plus the BF16
+// LinearPath kAuto / kDot and for every product below lin_gemm_min_rows rows but those of the
+// R16 layouts below on path kBf16Gemm: linear_r16_dot.h), plus the BF16
 // GEMM of linear_gemm_bf16.h for paths kBf16 / kBf16Gemm (prefill chunks, expert batches; GGUF
 // block formats on the int8 GEMM of linear_gemm_int8.h), and BF16 / block-FP8 weights repacked at
 // load as kBF16R16 / kF8E4M3R16 (read by that GEMM without transposing, and by the FP32 products of

@@ -1,6 +1,7 @@
 // The FP32 products of a kBF16R16 weight (BF16 repacked at load, core/ggml_repack.h) for the
 // FP32 paths of linear_driver.h: decode (and every product below lin_gemm_min_rows rows of x on
-// paths kBf16 / kBf16Gemm), and every n on paths kAuto / kDot. Products of more rows on those
+// path kBf16; on kBf16Gemm those take the BF16 dot products of linear_r16_dot.h), and every n on
+// paths kAuto / kDot. Products of more rows on those
 // paths take the BF16 GEMM (linear_gemm_bf16.h), which reads the same layout.
 //
 // A 64-byte vector of the layout is pair p of 16 rows (row r's values 2p, 2p + 1 in lane r):

@@ -696,6 +696,11 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         return L::ggml_chunk(w, i1 - i0, xq_gemm[j], xq + xq_at[j] + i0 * row, y + i0 * w.out, r0,
                              r1, next);
       }
+    // Path kBf16Gemm below the GEMM's minimum rows: the R16 layouts on BF16 dot products.
+    if constexpr (requires { &L::r16_dot_chunk; })
+      if (path == LinearPath::kBf16Gemm &&
+          (w.dtype == DType::kBF16R16 || w.dtype == DType::kF8E4M3R16))
+        return L::r16_dot_chunk(w, job.n, x_of[j], y, r0, r1);
     switch (w.dtype) {
       case DType::kBF16:
         return lin_dot_chunk<L, DType::kBF16>(w, job.n, x_of[j], y, r0, r1);
@@ -707,17 +712,12 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         return lin_dot_chunk<L, DType::kF8E4M3>(w, job.n, x_of[j], y, r0, r1);
       case DType::kI8:
         return lin_dot_chunk<L, DType::kI8>(w, job.n, x_of[j], y, r0, r1);
-      // The variant that asks for the R16 layouts has their kernels: on path kBf16Gemm (below
-      // the GEMM's minimum rows) BF16 dot products, else the FP32 products.
+      // The variant that asks for the R16 layouts has their kernels (FP32 products here).
       case DType::kBF16R16:
-        if constexpr (requires { &L::r16_dot_chunk; })
-          if (path == LinearPath::kBf16Gemm) return L::r16_dot_chunk(w, job.n, x_of[j], y, r0, r1);
         if constexpr (requires { &L::bf16_r16_chunk; })
           return L::bf16_r16_chunk(w, job.n, x_of[j], y, r0, r1);
         return lin_ggml_chunk<L>(w, job.n, x_of[j], y, r0, r1);
       case DType::kF8E4M3R16:
-        if constexpr (requires { &L::r16_dot_chunk; })
-          if (path == LinearPath::kBf16Gemm) return L::r16_dot_chunk(w, job.n, x_of[j], y, r0, r1);
         if constexpr (requires { &L::f8_r16_chunk; })
           return L::f8_r16_chunk(w, job.n, x_of[j], y, r0, r1);
         return lin_ggml_chunk<L>(w, job.n, x_of[j], y, r0, r1);

@@ -1,7 +1,8 @@
 // The FP32 products of a kF8E4M3R16 weight (block-FP8 repacked at load, core/ggml_repack.h) for
 // the FP32 paths of linear_driver.h, as linear_bf16_r16.h does for kBF16R16: decode (and every
-// product below lin_gemm_min_rows rows of x on paths kBf16 / kBf16Gemm), and every n on paths
-// kAuto / kDot. Products of more rows on those paths take the BF16 GEMM (linear_gemm_bf16.h).
+// product below lin_gemm_min_rows rows of x on path kBf16; on kBf16Gemm those take the BF16 dot
+// products of linear_r16_dot.h), and every n on paths kAuto / kDot. Products of more rows on those
+// paths take the BF16 GEMM (linear_gemm_bf16.h).
 //
 // 64 bytes of the layout are pairs p and p + 1 of 16 rows. They widen (F8Widen,
 // linear_gemm_bf16.h) to two vectors of BF16 pairs (value · 2^-8, exact), and each of those to

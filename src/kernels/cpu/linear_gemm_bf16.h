@@ -65,6 +65,22 @@ inline int64_t gemm_panel_words(int64_t n, int64_t in) {
   return (n + kGemmTileRows - 1) / kGemmTileRows * gemm_pairs(in) * kGemmTileRows;
 }
 
+// dst[k] = the BF16 pair (src[2k], src[2k + 1]) for k < (count + 1) / 2, rounded to nearest
+// even (an odd count's last pair gets a 0 partner): rows of x for the GEMM's panels and the
+// R16 dot products (linear_r16_dot.h), F32 weight rows for the GEMM's chunks.
+inline void bf16_pairs(const float* src, int64_t count, uint32_t* dst) {
+  for (int64_t k = 0; k < count; k += 32) {
+    const int64_t left = std::min<int64_t>(32, count - k);
+    const __mmask16 m0 = __mmask16(left >= 16 ? 0xFFFF : (1u << left) - 1);
+    const __mmask16 m1 = __mmask16(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1);
+    const __m512 lo = _mm512_maskz_loadu_ps(m0, src + k);
+    const __m512 hi = _mm512_maskz_loadu_ps(m1, src + k + 16);
+    const int64_t words = (left + 1) / 2;
+    _mm512_mask_storeu_epi32(dst + k / 2, __mmask16(words >= 16 ? 0xFFFF : (1u << words) - 1),
+                             __m512i(_mm512_cvtne2ps_pbh(hi, lo)));
+  }
+}
+
 // Rows [32t, 32t + 32) of x (those below n) as BF16 pairs: see the layout above; the rows past n
 // of the last tile are zero (the AMX tiles read whole blocks of 16 rows). Row i is read at
 // x + (rows ? rows[i] : i) · in.
@@ -75,19 +91,7 @@ inline void gemm_pack_x_tile(const float* x, const int64_t* rows, int64_t n, int
     std::memset(panel + n * kp, 0, size_t(((t + 1) * kGemmTileRows - n) * kp) * 4);
   for (int64_t i = t * kGemmTileRows; i < std::min<int64_t>(n, (t + 1) * kGemmTileRows); ++i) {
     const float* xi = x + (rows ? rows[i] : i) * in;
-    uint32_t* dst = panel + i * kp;
-    for (int64_t k = 0; k < in; k += 32) {
-      const int64_t left = std::min<int64_t>(32, in - k);
-      const __mmask16 m0 = __mmask16(left >= 16 ? 0xFFFF : (1u << left) - 1);
-      const __mmask16 m1 = __mmask16(left >= 32   ? 0xFFFF
-                                     : left <= 16 ? 0
-                                                  : (1u << (left - 16)) - 1);
-      const __m512 lo = _mm512_maskz_loadu_ps(m0, xi + k);
-      const __m512 hi = _mm512_maskz_loadu_ps(m1, xi + k + 16);
-      const int64_t words = (left + 1) / 2;
-      _mm512_mask_storeu_epi32(dst + k / 2, __mmask16(words >= 16 ? 0xFFFF : (1u << words) - 1),
-                               __m512i(_mm512_cvtne2ps_pbh(hi, lo)));
-    }
+    bf16_pairs(xi, in, panel + i * kp);
   }
 }
 
@@ -161,22 +165,9 @@ inline void gemm_widen_fp8(const LinearWeight& w, int64_t o0, int64_t rows, int6
 // pair gets a 0 partner.
 inline void gemm_round_f32(const LinearWeight& w, int64_t o0, int64_t rows, int64_t ldw,
                            uint16_t* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = reinterpret_cast<const float*>(w.data) + (o0 + r) * w.in;
-    uint16_t* d = dst + r * ldw;
-    for (int64_t k = 0; k < 2 * gemm_pairs(w.in); k += 32) {
-      const int64_t left = w.in - k;
-      const __mmask16 m0 = __mmask16(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1);
-      const __mmask16 m1 = __mmask16(left >= 32   ? 0xFFFF
-                                     : left <= 16 ? 0
-                                                  : (1u << (left - 16)) - 1);
-      const __m512 lo = _mm512_maskz_loadu_ps(m0, src + k),
-                   hi = _mm512_maskz_loadu_ps(m1, src + k + 16);
-      const __m512i v = __m512i(_mm512_cvtne2ps_pbh(hi, lo));
-      const int64_t words = std::min<int64_t>(32, 2 * gemm_pairs(w.in) - k);
-      _mm512_mask_storeu_epi16(d + k, __mmask32(words >= 32 ? 0xFFFFFFFFu : (1u << words) - 1), v);
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    bf16_pairs(reinterpret_cast<const float*>(w.data) + (o0 + r) * w.in, w.in,
+               reinterpret_cast<uint32_t*>(dst + r * ldw));
 }
 
 // dst [kp][16] words = pairs [0, kp) of 16 rows of BF16 values (row j at src + j · ld, `valid`

@@ -4,9 +4,10 @@
 // linear_f8_r16.h read it, but each vector of BF16 pairs (16 rows × one pair of columns; FP8
 // widened by F8Widen, value · 2^-8 exact) goes straight into one vdpbf16ps per row of x against
 // that row's pair of columns broadcast: N dot products per 32 weights where the FP32 products take
-// 2N FMAs, a shift and a mask. On Zen 4 (2 threads, `mla_bench_linear`) that made the FP32
-// products of FP8 at 1-4 rows 1.1-1.3x faster from DRAM and 1.5-1.7x from L3: they had been bound
-// by their instructions, not by the reads.
+// 2N FMAs, a shift and a mask. On Zen 4 (2 threads, `mla_bench_linear` rows `/bf16` against the
+// FP32 products of the `/dot` rows) FP8 at 1-4 rows ran 1.35-1.55x faster from L3 and 1.0-1.3x
+// from DRAM (with the host's bandwidth): the FP32 products had been bound by their instructions,
+// not by the reads (docs/BENCHMARKS.md "An expert's 1-4 tokens on BF16 dot products").
 // Numerics: x (FP8: x · block scale · 2^8, as linear_f8_r16.h scales it) rounded to BF16 once
 // (relative error 2^-9 a term, the BF16 GEMM's bound); products exact, FP32 accumulation; lane r
 // adds its terms in 4 partial sums (pairs p mod 4) added at the end, whatever N (a row gets the
@@ -22,26 +23,11 @@
 #include "core/ggml_repack.h"
 #include "kernels/cpu/linear_bf16_r16.h"   // kR16AheadBytes
 #include "kernels/cpu/linear_driver.h"     // lin_scale_x, kLinGroup
-#include "kernels/cpu/linear_gemm_bf16.h"  // F8Widen
+#include "kernels/cpu/linear_gemm_bf16.h"  // F8Widen, bf16_pairs
 #include "kernels/cpu/scratch.h"
 
 namespace mla::cpu {
 namespace {
-
-// pairs[k] = the BF16 pair (x[2k], x[2k + 1]) for k < count / 2 (count even), round to nearest.
-inline void r16_pairs_bf16(const float* x, int64_t count, uint32_t* pairs) {
-  int64_t j = 0;
-  for (; j + 32 <= count; j += 32)  // cvtne2ps_pbh(a, b): b's 16 values in words 0-15
-    _mm512_storeu_si512(pairs + j / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + j + 16),
-                                                                    _mm512_loadu_ps(x + j)));
-  if (j == count) return;
-  const int64_t left = count - j;  // even, 2 .. 30
-  const __mmask16 lo = __mmask16((1u << std::min<int64_t>(left, 16)) - 1);
-  const __mmask16 hi = __mmask16(left > 16 ? (1u << (left - 16)) - 1 : 0);
-  const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + j + 16),
-                                                 _mm512_maskz_loadu_ps(lo, x + j));
-  _mm512_mask_storeu_epi32(pairs + j / 2, __mmask16((1u << (left / 2)) - 1), v);
-}
 
 // y[i · ldy + l] = Σ_p dot(pair p of row l, xb[i · kp + p]) for the 16 rows of one group (at w,
 // read front to back: 64 bytes a pair for BF16, 64 bytes two pairs for FP8) and N ≤ 4 rows of
@@ -141,7 +127,7 @@ inline void r16_dot_chunk(const LinearWeight& w, int64_t n, const float* x, floa
     const float* xg = x + i0 * w.in;
     float* yg = y + i0 * w.out;
     if (!fp8) {
-      r16_pairs_bf16(xg, nx * w.in, xb);
+      bf16_pairs(xg, nx * w.in, xb);
       r16_dot_groups<DType::kBF16R16>(t, w.data, w.in, nx, xb, yg, w.out, r0 / kR16Rows,
                                       r1 / kR16Rows);
       continue;
@@ -149,7 +135,7 @@ inline void r16_dot_chunk(const LinearWeight& w, int64_t n, const float* x, floa
     for (int64_t rs = r0; rs < r1;) {  // one scale row of the weight at a time
       const int64_t re = std::min(r1, (rs / w.block_rows + 1) * w.block_rows);
       lin_scale_x(w, rs, nx, xg, xs);
-      r16_pairs_bf16(xs, nx * w.in, xb);
+      bf16_pairs(xs, nx * w.in, xb);
       r16_dot_groups<DType::kF8E4M3R16>(t, w.data, w.in, nx, xb, yg, w.out, rs / kR16Rows,
                                         re / kR16Rows);
       rs = re;
