@@ -9,6 +9,7 @@
 #pragma GCC target("avx2,fma,f16c")
 
 #include "kernels/cpu/linear_driver.h"
+#include "kernels/cpu/linear_gemm_f32_avx2.h"
 #include "kernels/cpu/linear_ggml_avx2_k.h"
 #include "kernels/cpu/vec_avx2.h"
 
@@ -18,6 +19,17 @@ namespace {
 struct LinAvx2 : GgmlAvx2Hooks {
   using Vec = VecAvx2;
   static constexpr int kW = 8;
+  // The FP32 GEMM hooks of run_linear_many (linear_gemm_f32_avx2.h).
+  static constexpr int64_t kF32GemmMinRows = cpu::kF32GemmMinRows;
+  static bool f32_gemm_takes(const LinearWeight& w) { return cpu::f32_gemm_takes(w); }
+  static int64_t f32_gemm_chunk_rows(const LinearWeight& w, int threads) {
+    return cpu::f32_gemm_chunk_rows(w, threads);
+  }
+  template <class L>
+  static void f32_gemm_rows(const LinearWeight& w, int64_t n, const float* x, float* y, int64_t r0,
+                            int64_t r1) {
+    cpu::f32_gemm_rows<L>(w, n, x, y, r0, r1);
+  }
   // R·N ≤ 8 accumulators plus R widened rows within the 16 ymm registers.
   template <int N>
   static constexpr int rows() {

@@ -474,6 +474,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
     std::vector<Item> items, pieces;
     std::vector<const float*> x_of;
     std::vector<std::pair<size_t, float*>> gathered;
+    std::vector<uint8_t> f32_gemm;
   };
   static thread_local Plan plan_store;
   Plan& plan = plan_store;
@@ -624,6 +625,20 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
       pool.parallel_for(int64_t(gathered.size()), [&](int64_t c, int) { gather(c); });
     }
   }
+  // The FP32 GEMM (traits with L::f32_gemm_rows: linear_gemm_f32_avx2.h) for the jobs of the BF16
+  // paths that no other GEMM took: above kLinearBatchInvariantRows rows on path kBf16, from
+  // L::kF32GemmMinRows on path kBf16Gemm.
+  std::vector<uint8_t>& f32_gemm = plan.f32_gemm;  // per job: runs on it
+  f32_gemm.assign(jobs.size(), 0);
+  if constexpr (requires { &L::template f32_gemm_rows<L>; })
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const LinearJob& job = jobs[j];
+      const int64_t min_rows = path == LinearPath::kBf16Gemm ? L::kF32GemmMinRows
+                               : path == LinearPath::kBf16   ? kLinearBatchInvariantRows + 1
+                                                             : 0;
+      f32_gemm[j] = min_rows > 0 && job.n >= min_rows && L::f32_gemm_takes(*job.w) &&
+                    (panel_of.empty() || panel_of[j] < 0) && (xq_at.empty() || xq_at[j] < 0);
+    }
   std::vector<Item>& items = plan.items;
   items.clear();
   bool decode = true;
@@ -645,6 +660,12 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         rows = L::ggml_gemm_chunk_rows(*job.w, threads);
         gemm = true;
         x_bytes = L::ggml_x_bytes(job.w->dtype, job.w->in, true);
+      }
+    if constexpr (requires { &L::template f32_gemm_rows<L>; })
+      if (f32_gemm[j]) {
+        rows = L::f32_gemm_chunk_rows(*job.w, threads);
+        gemm = true;
+        x_bytes = job.w->in * int64_t(sizeof(float));
       }
     // On a GEMM, x in blocks of rows that stay in cache while the weight chunks pass over them.
     const int64_t block = gemm ? lin_gemm_x_block(x_bytes, job.n) : job.n;
@@ -696,6 +717,10 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         return L::ggml_chunk(w, i1 - i0, xq_gemm[j], xq + xq_at[j] + i0 * row, y + i0 * w.out, r0,
                              r1, next);
       }
+    if constexpr (requires { &L::template f32_gemm_rows<L>; })
+      if (f32_gemm[j])
+        return L::template f32_gemm_rows<L>(w, i1 - i0, x_of[j] + i0 * w.in, y + i0 * w.out, r0,
+                                            r1);
     // Path kBf16Gemm below the GEMM's minimum rows: the R16 layouts on BF16 dot products.
     if constexpr (requires { &L::r16_dot_chunk; })
       if (path == LinearPath::kBf16Gemm &&
