@@ -94,13 +94,14 @@ bool linear_pair_fits(const LinearWeight& a, const LinearWeight& b);
 //   kAuto: kDot (linear()'s math kF32).
 //   kBf16: products of more than 16 rows of x with BF16, FP8 or F32 weights (F32 rounded to
 //          BF16 as well) run on BF16 dot products (x rounded to BF16 once, FP32 accumulation:
-//          cpu/linear_gemm_bf16.h) in the variants that have them; everything else as kDot
-//          (linear()'s math kBF16).
+//          cpu/linear_gemm_bf16.h) in the variants that have them; linear.cpu.avx2 runs them
+//          (and F16 / int8 weights) on an FP32 GEMM instead (cpu/linear_gemm_f32_avx2.h: x
+//          in FP32, the FP32 bound); everything else as kDot (linear()'s math kBF16).
 //   kBf16Gemm: kBf16, and products of fewer rows on the GEMMs too, down to the row count where
 //          the GEMM stops being faster for the weight's format (measured per format:
-//          cpu/linear_driver.h), and below it BF16_R16 / F8_E4M3_R16 weights on BF16 dot
-//          products as well (cpu/linear_r16_dot.h): for the jobs of a pass of more than
-//          kLinearBatchInvariantRows rows (a prefill chunk's experts, ~16 tokens each in
+//          cpu/linear_driver.h; the FP32 GEMM from 32 rows), and below it BF16_R16 / F8_E4M3_R16
+//          weights on BF16 dot products as well (cpu/linear_r16_dot.h): for the jobs of a pass of
+//          more than kLinearBatchInvariantRows rows (a prefill chunk's experts, ~16 tokens each in
 //          DeepSeek-V3), which would otherwise run on FP32 FMAs at half the rate of the BF16 dot
 //          products (linear_many's batch_rows).
 enum class LinearPath { kAuto, kDot, kBf16, kBf16Gemm };

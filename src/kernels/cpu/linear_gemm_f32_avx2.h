@@ -23,10 +23,10 @@
 namespace mla::cpu {
 namespace {
 
-constexpr int kF32GemmMr = 6;                  // x rows per register tile
-constexpr int kF32GemmNr = 16;                 // W rows per register tile (two vectors)
-constexpr int64_t kF32GemmKc = 256;            // columns per block (a multiple of 8)
-constexpr int64_t kF32GemmMaxChunkRows = 64;   // W rows per chunk: 4 panels
+constexpr int kF32GemmMr = 6;                 // x rows per register tile
+constexpr int kF32GemmNr = 16;                // W rows per register tile (two vectors)
+constexpr int64_t kF32GemmKc = 256;           // columns per block (a multiple of 8)
+constexpr int64_t kF32GemmMaxChunkRows = 64;  // W rows per chunk: 4 panels
 // The fewest rows of x the GEMM takes on path kBf16Gemm (a prefill chunk's experts); path kBf16
 // takes it above kLinearBatchInvariantRows. Measured in docs/BENCHMARKS.md ("The FP32 GEMM for
 // CPUs without BF16 dot products").
@@ -136,7 +136,8 @@ inline void f32_gemm_tile(const float* x, int64_t ldx, const float* panel, int64
     _mm256_store_ps(buf[i] + 8, a1[i]);
   }
   for (int i = 0; i < M; ++i)
-    for (int64_t c = 0; c < cols; ++c) y[i * ldy + c] = add ? y[i * ldy + c] + buf[i][c] : buf[i][c];
+    for (int64_t c = 0; c < cols; ++c)
+      y[i * ldy + c] = add ? y[i * ldy + c] + buf[i][c] : buf[i][c];
 }
 
 inline void f32_gemm_tiles(int64_t m, const float* x, int64_t ldx, const float* panel, int64_t kc,
