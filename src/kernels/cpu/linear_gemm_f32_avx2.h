@@ -8,15 +8,15 @@
 // 2 W vectors and a broadcast of x in the 16 ymm registers): 8 loads per 12 FMAs, every W value
 // widened once per product.
 //
-// Layout: for each block of kF32GemmKc columns, the chunk's W rows are widened to FP32 (lin_widen:
-// exact for BF16 / F16, code · scale rounded once for FP8 and int8) and transposed into panels of
-// 16 rows, panel[k][c] = W_real[r0 + 16g + c][k0 + k] (rows past the chunk are zero): one 64-byte
-// line per column. A panel (16 KiB) and a tile's 6 rows of x (6 KiB) stay in L1 while the tile
-// runs; the chunk's panels (≤ 64 KiB) in L2 while every tile of x passes over them.
-// Numerics: each output's column block is an FMA chain over its columns in order, from 0, and the
-// blocks are added to y in order: the same operations for a row alone or among others and for
-// any cut of the weight rows; any summation order of `in` terms is inside the FP32 bound
-// (tests/common/linear_bounds.h). Include after `#pragma GCC target("avx2,fma,f16c")` and
+// Layout: for each block of kF32GemmKc columns, the chunk's W rows are widened to FP32 in
+// registers (exact for BF16 / F16, code · scale rounded once for FP8 and int8, as lin_widen) and
+// transposed 8 × 8 into panels of 16 rows, panel[k][c] = W_real[r0 + 16g + c][k0 + k] (rows past
+// the chunk are zero): one 64-byte line per column. A panel (16 KiB) and a tile's 6 rows of x (6
+// KiB) stay in L1 while the tile runs; the chunk's panels (≤ 64 KiB) in L2 while every tile of x
+// passes over them. Numerics: each output's column block is an FMA chain over its columns in order,
+// from 0, and the blocks are added to y in order: the same operations for a row alone or among
+// others and for any cut of the weight rows; any summation order of `in` terms is inside the FP32
+// bound (tests/common/linear_bounds.h). Include after `#pragma GCC target("avx2,fma,f16c")` and
 // linear_driver.h; internal linkage.
 #pragma once
 
@@ -28,8 +28,9 @@ constexpr int kF32GemmNr = 16;                // W rows per register tile (two v
 constexpr int64_t kF32GemmKc = 256;           // columns per block (a multiple of 8)
 constexpr int64_t kF32GemmMaxChunkRows = 64;  // W rows per chunk: 4 panels
 // The fewest rows of x the GEMM takes on path kBf16Gemm (a prefill chunk's experts); path kBf16
-// takes it above kLinearBatchInvariantRows. Measured in docs/BENCHMARKS.md ("The FP32 GEMM for
-// CPUs without BF16 dot products").
+// takes it above kLinearBatchInvariantRows. At 8 and 16 rows the dot products were faster (0.45x
+// and 0.75x), at 40 the GEMM (1.05-1.2x): docs/BENCHMARKS.md "Prefill on CPUs without BF16 dot
+// products".
 constexpr int64_t kF32GemmMinRows = 32;
 
 // The dtypes lin_widen reads (the R16 and GGUF layouts keep their own kernels).
