@@ -227,10 +227,14 @@ inline double i8_gemm32_bound(const std::vector<float>& x, const std::vector<flo
   return x32_bound(x, w, 2);
 }
 
-inline bool gemm_path(std::string_view v, LinearPath path, int64_t n) {
-  return (v == "linear.cpu.avx512bf16" || v == "linear.cpu.avx512vbmivnni" ||
-          v == "linear.cpu.avx512vnni") &&
-         path == LinearPath::kBf16 && n > 16;
+// Path kBf16 above 16 rows: every block format on the VNNI variants, Q8_0 / Q4_0 on the others'
+// int8 GEMM (linear_gemm_int8_avx2.h: the same x and roundings as the x32 VNNI GEMM).
+inline bool gemm_path(std::string_view v, LinearPath path, int64_t n, DType t) {
+  if (path != LinearPath::kBf16 || n <= 16) return false;
+  if (v == "linear.cpu.avx2" || v == "linear.cpu.avx512" || v == "linear.cpu.avx512vbmi")
+    return t == DType::kQ8_0 || t == DType::kQ4_0;
+  return v == "linear.cpu.avx512bf16" || v == "linear.cpu.avx512vbmivnni" ||
+         v == "linear.cpu.avx512vnni";
 }
 
 // Integer dot products: every block format and Q8_0_R16 on AVX512-VNNI (linear.cpu.avx512bf16);
@@ -256,7 +260,7 @@ inline double block_bound(std::string_view variant, LinearPath path, int64_t n, 
   double abs_sum = 0;
   for (size_t j = 0; j < xi.size(); ++j) abs_sum += std::fabs(double(xi[j]) * w[j]);
   if (!vnni_path(variant, t)) return fp32_bound(int64_t(xi.size()), abs_sum);
-  if (gemm_path(variant, path, n))
+  if (gemm_path(variant, path, n, t))
     return dtype_block(t).elems == 32 || t == DType::kQ8_0R16 ? i8_gemm32_bound(xi, w)
                                                               : i8_gemm_bound(xi, w, mag);
   return dtype_block(t).elems == 32 ? vnni_bound(xi, w) : vnni_k_bound(xi, w, mag);

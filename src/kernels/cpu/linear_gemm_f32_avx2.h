@@ -20,6 +20,8 @@
 // linear_driver.h; internal linkage.
 #pragma once
 
+#include "kernels/cpu/transpose8_avx2.h"
+
 namespace mla::cpu {
 namespace {
 
@@ -46,25 +48,6 @@ inline int64_t f32_gemm_chunk_rows(const LinearWeight& w, int threads) {
   return std::max<int64_t>(kF32GemmNr, (rows + kF32GemmNr - 1) / kF32GemmNr * kF32GemmNr);
 }
 
-// d[c · kF32GemmNr] = column c of the 8 rows in r (8 lanes each), for c < 8.
-inline void f32_gemm_transpose8(const __m256 (&r)[8], float* d) {
-  __m256 u[8], s[8];
-  for (int i = 0; i < 8; i += 2) {
-    u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);  // r_i[0] r_i+1[0] r_i[1] r_i+1[1] | [4] .. [5]
-    u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    s[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);  // column 0 | 4 of rows i .. i + 3
-    s[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
-    s[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
-    s[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
-  }
-  for (int c = 0; c < 4; ++c) {
-    _mm256_store_ps(d + c * kF32GemmNr, _mm256_permute2f128_ps(s[c], s[c + 4], 0x20));
-    _mm256_store_ps(d + (c + 4) * kF32GemmNr, _mm256_permute2f128_ps(s[c], s[c + 4], 0x31));
-  }
-}
-
 // panel[k][c] = W_real[r0 + c][k0 + k] for c < 16 (0 for c ≥ rows), k < kc rounded up to 8 (0
 // past kc). Whole 8-column steps are widened in registers straight from the weight (a block
 // scale is constant over a step when block_cols is a multiple of 8); the ragged end of a row and
@@ -87,7 +70,7 @@ void f32_gemm_pack(const LinearWeight& w, int64_t r0, int64_t rows, int64_t k0, 
         const __m256 v = L::template widen<D>(w.data + ((base + i) * w.in + j) * kB).v;
         r[i] = kScaled ? _mm256_mul_ps(v, sc[i]) : v;
       }
-      f32_gemm_transpose8(r, panel + k * kF32GemmNr + 8 * h);
+      transpose8x8_ps(r, panel + k * kF32GemmNr + 8 * h, kF32GemmNr);
     }
     if (fast_end == (kc + 7) / 8 * 8) continue;
     alignas(32) float t[8][kF32GemmKc] = {};
@@ -95,7 +78,7 @@ void f32_gemm_pack(const LinearWeight& w, int64_t r0, int64_t rows, int64_t k0, 
       lin_widen<L, D>(w, base + i, 1, k0 + fast_end, kc - fast_end, t[i]);
     for (int64_t k = fast_end; k < kc; k += 8) {
       for (int i = 0; i < 8; ++i) r[i] = _mm256_load_ps(t[i] + (k - fast_end));
-      f32_gemm_transpose8(r, panel + k * kF32GemmNr + 8 * h);
+      transpose8x8_ps(r, panel + k * kF32GemmNr + 8 * h, kF32GemmNr);
     }
   }
 }

@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/ggml_blocks.h"
+#include "kernels/cpu/linear_gemm_int8_avx2.h"
 #include "kernels/cpu/linear_ggml_avx2.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/weight_ahead.h"
@@ -222,9 +223,13 @@ inline void ggml_avx2_k_chunk(const LinearWeight& w, int64_t n, const uint8_t* x
 struct GgmlAvx2Hooks {
   static constexpr bool kGgmlInt = true;
   static bool ggml_takes(DType t) { return ggml_avx2_takes(t) || ggml_avx2_k_takes(t); }
-  static bool ggml_gemm_takes(const LinearWeight&) { return false; }
+  // Q8_0 / Q4_0 from lin_gemm_min_rows rows on the int8 GEMM (linear_gemm_int8_avx2.h), which
+  // reads the GEMV's x rows: one x layout either way.
+  static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_a2_takes(w); }
   static int ggml_x_layout(DType t, bool) { return ggml_avx2_k_takes(t) ? 1 : 0; }
-  static int64_t ggml_gemm_chunk_rows(const LinearWeight& w, int) { return w.out; }
+  static int64_t ggml_gemm_chunk_rows(const LinearWeight& w, int threads) {
+    return ggml_gemm_a2_chunk_rows(w, threads);
+  }
   static int64_t ggml_x_bytes(DType t, int64_t in, bool) {
     return ggml_avx2_k_takes(t) ? ggml_avx2_k_x_row_bytes(in) : ggml_avx2_x_row_bytes(in);
   }
@@ -232,8 +237,9 @@ struct GgmlAvx2Hooks {
     if (ggml_avx2_k_takes(t)) return ggml_avx2_k_quantize_x_row(x, in, dst);
     ggml_avx2_quantize_x_row(x, in, dst);
   }
-  static void ggml_chunk(const LinearWeight& w, int64_t n, bool, const uint8_t* xq, float* y,
+  static void ggml_chunk(const LinearWeight& w, int64_t n, bool gemm, const uint8_t* xq, float* y,
                          int64_t r0, int64_t r1, WeightAhead) {
+    if (gemm) return ggml_gemm_a2_chunk(w, n, xq, y, r0, r1);
     if (ggml_avx2_k_takes(w.dtype)) return ggml_avx2_k_chunk(w, n, xq, y, r0, r1);
     ggml_avx2_chunk(w, n, xq, y, r0, r1);
   }

@@ -1,7 +1,7 @@
 // linear() with GGUF block-format weights (Q8_0, Q4_0, Q2_K ... Q6_K): every CPU variant against
 // the FP64 reference of the dequantised weights (kernels/ref, core/ggml_quant.h's decoders), on
 // shapes around the register blocks and the odd 32-block count, and through linear_many; path
-// kBf16 above 16 rows of x on the int8 GEMM where the CPU has VNNI.
+// kBf16 above 16 rows of x on the int8 GEMMs (every format with VNNI, Q8_0 / Q4_0 without).
 #include <gtest/gtest.h>
 
 #include <algorithm>
