@@ -1,5 +1,6 @@
-// Probe loops: independent FMA / vdpbf16ps / vpdpbusd chains (enough to cover latency × ports) and
-// a vector read sweep; each run on one thread and on every pool thread at once, median of repeats.
+// Probe loops: independent FMA / vdpbf16ps / vpdpbusd (AVX2: vpmaddubsw + vpmaddwd) chains (enough
+// to cover latency × ports) and a vector read sweep; each run on one thread and on every pool
+// thread at once, median of repeats.
 #include "bench/machine_probe.h"
 
 #include <immintrin.h>
@@ -71,6 +72,25 @@ __attribute__((target("avx512f,avx512vnni"))) float int8_probe(int64_t iters) {
   for (int k = 1; k < kChains; ++k) s = _mm512_add_epi32(s, acc[k]);
   // Lane 0 only: the accumulators wrap, and a scalar sum of the lanes would overflow int.
   return float(_mm_cvtsi128_si32(_mm512_castsi512_si128(s)));
+}
+
+// vpmaddubsw + vpmaddwd + vpaddd on AVX2 without VNNI: 32 u8 × s8 multiply-adds per pair of
+// multiplies into int32, the integer work of linear_gemm_int8_avx2.h (less its vpsignb, which
+// measured free beside them on Zen 3). The asm makes each chain's x a value of its own, so that the
+// compiler cannot share one product among the chains.
+__attribute__((target("avx2"))) float int8_probe_avx2(int64_t iters) {
+  __m256i acc[kChains];
+  for (int k = 0; k < kChains; ++k) acc[k] = _mm256_set1_epi32(k);
+  const __m256i x = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int k = 0; k < kChains; ++k) {
+      __m256i xk = x;
+      __asm__ volatile("" : "+x"(xk));
+      acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(xk, y), ones));
+    }
+  __m256i s = acc[0];
+  for (int k = 1; k < kChains; ++k) s = _mm256_add_epi32(s, acc[k]);
+  return float(_mm_cvtsi128_si32(_mm256_castsi256_si128(s)));
 }
 
 // Four independent accumulator tiles (tdpbf16ps: 16 × 16 × 32 multiply-adds, ~16 cycles each,
@@ -178,6 +198,10 @@ MachineRates measure(ThreadPool& pool, int threads, bool quick, const AlignedBuf
       const double s =
           run_on_threads(pool, threads, [&](int) { g_sink = g_sink + int8_probe(iters); });
       int8.push_back(double(iters) * kChains * 64 * 2 * threads / s * 1e-9);
+    } else if (avx2) {
+      const double s =
+          run_on_threads(pool, threads, [&](int) { g_sink = g_sink + int8_probe_avx2(iters); });
+      int8.push_back(double(iters) * kChains * 32 * 2 * threads / s * 1e-9);
     }
     if (cpu_supports(CpuIsa::kAmxBf16)) {
       const int64_t amx_iters = iters / 16;  // ~64 cycles per iteration

@@ -13,7 +13,7 @@ struct MachineRates {
   int threads = 1;
   double fp32_fma_gflops = 0;  // vfmadd on the widest vectors the CPU has
   double bf16_dot_gflops = 0;  // vdpbf16ps; 0 when the CPU lacks AVX512_BF16
-  double int8_dot_gops = 0;    // vpdpbusd (2 ops a multiply-add); 0 without AVX512_VNNI
+  double int8_dot_gops = 0;    // vpdpbusd, else vpmaddubsw + vpmaddwd on AVX2 (2 ops a MAC)
   double amx_bf16_gflops = 0;  // tdpbf16ps on the AMX tile unit; 0 without AMX-BF16
   double mem_bw_gbps = 0;      // streaming read of a buffer far larger than the caches
 };

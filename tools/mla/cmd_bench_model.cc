@@ -136,7 +136,8 @@ int run_bench_model(const BenchModelOptions& o) {
   }
   const double prefill_fraction = peak_gflops > 0 ? prefill_gflops / peak_gflops : 0;
   // Block-quantised weights (a GGUF file, or requantised by --weight-dtype q8_0) run their
-  // prefill products on vpdpbusd: their ceiling is the int8 dot product's, twice the BF16 one's.
+  // prefill products on integer dot products: their ceiling is the int8 probe's (vpdpbusd, twice
+  // the BF16 dot product's; on AVX2 vpmaddubsw + vpmaddwd, ~1.3x the FMA's on Zen 3).
   const bool int8_products =
       o.rt.matmul_dtype == "bf16" && int8_peak_gops > 0 &&
       ((*model)->repack_stats().requantized > 0 || o.model.ends_with(".gguf"));

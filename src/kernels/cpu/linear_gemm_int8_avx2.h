@@ -105,8 +105,8 @@ inline void ggml_a2_tile(const uint8_t* group, int64_t blocks, const int8_t* con
     }
     const __m256 a = _mm256_load_ps(reinterpret_cast<const float*>(blk));
     for (int c = 0; c < C; ++c)
-      f[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[c]), a),
-                             _mm256_set1_ps(dx[c][b]), f[c]);
+      f[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[c]), a), _mm256_set1_ps(dx[c][b]),
+                             f[c]);
   }
   if (lanes == kA2Rows) {
     for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy, f[c]);
@@ -144,7 +144,8 @@ void ggml_gemm_a2_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* x
       [&]<int... I>(std::integer_sequence<int, I...>) {
         ((nx == I + 1 ? ggml_a2_tile<I + 1>(group, blocks, xs, dx, yg, w.out, lanes) : void()),
          ...);
-      }(std::make_integer_sequence<int, kA2Tile>{});
+      }
+      (std::make_integer_sequence<int, kA2Tile>{});
     }
   }
 }
