@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/linear_driver.h"
 #include "kernels/cpu/linear_gemm_f32_avx2.h"
-#include "kernels/cpu/linear_ggml_avx2_k.h"
+#include "kernels/cpu/linear_ggml_avx2_hooks.h"
 #include "kernels/cpu/vec_avx2.h"
 
 namespace mla::cpu {

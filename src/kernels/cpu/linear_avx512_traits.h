@@ -4,7 +4,7 @@
 #pragma once
 
 #include "kernels/cpu/linear_driver.h"
-#include "kernels/cpu/linear_ggml_avx2_k.h"
+#include "kernels/cpu/linear_ggml_avx2_hooks.h"
 #include "kernels/cpu/vec_avx512.h"
 
 namespace mla::cpu {

@@ -549,7 +549,7 @@ void run_linear_many(std::span<const LinearJob> jobs, ThreadPool& pool, LinearPa
         xq_gemm.assign(jobs.size(), 0);
       }
       const int64_t min_rows = lin_gemm_min_rows(path, job.w->dtype);
-      const bool gemm = min_rows > 0 && job.n >= min_rows && L::ggml_gemm_takes(*job.w);
+      const bool gemm = min_rows > 0 && job.n >= min_rows && L::ggml_gemm_takes(*job.w, job.n);
       xq_gemm[j] = gemm;
       const int layout = L::ggml_x_layout(job.w->dtype, gemm);
       for (size_t p = 0; p < j && xq_at[j] < 0; ++p)

@@ -40,12 +40,17 @@ inline bool ggml_gemm_a2_takes(const LinearWeight& w) {
   return w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0;
 }
 
-// W rows per chunk: whole groups, about 4 chunks per thread, the groups within kA2ChunkBytes.
-inline int64_t ggml_gemm_a2_chunk_rows(const LinearWeight& w, int threads) {
+// W rows per chunk: whole groups, about 4 chunks per thread, the groups within kA2ChunkBytes;
+// panel_row_bytes: one weight row's share of its group's panel.
+inline int64_t ggml_gemm_a2_chunk_rows(int64_t out, int64_t panel_row_bytes, int threads) {
   const int64_t g = kA2Rows;
-  const int64_t by_threads = ((w.out + 4 * threads - 1) / (4 * threads) + g - 1) / g * g;
-  const int64_t by_cache = std::max<int64_t>(g, kA2ChunkBytes / (w.in / 32 * 36) / g * g);
+  const int64_t by_threads = ((out + 4 * threads - 1) / (4 * threads) + g - 1) / g * g;
+  const int64_t by_cache = std::max<int64_t>(g, kA2ChunkBytes / panel_row_bytes / g * g);
   return std::max<int64_t>(g, std::min({by_threads, by_cache, kA2MaxChunkRows}));
+}
+
+inline int64_t ggml_gemm_a2_row_bytes(const LinearWeight& w) {
+  return w.in / 32 * kA2BlockBytes / kA2Rows;
 }
 
 // Rows [o0, o0 + rows) of a Q8_0 / Q4_0 weight into `panel` (ceil(rows / 8) groups of in/32
@@ -75,6 +80,18 @@ void ggml_a2_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
       }
       transpose8x8_ps(v, reinterpret_cast<float*>(out + 32), kA2Rows);
     }
+  }
+}
+
+// y[c · ldy + l] = f[c] lane l, for l < lanes (a group's live rows).
+template <int C>
+inline void ggml_a2_store(const __m256 (&f)[C], float* y, int64_t ldy, int lanes) {
+  if (lanes == kA2Rows) {
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy, f[c]);
+  } else {
+    const __m256i mask =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int c = 0; c < C; ++c) _mm256_maskstore_ps(y + c * ldy, mask, f[c]);
   }
 }
 
@@ -108,13 +125,7 @@ inline void ggml_a2_tile(const uint8_t* group, int64_t blocks, const int8_t* con
       f[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[c]), a), _mm256_set1_ps(dx[c][b]),
                              f[c]);
   }
-  if (lanes == kA2Rows) {
-    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy, f[c]);
-  } else {
-    const __m256i mask =
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    for (int c = 0; c < C; ++c) _mm256_maskstore_ps(y + c * ldy, mask, f[c]);
-  }
+  ggml_a2_store<C>(f, y, ldy, lanes);
 }
 
 // Rows [r0, r1) of w against all n rows of x quantised by ggml_avx2_quantize_x_row

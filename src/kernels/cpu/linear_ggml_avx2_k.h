@@ -12,7 +12,6 @@
 
 #include "core/dtype.h"
 #include "core/ggml_blocks.h"
-#include "kernels/cpu/linear_gemm_int8_avx2.h"
 #include "kernels/cpu/linear_ggml_avx2.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/weight_ahead.h"
@@ -21,9 +20,10 @@ namespace mla::cpu {
 namespace {
 
 // x row layout (32-byte aligned): codes [in] int8, dx [in / 256], dx · Σ q_x per 16 values
-// [in / 16] and per 32 [in / 32] (FP32, each rounded once).
+// [in / 16] and per 32 [in / 32] (FP32, each rounded once; the GEMV's), then Σ q_x per 16 and
+// per 32 as int16 (|Σ| ≤ 32 · 127; the int8 GEMM's, linear_gemm_int8_avx2_k.h).
 constexpr int64_t ggml_avx2_k_x_row_bytes(int64_t in) {
-  return in + (in / 256 * 4 + 31) / 32 * 32 + in / 16 * 4 + in / 32 * 4;
+  return (in + (in / 256 * 4 + 31) / 32 * 32 + in / 16 * 6 + in / 32 * 6 + 31) / 32 * 32;
 }
 
 struct GgmlAvx2KXRow {
@@ -31,13 +31,20 @@ struct GgmlAvx2KXRow {
   const float* dx;
   const float* sums16;
   const float* sums32;
+  const int16_t* isums16;
+  const int16_t* isums32;
 };
 
 inline GgmlAvx2KXRow ggml_avx2_k_x_row(const uint8_t* base, int64_t in) {
   const uint8_t* d = base + in;
   const float* s16 = reinterpret_cast<const float*>(d + (in / 256 * 4 + 31) / 32 * 32);
-  return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(d), s16,
-          s16 + in / 16};
+  const int16_t* i16 = reinterpret_cast<const int16_t*>(s16 + in / 16 + in / 32);
+  return {reinterpret_cast<const int8_t*>(base),
+          reinterpret_cast<const float*>(d),
+          s16,
+          s16 + in / 16,
+          i16,
+          i16 + in / 16};
 }
 
 inline void ggml_avx2_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst) {
@@ -45,6 +52,8 @@ inline void ggml_avx2_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst)
   float* dxs = reinterpret_cast<float*>(dst + in);
   float* s16 = reinterpret_cast<float*>(dst + in + (in / 256 * 4 + 31) / 32 * 32);
   float* s32 = s16 + in / 16;
+  int16_t* i16 = reinterpret_cast<int16_t*>(s32 + in / 32);
+  int16_t* i32 = i16 + in / 16;
   const __m256 sign = _mm256_set1_ps(-0.0f), lim = _mm256_set1_ps(127.0f);
   for (int64_t sb = 0; sb < in / 256; ++sb) {
     const float* xs = x + 256 * sb;
@@ -68,10 +77,11 @@ inline void ggml_avx2_k_quantize_x_row(const float* x, int64_t in, uint8_t* dst)
         sum += q[j];
       }
       s16[16 * sb + k] = dx * float(sum);
+      i16[16 * sb + k] = int16_t(sum);
       if (k % 2 == 1) {
-        int32_t sum2 = sum;
-        for (int j = 0; j < 16; ++j) sum2 += codes[256 * sb + 16 * (k - 1) + j];
+        const int32_t sum2 = sum + i16[16 * sb + k - 1];
         s32[8 * sb + k / 2] = dx * float(sum2);
+        i32[8 * sb + k / 2] = int16_t(sum2);
       }
     }
   }
@@ -86,28 +96,14 @@ constexpr int kAvx2KBytes = D == DType::kQ4_K   ? 144
                             : D == DType::kQ5_K ? 176
                                                 : 210;
 
-// Σ_j s_j Σ q_w·q_x of one super-block (int32 lanes) and its min term's weights dm·m_j (FP32,
-// `mins` 8 or 16 of them), for the N rows of x.
-template <DType D, int N>
-inline void ggml_avx2_k_block(const uint8_t* b, const int8_t* const* xc, __m256i* isum,
-                              __m256 mins[2], float& d) {
+// The unsigned codes of one K super-block, 32 values a vector: emit(q, at) with q holding the
+// codes of values at .. at + 31 (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63: Q6_K's offset 32 is the
+// caller's), `at` rising by 32 per call. Shared by the GEMV below and the int8 GEMM
+// (linear_gemm_int8_avx2_k.h).
+template <DType D, class Emit>
+inline void ggml_avx2_k_codes(const uint8_t* b, Emit emit) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  for (int i = 0; i < N; ++i) isum[i] = _mm256_setzero_si256();
-  const auto dot = [&](__m256i q, int at, __m256i scale) {
-    for (int i = 0; i < N; ++i) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc[i] + at));
-      isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), scale));
-    }
-  };
   if constexpr (D == DType::kQ4_K || D == DType::kQ5_K) {
-    uint8_t sc[8], m[8];
-    ggml::unpack_scale_min_k4(b + 4, sc, m);
-    d = ggml::load_half(b);
-    const float dmin = ggml::load_half(b + 2);
-    int64_t mm;
-    std::memcpy(&mm, m, 8);
-    mins[0] = _mm256_mul_ps(_mm256_set1_ps(dmin),
-                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mm))));
     const uint8_t* qs = b + (D == DType::kQ4_K ? 16 : 48);
     __m256i qh = _mm256_setzero_si256();
     if constexpr (D == DType::kQ5_K)
@@ -124,9 +120,51 @@ inline void ggml_avx2_k_block(const uint8_t* b, const int8_t* const* xc, __m256i
         hi = _mm256_or_si256(
             hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
       }
-      dot(lo, 64 * c, _mm256_set1_epi16(short(sc[2 * c])));
-      dot(hi, 64 * c + 32, _mm256_set1_epi16(short(sc[2 * c + 1])));
+      emit(lo, 64 * c);
+      emit(hi, 64 * c + 32);
     }
+  } else {  // Q6_K
+    const __m256i m2 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      // Half h (values 128h ..): ql[64h + k] low nibble = value 128h + k (k < 64), high nibble =
+      // 128h + 64 + k; value 128h + 32s + l has its top two bits at bit 2s of qh[32h + l].
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+      const auto top = [&](int s) {
+        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), m2), 4);
+      };
+      emit(_mm256_or_si256(_mm256_and_si256(ql0, m4), top(0)), 128 * h);
+      emit(_mm256_or_si256(_mm256_and_si256(ql1, m4), top(1)), 128 * h + 32);
+      emit(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), top(2)), 128 * h + 64);
+      emit(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), top(3)), 128 * h + 96);
+    }
+  }
+}
+
+// Σ_j s_j Σ q_w·q_x of one super-block (int32 lanes) and its min term's weights dm·m_j (FP32,
+// `mins` 8 or 16 of them), for the N rows of x.
+template <DType D, int N>
+inline void ggml_avx2_k_block(const uint8_t* b, const int8_t* const* xc, __m256i* isum,
+                              __m256 mins[2], float& d) {
+  for (int i = 0; i < N; ++i) isum[i] = _mm256_setzero_si256();
+  const auto dot = [&](__m256i q, int at, __m256i scale) {
+    for (int i = 0; i < N; ++i) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc[i] + at));
+      isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), scale));
+    }
+  };
+  if constexpr (D == DType::kQ4_K || D == DType::kQ5_K) {
+    uint8_t sc[8], m[8];
+    ggml::unpack_scale_min_k4(b + 4, sc, m);
+    d = ggml::load_half(b);
+    const float dmin = ggml::load_half(b + 2);
+    int64_t mm;
+    std::memcpy(&mm, m, 8);
+    mins[0] = _mm256_mul_ps(_mm256_set1_ps(dmin),
+                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mm))));
+    ggml_avx2_k_codes<D>(
+        b, [&](__m256i q, int at) { dot(q, at, _mm256_set1_epi16(short(sc[at / 32]))); });
   } else {  // Q6_K
     d = ggml::load_half(b + 208);
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
@@ -139,28 +177,11 @@ inline void ggml_avx2_k_block(const uint8_t* b, const int8_t* const* xc, __m256i
     const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
     const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
                                           3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-    const __m256i m2 = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; ++h) {
-      // Half h (values 128h ..): ql[64h + k] low nibble = value 128h + k (k < 64), high nibble =
-      // 128h + 64 + k; value 128h + 32s + l has its top two bits at bit 2s of qh[32h + l].
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
-      const auto top = [&](int s) {
-        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), m2), 4);
-      };
-      const __m256i v[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, m4), top(0)),
-          _mm256_or_si256(_mm256_and_si256(ql1, m4), top(1)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), top(2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), top(3))};
-      for (int s = 0; s < 4; ++s) {
-        const int k = 4 * h + s;  // sub-blocks 2k, 2k + 1
-        const __m256i scale =
-            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(k)), pick);
-        dot(v[s], 128 * h + 32 * s, scale);
-      }
-    }
+    ggml_avx2_k_codes<D>(b, [&](__m256i q, int at) {
+      const __m256i scale =
+          _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(at / 32)), pick);
+      dot(q, at, scale);
+    });
   }
 }
 
@@ -215,35 +236,6 @@ inline void ggml_avx2_k_chunk(const LinearWeight& w, int64_t n, const uint8_t* x
   if (w.dtype == DType::kQ5_K) return ggml_avx2_k_chunk_typed<DType::kQ5_K>(w, n, xq, y, r0, r1);
   ggml_avx2_k_chunk_typed<DType::kQ6_K>(w, n, xq, y, r0, r1);
 }
-
-// The driver's integer path for GGUF blocks (linear_driver.h, traits with kGgmlInt) on these
-// kernels at every n (no int8 GEMM here): Q8_0 / Q4_0 with x per 32, Q4_K / Q5_K / Q6_K with x
-// per 256 (x layouts 0 and 1). The traits of linear.cpu.avx2 and of the AVX-512 variants
-// without VNNI kernels derive from it (linear.cpu.avx512bf16 replaces every hook).
-struct GgmlAvx2Hooks {
-  static constexpr bool kGgmlInt = true;
-  static bool ggml_takes(DType t) { return ggml_avx2_takes(t) || ggml_avx2_k_takes(t); }
-  // Q8_0 / Q4_0 from lin_gemm_min_rows rows on the int8 GEMM (linear_gemm_int8_avx2.h), which
-  // reads the GEMV's x rows: one x layout either way.
-  static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_a2_takes(w); }
-  static int ggml_x_layout(DType t, bool) { return ggml_avx2_k_takes(t) ? 1 : 0; }
-  static int64_t ggml_gemm_chunk_rows(const LinearWeight& w, int threads) {
-    return ggml_gemm_a2_chunk_rows(w, threads);
-  }
-  static int64_t ggml_x_bytes(DType t, int64_t in, bool) {
-    return ggml_avx2_k_takes(t) ? ggml_avx2_k_x_row_bytes(in) : ggml_avx2_x_row_bytes(in);
-  }
-  static void ggml_quantize_x(DType t, const float* x, int64_t in, bool, uint8_t* dst) {
-    if (ggml_avx2_k_takes(t)) return ggml_avx2_k_quantize_x_row(x, in, dst);
-    ggml_avx2_quantize_x_row(x, in, dst);
-  }
-  static void ggml_chunk(const LinearWeight& w, int64_t n, bool gemm, const uint8_t* xq, float* y,
-                         int64_t r0, int64_t r1, WeightAhead) {
-    if (gemm) return ggml_gemm_a2_chunk(w, n, xq, y, r0, r1);
-    if (ggml_avx2_k_takes(w.dtype)) return ggml_avx2_k_chunk(w, n, xq, y, r0, r1);
-    ggml_avx2_chunk(w, n, xq, y, r0, r1);
-  }
-};
 
 }  // namespace
 }  // namespace mla::cpu

@@ -4,8 +4,8 @@
 // `gemm` (the BF16 paths, from lin_gemm_min_rows rows of x) every format on the int8 GEMM of
 // linear_gemm_int8.h, x per 32 (Q8_0, Q4_0) or per 256 (the K formats) in its own layouts. The
 // traits of linear.cpu.avx512bf16 and of the VNNI variants take these hooks in place of
-// GgmlAvx2Hooks (using-declarations: both are bases). Include after the ISA's `#pragma GCC target`
-// with avx512vnni; internal linkage.
+// GgmlAvx2Hooks (linear_ggml_avx2_hooks.h; using-declarations: both are bases). Include after the
+// ISA's `#pragma GCC target` with avx512vnni; internal linkage.
 #pragma once
 
 #include "kernels/cpu/linear_gemm_int8.h"
@@ -23,7 +23,7 @@ struct GgmlVnniHooks {
   static bool ggml_takes(DType t) {
     return ggml_avx2_takes(t) || ggml_k_vnni_takes(t) || dtype_is_ggml_repack(t);
   }
-  static bool ggml_gemm_takes(const LinearWeight& w) { return ggml_gemm_i8_takes(w); }
+  static bool ggml_gemm_takes(const LinearWeight& w, int64_t) { return ggml_gemm_i8_takes(w); }
   static int ggml_x_layout(DType t, bool gemm) {
     return gemm                   ? (ggml_gemm_i8x32(t) ? 5 : 2)
            : t == DType::kQ8_0R16 ? 3
