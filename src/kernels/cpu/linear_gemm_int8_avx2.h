@@ -83,6 +83,41 @@ void ggml_a2_pack_rows(const LinearWeight& w, int64_t o0, int64_t rows, uint8_t*
   }
 }
 
+// One row of x as ggml_avx2_quantize_x_row lays it out: codes q [in], dx per 32 values.
+struct A2XRow {
+  const int8_t* q;
+  const float* dx;
+};
+
+// The chunk loop of the int8 GEMMs (this file's and linear_gemm_int8_avx2_k.h's): the chunk's
+// `rows` weight rows packed once (pack(panel), groups gstride bytes apart), then per register tile
+// of up to kA2Tile rows of x (make_x(i): row i) every group: tile(C, group, xs, y, lanes) with C an
+// std::integral_constant; y: the chunk's first output of row 0 of x, ldy apart.
+template <class XRow, class MakeX, class Pack, class Tile>
+void ggml_a2_chunk_loop(int64_t n, int64_t rows, int64_t gstride, float* y, int64_t ldy,
+                        MakeX make_x, Pack pack, Tile tile) {
+  static thread_local AlignedBuffer<uint8_t> scratch;
+  const int64_t groups = (rows + kA2Rows - 1) / kA2Rows;
+  uint8_t* panel = ensure_scratch(scratch, size_t(groups * gstride));
+  pack(panel);
+  for (int64_t i0 = 0; i0 < n; i0 += kA2Tile) {
+    const int64_t nx = std::min<int64_t>(kA2Tile, n - i0);
+    XRow xs[kA2Tile];
+    for (int64_t i = 0; i < nx; ++i) xs[i] = make_x(i0 + i);
+    for (int64_t g = 0; g < groups; ++g) {
+      float* yg = y + i0 * ldy + g * kA2Rows;
+      const int lanes = int(std::min<int64_t>(kA2Rows, rows - g * kA2Rows));
+      [&]<int... I>(std::integer_sequence<int, I...>) {
+        ((nx == I + 1
+              ? tile(std::integral_constant<int, I + 1>{}, panel + g * gstride, xs, yg, lanes)
+              : void()),
+         ...);
+      }
+      (std::make_integer_sequence<int, kA2Tile>{});
+    }
+  }
+}
+
 // y[c · ldy + l] = f[c] lane l, for l < lanes (a group's live rows).
 template <int C>
 inline void ggml_a2_store(const __m256 (&f)[C], float* y, int64_t ldy, int lanes) {
@@ -95,11 +130,11 @@ inline void ggml_a2_store(const __m256 (&f)[C], float* y, int64_t ldy, int lanes
   }
 }
 
-// y[c · ldy + l] for l < lanes (the group's live rows) and the C rows of x (codes xq[c], scales
-// dx[c]) against one group of `blocks` blocks.
+// y[c · ldy + l] for l < lanes (the group's live rows) and the C rows of x in xs against one
+// group of `blocks` blocks.
 template <int C>
-inline void ggml_a2_tile(const uint8_t* group, int64_t blocks, const int8_t* const* xq,
-                         const float* const* dx, float* y, int64_t ldy, int lanes) {
+inline void ggml_a2_tile(const uint8_t* group, int64_t blocks, const A2XRow* xs, float* y,
+                         int64_t ldy, int lanes) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 f[C];
   for (int c = 0; c < C; ++c) f[c] = _mm256_setzero_ps();
@@ -112,7 +147,7 @@ inline void ggml_a2_tile(const uint8_t* group, int64_t blocks, const int8_t* con
       const __m256i mag = _mm256_sign_epi8(wv, wv);
       for (int c = 0; c < C; ++c) {
         int32_t quad;
-        std::memcpy(&quad, xq[c] + 32 * b + 4 * q, 4);
+        std::memcpy(&quad, xs[c].q + 32 * b + 4 * q, 4);
         const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(quad), wv);
         acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xs), ones));
         // Keeps the chain in its register: GCC 12 otherwise reassociates the block's 32 integer
@@ -122,8 +157,8 @@ inline void ggml_a2_tile(const uint8_t* group, int64_t blocks, const int8_t* con
     }
     const __m256 a = _mm256_load_ps(reinterpret_cast<const float*>(blk));
     for (int c = 0; c < C; ++c)
-      f[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[c]), a), _mm256_set1_ps(dx[c][b]),
-                             f[c]);
+      f[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[c]), a),
+                             _mm256_set1_ps(xs[c].dx[b]), f[c]);
   }
   ggml_a2_store<C>(f, y, ldy, lanes);
 }
@@ -133,32 +168,19 @@ inline void ggml_a2_tile(const uint8_t* group, int64_t blocks, const int8_t* con
 template <DType D>
 void ggml_gemm_a2_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
                               int64_t r0, int64_t r1) {
-  static thread_local AlignedBuffer<uint8_t> scratch;
-  const int64_t rows = r1 - r0, groups = (rows + kA2Rows - 1) / kA2Rows, blocks = w.in / 32;
-  const int64_t gstride = blocks * kA2BlockBytes;
-  uint8_t* panel = ensure_scratch(scratch, size_t(groups * gstride));
-  ggml_a2_pack_rows<D>(w, r0, rows, panel);
-  const int64_t stride = ggml_avx2_x_row_bytes(w.in), codes = (w.in + 31) / 32 * 32;
-  for (int64_t i0 = 0; i0 < n; i0 += kA2Tile) {
-    const int64_t nx = std::min<int64_t>(kA2Tile, n - i0);
-    const int8_t* xs[kA2Tile];
-    const float* dx[kA2Tile];
-    for (int64_t i = 0; i < nx; ++i) {
-      const uint8_t* row = xq + (i0 + i) * stride;
-      xs[i] = reinterpret_cast<const int8_t*>(row);
-      dx[i] = reinterpret_cast<const float*>(row + codes);
-    }
-    for (int64_t g = 0; g < groups; ++g) {
-      const uint8_t* group = panel + g * gstride;
-      float* yg = y + i0 * w.out + r0 + g * kA2Rows;
-      const int lanes = int(std::min<int64_t>(kA2Rows, rows - g * kA2Rows));
-      [&]<int... I>(std::integer_sequence<int, I...>) {
-        ((nx == I + 1 ? ggml_a2_tile<I + 1>(group, blocks, xs, dx, yg, w.out, lanes) : void()),
-         ...);
-      }
-      (std::make_integer_sequence<int, kA2Tile>{});
-    }
-  }
+  const int64_t blocks = w.in / 32, stride = ggml_avx2_x_row_bytes(w.in);
+  const int64_t codes = (w.in + 31) / 32 * 32;
+  ggml_a2_chunk_loop<A2XRow>(
+      n, r1 - r0, blocks * kA2BlockBytes, y + r0, w.out,
+      [&](int64_t i) {
+        const uint8_t* row = xq + i * stride;
+        return A2XRow{reinterpret_cast<const int8_t*>(row),
+                      reinterpret_cast<const float*>(row + codes)};
+      },
+      [&](uint8_t* panel) { ggml_a2_pack_rows<D>(w, r0, r1 - r0, panel); },
+      [&](auto C, const uint8_t* group, const A2XRow* xs, float* yg, int lanes) {
+        ggml_a2_tile<decltype(C)::value>(group, blocks, xs, yg, w.out, lanes);
+      });
 }
 
 inline void ggml_gemm_a2_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,

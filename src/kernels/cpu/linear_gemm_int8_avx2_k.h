@@ -52,8 +52,8 @@ inline bool ggml_gemm_a2k_takes(const LinearWeight& w) {
 
 // Panel bytes of one weight row (a group's bytes / 8).
 inline int64_t ggml_gemm_a2k_row_bytes(const LinearWeight& w) {
-  const int64_t sb = w.dtype == DType::kQ6_K ? A2K<DType::kQ6_K>::kSbBytes
-                                             : A2K<DType::kQ4_K>::kSbBytes;
+  const int64_t sb =
+      w.dtype == DType::kQ6_K ? A2K<DType::kQ6_K>::kSbBytes : A2K<DType::kQ4_K>::kSbBytes;
   return w.in / 256 * sb / kA2Rows;
 }
 
@@ -122,11 +122,12 @@ inline void ggml_a2k_tile(const uint8_t* group, int64_t sbs, const GgmlAvx2KXRow
     const uint8_t* p = group + sb * F::kSbBytes;
     __m256i acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
-    // Unrolled whole: the int16 and int32 accumulators stay in registers only when every index
-    // is a constant (GCC 12 kept them on the stack behind a loop over the quads).
+      // Unrolled whole: the int16 and int32 accumulators stay in registers only when every index
+      // is a constant (GCC 12 kept them on the stack behind a loop over the quads).
 #pragma GCC unroll 16
     for (int j = 0; j < F::kRuns; ++j) {
-      const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + F::kScales + 32 * j));
+      const __m256i sc =
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(p + F::kScales + 32 * j));
 #pragma GCC unroll 8
       for (int h = 0; h < F::kQuadsPerRun; h += F::kQuadsPerMadd) {
         __m256i t[C];
@@ -180,26 +181,14 @@ inline void ggml_a2k_tile(const uint8_t* group, int64_t sbs, const GgmlAvx2KXRow
 template <DType D>
 void ggml_gemm_a2k_chunk_typed(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
                                int64_t r0, int64_t r1) {
-  static thread_local AlignedBuffer<uint8_t> scratch;
-  const int64_t rows = r1 - r0, groups = (rows + kA2Rows - 1) / kA2Rows, sbs = w.in / 256;
-  const int64_t gstride = sbs * A2K<D>::kSbBytes;
-  uint8_t* panel = ensure_scratch(scratch, size_t(groups * gstride));
-  ggml_a2k_pack_rows<D>(w, r0, rows, panel);
-  const int64_t stride = ggml_avx2_k_x_row_bytes(w.in);
-  for (int64_t i0 = 0; i0 < n; i0 += kA2Tile) {
-    const int64_t nx = std::min<int64_t>(kA2Tile, n - i0);
-    GgmlAvx2KXRow xs[kA2Tile];
-    for (int64_t i = 0; i < nx; ++i) xs[i] = ggml_avx2_k_x_row(xq + (i0 + i) * stride, w.in);
-    for (int64_t g = 0; g < groups; ++g) {
-      float* yg = y + i0 * w.out + r0 + g * kA2Rows;
-      const int lanes = int(std::min<int64_t>(kA2Rows, rows - g * kA2Rows));
-      [&]<int... I>(std::integer_sequence<int, I...>) {
-        ((nx == I + 1 ? ggml_a2k_tile<D, I + 1>(panel + g * gstride, sbs, xs, yg, w.out, lanes)
-                      : void()),
-         ...);
-      }(std::make_integer_sequence<int, kA2Tile>{});
-    }
-  }
+  const int64_t sbs = w.in / 256, stride = ggml_avx2_k_x_row_bytes(w.in);
+  ggml_a2_chunk_loop<GgmlAvx2KXRow>(
+      n, r1 - r0, sbs * A2K<D>::kSbBytes, y + r0, w.out,
+      [&](int64_t i) { return ggml_avx2_k_x_row(xq + i * stride, w.in); },
+      [&](uint8_t* panel) { ggml_a2k_pack_rows<D>(w, r0, r1 - r0, panel); },
+      [&](auto C, const uint8_t* group, const GgmlAvx2KXRow* xs, float* yg, int lanes) {
+        ggml_a2k_tile<D, decltype(C)::value>(group, sbs, xs, yg, w.out, lanes);
+      });
 }
 
 inline void ggml_gemm_a2k_chunk(const LinearWeight& w, int64_t n, const uint8_t* xq, float* y,
