@@ -105,20 +105,25 @@ inline __m256i ggml_avx2_codes(const uint8_t* blk) {
   }
 }
 
-// y[i · ldy + o] for rows o in [r0, r1) of w and the N ≤ 4 quantised rows at xs[i].
+// y[i · ldy + o] for rows o in [r0, r1) of w and the N ≤ 4 quantised rows at xs[i]. Each row of
+// x keeps U accumulators, block b in accumulator b % U: with one chain a decode step (N = 1) waited
+// on the fused add's latency every block (Q8_0 from DRAM at ~24 GB/s on two Zen 3 cores, 0.7 of
+// the read probe).
 template <DType D, int N>
 void ggml_avx2_rows(const LinearWeight& w, const uint8_t* const* xs, float* y, int64_t ldy,
                     int64_t r0, int64_t r1) {
   constexpr int kBytes = D == DType::kQ8_0 ? 34 : 18;
+  constexpr int U = N == 1 ? 4 : 2;
   const int64_t blocks = w.in / 32, row_bytes = blocks * kBytes;
   const float* dx[N];
   for (int i = 0; i < N; ++i) dx[i] = reinterpret_cast<const float*>(xs[i] + (w.in + 31) / 32 * 32);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t o = r0; o < r1; ++o) {
     const uint8_t* row = w.data + o * row_bytes;
-    __m256 acc[N];
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
+    __m256 acc[U][N];
+    for (int u = 0; u < U; ++u)
+      for (int i = 0; i < N; ++i) acc[u][i] = _mm256_setzero_ps();
+    const auto block = [&](int64_t b, __m256(&a)[N]) {
       const uint8_t* blk = row + b * kBytes;
       uint16_t h;
       std::memcpy(&h, blk, 2);
@@ -129,10 +134,18 @@ void ggml_avx2_rows(const LinearWeight& w, const uint8_t* const* xs, float* y, i
         const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(xs[i] + 32 * b));
         const __m256i pairs = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(xq, q));
         const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-        acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(dw * dx[i][b]), acc[i]);
+        a[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(dw * dx[i][b]), a[i]);
       }
+    };
+    int64_t b = 0;
+    for (; b + U <= blocks; b += U)
+      for (int u = 0; u < U; ++u) block(b + u, acc[u]);
+    for (; b < blocks; ++b) block(b, acc[b % U]);
+    for (int i = 0; i < N; ++i) {
+      __m256 t = acc[0][i];
+      for (int u = 1; u < U; ++u) t = _mm256_add_ps(t, acc[u][i]);
+      y[i * ldy + o] = ggml_avx2_hsum(t);
     }
-    for (int i = 0; i < N; ++i) y[i * ldy + o] = ggml_avx2_hsum(acc[i]);
   }
 }
 
