@@ -1,6 +1,6 @@
 // linear.cpu.avx2: weight products with AVX2 + FMA (8 FP32 lanes) and F16C (vcvtph2ps, for FP16
-// and for FP8 E4M3 through FP16); GGUF Q8_0 / Q4_0 and Q4_K / Q5_K / Q6_K on integer dot products
-// (linear_ggml_avx2.h, linear_ggml_avx2_k.h).
+// and for FP8 E4M3 through FP16); prefill on the FP32 GEMM (linear_gemm_f32_avx2.h); GGUF Q8_0 /
+// Q4_0 and Q4_K / Q5_K / Q6_K on integer GEMVs and int8 GEMMs (linear_ggml_avx2_hooks.h).
 #include "kernels/cpu/isa_prelude.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/scratch.h"
