@@ -75,9 +75,9 @@ __attribute__((target("avx512f,avx512vnni"))) float int8_probe(int64_t iters) {
 }
 
 // vpmaddubsw + vpmaddwd + vpaddd on AVX2 without VNNI: 32 u8 × s8 multiply-adds per pair of
-// multiplies into int32, the integer work of linear_gemm_int8_avx2.h (less its vpsignb, which
-// measured free beside them on Zen 3). The asm makes each chain's x a value of its own, so that the
-// compiler cannot share one product among the chains.
+// multiplies into int32, the integer work of linear_gemm_int8_avx2.h less its vpsignb (with it a
+// Zen 3 core ran ~0.77 of this rate: the sign is a fourth operation, not free). The asm makes each
+// chain's x a value of its own, so that the compiler cannot share one product among the chains.
 __attribute__((target("avx2"))) float int8_probe_avx2(int64_t iters) {
   __m256i acc[kChains];
   for (int k = 0; k < kChains; ++k) acc[k] = _mm256_set1_epi32(k);

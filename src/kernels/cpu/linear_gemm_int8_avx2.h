@@ -148,8 +148,9 @@ inline void ggml_a2_tile(const uint8_t* group, int64_t blocks, const A2XRow* xs,
       for (int c = 0; c < C; ++c) {
         int32_t quad;
         std::memcpy(&quad, xs[c].q + 32 * b + 4 * q, 4);
-        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(quad), wv);
-        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xs), ones));
+        const __m256i xsign = _mm256_sign_epi8(_mm256_set1_epi32(quad), wv);
+        acc[c] =
+            _mm256_add_epi32(acc[c], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, xsign), ones));
         // Keeps the chain in its register: GCC 12 otherwise reassociates the block's 32 integer
         // adds into a tree and parks the terms on the stack.
         __asm__("" : "+x"(acc[c]));

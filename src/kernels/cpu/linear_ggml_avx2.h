@@ -107,8 +107,9 @@ inline __m256i ggml_avx2_codes(const uint8_t* blk) {
 
 // y[i · ldy + o] for rows o in [r0, r1) of w and the N ≤ 4 quantised rows at xs[i]. Each row of
 // x keeps U accumulators, block b in accumulator b % U: with one chain a decode step (N = 1) waited
-// on the fused add's latency every block (Q8_0 from DRAM at ~24 GB/s on two Zen 3 cores, 0.7 of
-// the read probe).
+// on the fused add's latency every block (one Zen 3 core, weight in L3: +20-35%; from DRAM two
+// cores stay at ~24-25 GB/s either way, ~13 operations a block: docs/BENCHMARKS.md "An int8 GEMM
+// without VNNI").
 template <DType D, int N>
 void ggml_avx2_rows(const LinearWeight& w, const uint8_t* const* xs, float* y, int64_t ldy,
                     int64_t r0, int64_t r1) {
